@@ -1,0 +1,25 @@
+"""The `inferasim` command line (PRODUCT.md §2): imports every command module so they
+register on the shared app, and the console-script entry points."""
+
+from __future__ import annotations
+
+import sys
+
+from agent import commands_info, commands_stubs  # noqa: F401  (register commands)
+from agent.cli_app import app
+
+
+def main() -> None:
+    app()
+
+
+def tune_main() -> None:
+    """The `tune` console script: `inferasim tune` with the same options."""
+    sys.argv = ["inferasim", "tune", *sys.argv[1:]]
+    app()
+
+
+def plan_mix_main() -> None:
+    """The `plan-mix` console script: `inferasim plan-mix` with the same options."""
+    sys.argv = ["inferasim", "plan-mix", *sys.argv[1:]]
+    app()

@@ -1,0 +1,1 @@
+"""Per-search ledgers (PRODUCT.md §5): schema, atomic persistence, review and compare."""

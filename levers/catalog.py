@@ -1,0 +1,284 @@
+"""The 36 levers of PRODUCT.md §3: name, kind, legal values per engine, description.
+
+One table, one convention (SGLang's parallel semantics, PRODUCT.md §3). A lever is
+either *discrete* (a finite legal set per engine) or *ranged* (an inclusive numeric
+range); `parse` turns user/LLM text or JSON into the lever's Python value and raises
+:class:`InputError` naming the lever and the accepted values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from levers.errors import InputError, accepted_list
+
+
+class Engine(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    ATOM = "atom"
+    TRTLLM = "trtllm"
+
+
+class LeverKind(StrEnum):
+    ANCHOR_DEFINING = "anchor-defining"
+    TRANSFERABLE = "transferable"
+    DES = "DES"
+    PRICED = "priced"
+    MEMORY = "memory + DES"
+
+
+ENGINES: tuple[Engine, ...] = tuple(Engine)
+FUSIONS: tuple[str, ...] = (
+    "norm_quant", "add_rmsnorm", "moe_expert", "moe_routing", "act_quant", "rope_kvstore",
+)
+QUANT_FED_FUSIONS = frozenset({"norm_quant", "act_quant"})
+MOE_FUSIONS = frozenset({"moe_expert", "moe_routing"})
+DTYPES = ("bf16", "fp8", "fp4")
+AUTO = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Lever:
+    """One lever. ``values`` maps engine -> legal values (discrete levers);
+    ``bounds`` is an inclusive (low, high) for ranged levers; ``number`` is a Python
+    type for ranged levers (int or float)."""
+
+    index: int
+    name: str
+    kind: LeverKind
+    description: str
+    values: dict[Engine, tuple[Any, ...]] | None = None
+    bounds: tuple[float, float] | None = None
+    number: type | None = None
+    optional: bool = False  # None is accepted ("engine default" / "checkpoint dtype")
+
+    @property
+    def is_ranged(self) -> bool:
+        return self.bounds is not None
+
+    def legal_values(self, engine: Engine | str) -> tuple[Any, ...]:
+        """Discrete legal set on ``engine`` (empty for ranged levers)."""
+        if self.values is None:
+            return ()
+        return self.values.get(Engine(engine), ())
+
+    def accepted_text(self, engine: Engine | str | None = None) -> str:
+        if self.is_ranged:
+            low, high = self.bounds
+            kind = "integer" if self.number is int else "number"
+            return f"{kind} from {_fmt(low)} to {_fmt(high)}"
+        if self.name == "fusions":
+            return f"'generic', 'none' or names joined by '+': {', '.join(FUSIONS)}"
+        if self.name in ("prefill_layout", "decode_layout"):
+            return "TPx/EPy/DPz, e.g. TP8/EP8/DP8"
+        values = self.legal_values(engine) if engine else _union(self.values)
+        return accepted_list(_show(v) for v in values)
+
+    def parse(self, raw: Any) -> Any:
+        """Convert text or JSON to this lever's value; engine legality is checked later."""
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", AUTO, "default")):
+            if self.optional:
+                return None
+            raise InputError(self.name, "a value is required", self.accepted_text())
+        if self.is_ranged:
+            return self._parse_number(raw)
+        if self.name == "fusions":
+            return parse_fusions(raw)
+        if self.name in ("prefill_layout", "decode_layout"):
+            return format_layout(*parse_layout(raw, self.name))
+        return self._parse_choice(raw)
+
+    def _parse_number(self, raw: Any) -> int | float:
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
+            if self.number is int:
+                if value != int(value):
+                    raise ValueError
+                value = int(value)
+        except (TypeError, ValueError):
+            raise InputError(self.name, f"'{raw}' is not a valid value", self.accepted_text()) from None
+        low, high = self.bounds
+        if not low <= value <= high:
+            raise InputError(self.name, f"{_fmt(value)} is out of range", self.accepted_text())
+        return value
+
+    def _parse_choice(self, raw: Any) -> Any:
+        for value in _union(self.values):
+            if _matches(value, raw):
+                return value
+        raise InputError(self.name, f"'{raw}' is not a legal value", self.accepted_text())
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    return str(v)
+
+
+def _union(values: dict[Engine, tuple[Any, ...]] | None) -> tuple[Any, ...]:
+    seen: list[Any] = []
+    for engine_values in (values or {}).values():
+        seen.extend(v for v in engine_values if v not in seen)
+    return tuple(seen)
+
+
+def _matches(value: Any, raw: Any) -> bool:
+    if isinstance(value, bool):
+        if isinstance(raw, bool):
+            return raw is value
+        return str(raw).strip().lower() in (("true", "1", "yes", "on") if value else ("false", "0", "no", "off"))
+    if isinstance(value, int):
+        if isinstance(raw, bool):
+            return False
+        try:
+            return float(raw) == value
+        except (TypeError, ValueError):
+            return False
+    return str(raw).strip().lower() == str(value)
+
+
+def parse_fusions(raw: Any) -> tuple[str, ...]:
+    """``generic``, ``none`` / empty, or fusion names joined by ``+`` (or a JSON list).
+
+    Repeats and generic-mixed-with-named are kept here and rejected by legality with
+    their reason (METHOD §3.13), so the ledger records why.
+    """
+    if isinstance(raw, (list, tuple)):
+        items = [str(x).strip().lower() for x in raw]
+    else:
+        text = str(raw).strip().lower()
+        items = [] if text in ("", "none") else [x.strip() for x in text.replace(",", "+").split("+")]
+    for item in items:
+        if item != "generic" and item not in FUSIONS:
+            raise InputError("fusions", f"unknown fusion '{item}'", accepted_list(("generic",) + FUSIONS))
+    return tuple(items)
+
+
+def parse_layout(raw: Any, what: str = "layout") -> tuple[int, int, int]:
+    """``TPx/EPy/DPz`` -> (tp, ep, attention_dp); EP and DP default to 1."""
+    text = str(raw).strip().upper().replace(" ", "")
+    parts = {"TP": 1, "EP": 1, "DP": 1}
+    seen = set()
+    try:
+        for token in text.split("/"):
+            key, number = token[:2], int(token[2:])
+            if key not in parts or key in seen or number < 1:
+                raise ValueError
+            parts[key] = number
+            seen.add(key)
+        if "TP" not in seen:
+            raise ValueError
+    except ValueError:
+        raise InputError(what, f"cannot parse '{raw}'", "TPx/EPy/DPz, e.g. TP8/EP8/DP8 or TP4") from None
+    return parts["TP"], parts["EP"], parts["DP"]
+
+
+def format_layout(tp: int, ep: int, dp: int) -> str:
+    return f"TP{tp}/EP{ep}/DP{dp}"
+
+
+def _each(values: tuple[Any, ...]) -> dict[Engine, tuple[Any, ...]]:
+    return {engine: values for engine in ENGINES}
+
+
+def _per(**by_engine: tuple[Any, ...]) -> dict[Engine, tuple[Any, ...]]:
+    return {Engine(name): values for name, values in by_engine.items()}
+
+
+_WIDTHS = (1, 2, 4, 8, 16)
+_A, _T, _D, _P, _M = (
+    LeverKind.ANCHOR_DEFINING, LeverKind.TRANSFERABLE, LeverKind.DES, LeverKind.PRICED, LeverKind.MEMORY,
+)
+
+LEVERS: tuple[Lever, ...] = (
+    Lever(1, "tp", _T, "GPUs per pipeline stage; attention heads must divide it", _each(_WIDTHS)),
+    Lever(2, "pp", _T, "pipeline stages; must divide the layers", _each((1, 2, 4, 8))),
+    Lever(3, "ep", _T, "expert-parallel width; divides tp and the routed experts", _each(_WIDTHS)),
+    Lever(4, "attention_dp", _T, "attention data-parallel ranks; divides tp", _each(_WIDTHS)),
+    Lever(5, "dcp", _A, "decode context parallel; divides the attention-TP group",
+          _per(vllm=(1, 2, 4, 8), sglang=(1, 2, 4, 8), atom=(1,), trtllm=(1, 2, 4, 8))),
+    Lever(6, "replicas", _T, "independent copies of the replica layout", bounds=(1, 4096), number=int),
+    Lever(7, "disaggregated", _T, "separate prefill and decode pools", _each((False, True))),
+    Lever(8, "prefill_layout", _T, "prefill pool replica layout TPx/EPy/DPz (disaggregated only)",
+          optional=True),
+    Lever(9, "prefill_replicas", _T, "prefill pool replicas (disaggregated only)", bounds=(1, 512), number=int),
+    Lever(10, "decode_layout", _T, "decode pool replica layout TPx/EPy/DPz (disaggregated only)",
+          optional=True),
+    Lever(11, "decode_replicas", _T, "decode pool replicas (disaggregated only)", bounds=(1, 512), number=int),
+    Lever(12, "kv_transfer_backend", _P, "KV hand-off between pools (disaggregated only)",
+          _per(vllm=("nixl", "mooncake"), sglang=("mooncake", "nixl", "mori"), atom=("mori",),
+               trtllm=("nixl",)), optional=True),
+    Lever(13, "weight_dtype", _A, "attention projections, dense MLP, shared experts (unset: checkpoint)",
+          _each(DTYPES), optional=True),
+    Lever(14, "activation_dtype", _A, "GEMM activation precision (unset: follows weights, bf16 for fp4)",
+          _each(DTYPES), optional=True),
+    Lever(15, "expert_dtype", _A, "routed experts (unset: checkpoint)", _each(DTYPES), optional=True),
+    Lever(16, "kv_cache_dtype", _A, "KV cache precision; also sizes the pool", _each(("bf16", "fp8")),
+          optional=True),
+    Lever(17, "attention_backend", _A, "attention kernels (unset: engine default)",
+          _per(vllm=("triton", "flashinfer", "flashmla", "flash_attn", "aiter"),
+               sglang=("triton", "flashinfer", "flashmla", "fa3", "aiter", "trtllm"),
+               atom=("aiter",), trtllm=("trtllm",)), optional=True),
+    Lever(18, "moe_backend", _A, "MoE GEMM kernels (unset: engine default)",
+          _per(vllm=("triton", "aiter", "deepgemm", "cutlass", "flashinfer"),
+               sglang=("triton", "aiter", "deepgemm", "cutlass", "flashinfer"),
+               atom=("aiter",), trtllm=("trtllm", "cutlass", "deepgemm")), optional=True),
+    Lever(19, "all_to_all_backend", _A, "EP dispatch/combine; none = all-reduce combine",
+          _per(vllm=("none", "deepep", "pplx", "mori"), sglang=("none", "deepep", "mori"),
+               atom=("none", "mori"), trtllm=("none", "deepep"))),
+    Lever(20, "graph_capture", _A, "CUDA/HIP graph capture mode",
+          _per(vllm=("none", "piecewise", "full"), sglang=("none", "full"), atom=("none", "full"),
+               trtllm=("none", "full"))),
+    Lever(21, "max_captured_batch", _T, "largest captured decode batch (staircase, METHOD §3.3)",
+          _each((8, 16, 32, 64, 128, 256, 512, 1024))),
+    Lever(22, "allreduce_algorithm", _P, "TP all-reduce implementation (unset: engine default)",
+          _each(("custom_one_shot", "custom_two_shot", "quick_reduce", "fused_rmsnorm", "library")),
+          optional=True),
+    Lever(23, "max_running_requests", _D, "running-request cap per scheduler", bounds=(1, 2048), number=int),
+    Lever(24, "max_batched_tokens", _D, "token budget per step", bounds=(256, 131072), number=int),
+    Lever(25, "chunked_prefill_size", _D, "tokens per prefill chunk", bounds=(256, 131072), number=int),
+    Lever(26, "kv_memory_fraction", _M, "share of HBM for weights + activations + KV (cap 0.90)",
+          bounds=(0.5, 0.9), number=float),
+    Lever(27, "kv_block_size", _M, "tokens per KV page",
+          _per(vllm=(16, 32, 64, 128), sglang=(1, 16, 32, 64, 128), atom=(16, 32, 64, 128),
+               trtllm=(32, 64, 128)), optional=True),
+    Lever(28, "spec_method", _A, "speculative decoding method",
+          _per(vllm=("none", "mtp", "eagle3", "dspark", "ngram"), sglang=("none", "mtp", "eagle3", "ngram"),
+               atom=("none", "mtp"), trtllm=("none", "mtp", "eagle3", "ngram"))),
+    Lever(29, "spec_depth", _T, "draft tokens per verify step (Eq. 2)", bounds=(0, 8), number=int),
+    Lever(30, "host_kv_tier_gb", _D, "host DRAM KV tier per GPU, GB (0 = off)", bounds=(0, 4096), number=float),
+    Lever(31, "prefix_cache", _D, "content-addressed prefix cache", _each(("on", "off"))),
+    Lever(32, "eplb_replicas", _T, "redundant hot-expert copies (Eq. 3)", bounds=(0, 4096), number=int),
+    Lever(33, "fusions", _P, "named kernel fusions or generic (METHOD §3.13)"),
+    Lever(34, "concurrency", _D, "clients / sessions per deployment", bounds=(1, 65536), number=int),
+    Lever(35, "arrival_rate", _D, "0 = closed loop, else requests/s (Poisson)", bounds=(0, 1e6), number=float),
+    Lever(36, "router", _D, "request routing across replicas",
+          _each(("least_loaded", "kv_aware", "prefix_hash", "round_robin", "random"))),
+)
+
+LEVERS_BY_NAME: dict[str, Lever] = {lever.name: lever for lever in LEVERS}
+LEVER_NAMES: tuple[str, ...] = tuple(LEVERS_BY_NAME)
+
+
+def get_lever(name: str) -> Lever:
+    key = str(name).strip().lower().replace("-", "_")
+    try:
+        return LEVERS_BY_NAME[key]
+    except KeyError:
+        raise InputError("--config", f"unknown lever '{name}'", accepted_list(LEVER_NAMES, limit=40)) from None
+
+
+def parse_engine(name: str) -> Engine:
+    try:
+        return Engine(str(name).strip().lower())
+    except ValueError:
+        raise InputError("--engine", f"unknown engine '{name}'", accepted_list(ENGINES)) from None

@@ -1,0 +1,172 @@
+"""A complete assignment of the 36 levers (`Configuration`) and partial configurations.
+
+A partial configuration names only what it changes (PRODUCT.md §3); it is a plain
+``dict[str, value]`` validated by :func:`parse_partial`. ``None`` on an optional lever
+means "the engine default" (backends, block size) or "the checkpoint's dtype"
+(precision levers), resolved by the predictor from the model card.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Iterable, Mapping
+
+from levers.catalog import LEVER_NAMES, get_lever, parse_layout
+from levers.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class Configuration:
+    """The 36 levers (PRODUCT.md §3), with defaults that describe a plain colocated
+    deployment. Field order is the lever order."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    attention_dp: int = 1
+    dcp: int = 1
+    replicas: int = 1
+    disaggregated: bool = False
+    prefill_layout: str | None = None
+    prefill_replicas: int = 1
+    decode_layout: str | None = None
+    decode_replicas: int = 1
+    kv_transfer_backend: str | None = None
+    weight_dtype: str | None = None
+    activation_dtype: str | None = None
+    expert_dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    attention_backend: str | None = None
+    moe_backend: str | None = None
+    all_to_all_backend: str = "none"
+    graph_capture: str = "full"
+    max_captured_batch: int = 256
+    allreduce_algorithm: str | None = None
+    max_running_requests: int = 256
+    max_batched_tokens: int = 8192
+    chunked_prefill_size: int = 8192
+    kv_memory_fraction: float = 0.9
+    kv_block_size: int | None = None
+    spec_method: str = "none"
+    spec_depth: int = 0
+    host_kv_tier_gb: float = 0.0
+    prefix_cache: str = "on"
+    eplb_replicas: int = 0
+    fusions: tuple[str, ...] = ()
+    concurrency: int = 64
+    arrival_rate: float = 0.0
+    router: str = "least_loaded"
+
+    # --- derived layout facts -------------------------------------------------------
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs of one colocated replica: ``tp * pp`` (SGLang convention)."""
+        return self.tp * self.pp
+
+    @property
+    def attention_tp(self) -> int:
+        return self.tp // self.attention_dp if self.attention_dp else self.tp
+
+    @property
+    def moe_tp(self) -> int:
+        return self.tp // self.ep if self.ep else self.tp
+
+    def pool_layouts(self) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+        """(prefill (tp, ep, dp), decode (tp, ep, dp)) when disaggregated."""
+        if not self.disaggregated or not self.prefill_layout or not self.decode_layout:
+            return None
+        return parse_layout(self.prefill_layout), parse_layout(self.decode_layout)
+
+    @property
+    def total_gpus(self) -> int:
+        layouts = self.pool_layouts()
+        if layouts is None:
+            return self.replicas * self.replica_gpus
+        (ptp, _, _), (dtp, _, _) = layouts
+        return self.pp * (self.prefill_replicas * ptp + self.decode_replicas * dtp)
+
+    # --- conversion -----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["fusions"] = list(self.fusions)
+        return data
+
+    def with_changes(self, partial: Mapping[str, Any]) -> "Configuration":
+        """Apply a validated partial configuration; normalises disaggregated layouts."""
+        return normalise(replace(self, **dict(partial)))
+
+    def diff(self, other: "Configuration") -> dict[str, Any]:
+        """Levers whose value differs in ``self`` relative to ``other``."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(other, f.name)}
+
+    def describe(self, base: "Configuration | None" = None) -> str:
+        """Compact ``k=v,...`` of what differs from ``base`` (default: the defaults)."""
+        changed = self.diff(base or Configuration())
+        return ",".join(f"{k}={format_value(v)}" for k, v in changed.items()) or "defaults"
+
+    def key(self) -> tuple:
+        """Hashable identity (the dataclass is hashable already; kept for clarity)."""
+        return tuple(getattr(self, name) for name in LEVER_NAMES)
+
+
+def normalise(config: Configuration) -> Configuration:
+    """One convention everywhere: a disaggregated deployment's top-level tp/ep/dp
+    describe its decode pool, and a colocated one carries no pool levers."""
+    if config.disaggregated:
+        if config.decode_layout:
+            tp, ep, dp = parse_layout(config.decode_layout)
+            return replace(config, tp=tp, ep=ep, attention_dp=dp)
+        return config
+    return config
+
+
+def format_value(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (tuple, list)):
+        return "+".join(value) if value else "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def parse_partial(items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """Validate lever names and values (type/range/known value); engine legality is
+    decided later by :mod:`levers.legality`."""
+    pairs = items.items() if isinstance(items, Mapping) else items
+    partial: dict[str, Any] = {}
+    for name, raw in pairs:
+        lever = get_lever(name)
+        partial[lever.name] = lever.parse(raw)
+    return partial
+
+
+def parse_config_text(texts: str | Iterable[str] | None) -> dict[str, Any]:
+    """``k=v,k=v`` (may repeat; merged left to right, later keys win)."""
+    if texts is None:
+        return {}
+    if isinstance(texts, str):
+        texts = [texts]
+    pairs: list[tuple[str, str]] = []
+    for text in texts:
+        for item in _split_items(text):
+            if "=" not in item:
+                raise InputError("--config", f"'{item}' is not k=v",
+                                 "comma-separated lever=value pairs, e.g. tp=4,ep=4,kv_cache_dtype=fp8")
+            name, _, value = item.partition("=")
+            if not name.strip():
+                raise InputError("--config", f"'{item}' has no lever name", "lever=value")
+            pairs.append((name.strip(), value.strip()))
+    return parse_partial(pairs)
+
+
+def _split_items(text: str) -> list[str]:
+    return [item.strip() for item in str(text).split(",") if item.strip()]
+
+
+def configuration_from_dict(data: Mapping[str, Any]) -> Configuration:
+    """A full configuration from JSON (a ledger or the LLM): unknown keys rejected."""
+    return Configuration().with_changes(parse_partial(data))

@@ -1,0 +1,37 @@
+"""User-facing errors shared by every layer.
+
+An :class:`InputError` names the input, what was wrong with it and what is accepted
+(PRODUCT.md §6). The CLI turns it into one line on stderr and exit code 2; nothing
+below the CLI prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """A user (or LLM) supplied value that cannot be used.
+
+    ``what`` names the input (``--model``, ``models.yaml: models[2].name``), ``problem``
+    says what is wrong and ``accepted`` what would be accepted instead.
+    """
+
+    def __init__(self, what: str, problem: str, accepted: str = "") -> None:
+        self.what = what
+        self.problem = problem
+        self.accepted = accepted
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        text = f"{self.what}: {self.problem}"
+        if self.accepted:
+            text += f" (accepted: {self.accepted})"
+        return text
+
+
+def accepted_list(values, limit: int = 12) -> str:
+    """A short, readable list of accepted values."""
+    items = [str(v) for v in values]
+    if len(items) > limit:
+        return ", ".join(items[:limit]) + f", ... ({len(items)} in all)"
+    return ", ".join(items)

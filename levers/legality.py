@@ -1,0 +1,173 @@
+"""Structural legality of a configuration (PRODUCT.md §3), before memory.
+
+Every rejection carries a reason a user (or the tuning agent's ledger) can read. The
+model and the cluster are seen through two small protocols so this bottom layer does
+not import the predictor: any object with these attributes will do.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from levers.catalog import (
+    LEVERS, MOE_FUSIONS, QUANT_FED_FUSIONS, Engine, parse_layout,
+)
+from levers.configuration import Configuration
+
+
+class ModelShape(Protocol):
+    name: str
+    num_layers: int
+    num_experts: int
+    mtp_layers: int
+
+    @property
+    def attention_heads(self) -> int: ...
+
+    @property
+    def is_moe(self) -> bool: ...
+
+
+class GpuShape(Protocol):
+    vendor: str
+    fp4_tflops: float | None
+
+
+class ClusterShape(Protocol):
+    gpu: GpuShape
+
+    @property
+    def total_gpus(self) -> int: ...
+
+    def scale_up_gpus(self) -> int: ...
+
+
+def structural_reasons(config: Configuration, engine: Engine | str, model: ModelShape,
+                       cluster: ClusterShape) -> list[str]:
+    """Every reason ``config`` is structurally illegal (empty list = legal)."""
+    engine = Engine(engine)
+    reasons = _engine_support(config, engine)
+    reasons += _parallel(config, model, cluster)
+    reasons += _disaggregation(config, engine, model, cluster)
+    reasons += _precision_and_kernels(config, model, cluster)
+    reasons += _scheduler(config)
+    reasons += fusion_reasons(config.fusions, config.activation_dtype, model.is_moe)
+    return reasons
+
+
+def _engine_support(config: Configuration, engine: Engine) -> list[str]:
+    reasons = []
+    for lever in LEVERS:
+        if lever.values is None or lever.is_ranged:
+            continue
+        value = getattr(config, lever.name)
+        if value is None and lever.optional:
+            continue
+        legal = lever.legal_values(engine)
+        if value not in legal:
+            shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in legal)
+            reasons.append(f"{lever.name}={value} is not supported by {engine} (legal: {shown})")
+    return reasons
+
+
+def _parallel(config: Configuration, model: ModelShape, cluster: ClusterShape) -> list[str]:
+    reasons = _width_reasons("", config.tp, config.ep, config.attention_dp, model)
+    if model.num_layers % config.pp:
+        reasons.append(f"pp={config.pp} does not divide the {model.num_layers} layers")
+    if config.dcp > 1 and config.attention_tp % config.dcp:
+        reasons.append(f"dcp={config.dcp} does not divide attention-TP {config.attention_tp}")
+    if config.eplb_replicas and not model.is_moe:
+        reasons.append("eplb_replicas needs a MoE model")
+    if config.eplb_replicas > model.num_experts:
+        reasons.append(f"eplb_replicas={config.eplb_replicas} exceeds the {model.num_experts} experts")
+    if config.all_to_all_backend != "none" and config.ep == 1:
+        reasons.append(f"all_to_all_backend={config.all_to_all_backend} needs ep > 1")
+    if config.total_gpus > cluster.total_gpus:
+        reasons.append(f"needs {config.total_gpus} GPUs; the cluster has {cluster.total_gpus}")
+    domain = cluster.scale_up_gpus()
+    if config.tp > domain:
+        cross_domain_ep = config.ep == config.tp and config.attention_tp <= domain
+        if not cross_domain_ep:
+            reasons.append(f"tp={config.tp} exceeds the {domain}-GPU scale-up domain "
+                           "(use pp, or an EP that spans domains with attention inside one)")
+    return reasons
+
+
+def _width_reasons(prefix: str, tp: int, ep: int, dp: int, model: ModelShape) -> list[str]:
+    reasons = []
+    if tp % dp:
+        reasons.append(f"{prefix}attention_dp={dp} does not divide tp={tp}")
+    elif model.attention_heads % (tp // dp):
+        reasons.append(f"{prefix}attention-TP {tp // dp} does not divide the "
+                       f"{model.attention_heads} attention heads")
+    if ep > 1:
+        if not model.is_moe:
+            reasons.append(f"{prefix}ep={ep} needs a MoE model")
+        elif tp % ep or model.num_experts % ep:
+            reasons.append(f"{prefix}ep={ep} must divide tp={tp} and the {model.num_experts} routed experts")
+    return reasons
+
+
+def _disaggregation(config: Configuration, engine: Engine, model: ModelShape,
+                    cluster: ClusterShape) -> list[str]:
+    pool_levers = {"prefill_layout": config.prefill_layout, "decode_layout": config.decode_layout,
+                   "kv_transfer_backend": config.kv_transfer_backend}
+    if not config.disaggregated:
+        set_levers = [k for k, v in pool_levers.items() if v is not None]
+        set_levers += [k for k in ("prefill_replicas", "decode_replicas") if getattr(config, k) != 1]
+        return [f"{name} is only legal when disaggregated=true" for name in set_levers]
+    reasons = []
+    if not config.prefill_layout or not config.decode_layout:
+        return ["disaggregated=true needs prefill_layout and decode_layout"]
+    if config.replicas != 1:
+        reasons.append("replicas must be 1 when disaggregated (use prefill_replicas/decode_replicas)")
+    for name in ("prefill_layout", "decode_layout"):
+        tp, ep, dp = parse_layout(getattr(config, name), name)
+        reasons += _width_reasons(f"{name} ", tp, ep, dp, model)
+        if tp > cluster.scale_up_gpus():
+            reasons.append(f"{name} TP{tp} does not fit one scale-up domain")
+    return reasons
+
+
+def _precision_and_kernels(config: Configuration, model: ModelShape, cluster: ClusterShape) -> list[str]:
+    reasons = []
+    if config.activation_dtype == "fp4" and not cluster.gpu.fp4_tflops:
+        reasons.append("activation_dtype=fp4 needs FP4 tensor cores, which this GPU lacks")
+    if config.spec_method == "none" and config.spec_depth:
+        reasons.append("spec_depth > 0 needs a spec_method")
+    if config.spec_method != "none" and not config.spec_depth:
+        reasons.append(f"spec_method={config.spec_method} needs spec_depth >= 1")
+    if config.spec_method == "mtp" and not model.mtp_layers:
+        reasons.append(f"spec_method=mtp needs MTP layers; {model.name} has none")
+    if config.allreduce_algorithm == "quick_reduce" and cluster.gpu.vendor != "amd":
+        reasons.append("allreduce_algorithm=quick_reduce exists only on AMD GPUs")
+    if config.expert_dtype and not model.is_moe:
+        reasons.append("expert_dtype needs a MoE model")
+    return reasons
+
+
+def _scheduler(config: Configuration) -> list[str]:
+    reasons = []
+    if config.chunked_prefill_size > config.max_batched_tokens:
+        reasons.append(f"chunked_prefill_size={config.chunked_prefill_size} exceeds "
+                       f"max_batched_tokens={config.max_batched_tokens}")
+    if config.arrival_rate == 0 and config.concurrency < 1:
+        reasons.append("a closed loop needs concurrency >= 1")
+    return reasons
+
+
+def fusion_reasons(fusions: tuple[str, ...], activation_dtype: str | None, is_moe: bool) -> list[str]:
+    """METHOD §3.13: quant-fed patterns only with low-precision activations, MoE
+    patterns only on MoE models, no repeats, no generic mixed with named fusions."""
+    reasons = []
+    if len(set(fusions)) != len(fusions):
+        reasons.append("fusions may not repeat a fusion")
+    if "generic" in fusions and len(fusions) > 1:
+        reasons.append("fusions may not mix 'generic' with named fusions")
+    low_precision = activation_dtype in ("fp8", "fp4")
+    for name in fusions:
+        if name in QUANT_FED_FUSIONS and not low_precision:
+            reasons.append(f"fusion {name} needs fp8 or fp4 activations")
+        if name in MOE_FUSIONS and not is_moe:
+            reasons.append(f"fusion {name} needs a MoE model")
+    return reasons

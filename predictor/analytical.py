@@ -1,0 +1,244 @@
+"""The analytical predictor for fixed-length traffic (METHOD §2): the steady state of
+continuous batching on one step cost model, solved by a short fixed-point iteration.
+
+Semantics (the DES reproduces them when queueing and cache effects are absent):
+- Closed loop (``arrival_rate == 0``): ``C`` clients per replica, zero think time; a
+  finished request is replaced at once by a new one with ``isl`` prompt tokens.
+  Open loop: Poisson arrivals at ``arrival_rate`` requests/s over the fleet.
+- Running requests are capped by ``max_running_requests`` and by the KV pool
+  (METHOD §3.9: never report throughput at a concurrency HBM cannot hold); clients
+  beyond the cap wait in the queue, which adds to TTFT from arrival (Little's law).
+- A prompt is prefilled in chunks of ``min(chunked_prefill_size, max_batched_tokens)``
+  tokens, each chunk riding in a decode step of the running batch (a mixed step).
+  Prefill work is charged to the steps as marginal cost: ``mixed - decode``.
+- A decode step commits ``tokens_per_step`` (L(k), METHOD §3.8) tokens per request.
+- Mean decode context = ``isl + osl/2`` (decode cost is linear in context).
+
+Disaggregated deployments (METHOD §3.11) price each pool with its own step model: the
+prefill pool runs prefill-only steps, the KV is handed off, the decode pool runs pure
+decode steps; throughput per GPU counts both pools.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from predictor.step import StepModel
+
+ITERATIONS = 12
+TOKENIZE_US_PER_TOKEN = 8.0   # METHOD §3.12: 5-11 us per prompt token (midpoint)
+HOST_BASE_MS = 1.0            # HTTP + scheduling + detokenisation per request (rank-only default)
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """What one replica (or one pool) sees."""
+
+    isl: int
+    osl: int
+    concurrency: float            # clients per replica (closed loop)
+    arrival_rate: float = 0.0     # requests/s per replica (open loop); 0 = closed loop
+    running_cap: int = 256        # min(max_running_requests, KV-pool capacity)
+    chunk_tokens: int = 8192
+    gpus: int = 1                 # GPUs of one replica
+    replicas: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    ttft_ms: float                # from arrival (queueing included)
+    ttft_admission_ms: float      # from admission (engine benchmarks)
+    tpot_ms: float
+    itl_ms: float
+    e2e_ms: float
+    step_ms: float                # mean decode step, prefill marginal spread over steps
+    decode_step_ms: float         # pure decode step at the running batch
+    mixed_step_ms: float          # a decode step carrying one prefill chunk
+    running: float                # mean decoding requests per replica
+    requests_per_s: float         # per replica
+    mixed_step_fraction: float
+    overloaded: bool
+
+    def metrics(self, load: Load, host_ms: float) -> dict[str, float]:
+        out_rate = self.requests_per_s * load.osl
+        in_rate = self.requests_per_s * load.isl
+        gpus = load.gpus
+        ttft = self.ttft_ms + host_ms
+        e2e = self.e2e_ms + host_ms
+        metrics = {
+            "ttft_ms_mean": ttft, "ttft_ms_p50": ttft,
+            "ttft_admission_ms_mean": self.ttft_admission_ms + host_ms,
+            "tpot_ms_mean": self.tpot_ms, "tpot_ms_p50": self.tpot_ms,
+            "itl_ms_mean": self.itl_ms, "itl_ms_p50": self.itl_ms,
+            "e2e_ms_mean": e2e, "e2e_ms_p50": e2e,
+            "interactivity_mean": 1000.0 / self.tpot_ms, "interactivity_p50": 1000.0 / self.tpot_ms,
+            "generation_rate": 1000.0 / self.tpot_ms,
+            "output_throughput_per_gpu": out_rate / gpus,
+            "input_throughput_per_gpu": in_rate / gpus,
+            "throughput_per_gpu": (out_rate + in_rate) / gpus,
+            "output_throughput_fleet": out_rate * load.replicas,
+            "input_throughput_fleet": in_rate * load.replicas,
+            "throughput_fleet": (out_rate + in_rate) * load.replicas,
+            "mixed_step_fraction": self.mixed_step_fraction,
+            "mixed_decode_step_ms": self.mixed_step_ms,
+            "tpot_pollution": self.step_ms / self.decode_step_ms if self.decode_step_ms else 1.0,
+        }
+        return metrics
+
+
+def chunks(isl: int, chunk_tokens: int) -> list[tuple[int, int]]:
+    """(tokens, prior context) of each prefill chunk of one prompt."""
+    size = max(1, chunk_tokens)
+    return [(min(size, isl - start), start) for start in range(0, isl, size)]
+
+
+def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: int, ctx: float) -> tuple[float, float]:
+    """(sum over chunks of the mixed-step time, sum of marginal cost over decode)."""
+    base = model.decode_us(batch, ctx) if batch > 0 else 0.0
+    mixed_total = 0.0
+    for tokens, prior in chunks(isl, chunk_tokens):
+        if batch > 0:
+            mixed_total += model.mixed_us(tokens, batch, ctx, prior)
+        else:
+            mixed_total += model.prefill_us(tokens, 1, prior)
+    return mixed_total, mixed_total - base * len(chunks(isl, chunk_tokens))
+
+
+def steady_state(model: StepModel, load: Load) -> SteadyState:
+    """Colocated replica in steady state (closed or open loop)."""
+    L = max(1.0, model.tokens_per_step)
+    osl_steps = max(0.0, (load.osl - 1) / L)
+    ctx = load.isl + load.osl / 2.0
+    num_chunks = len(chunks(load.isl, load.chunk_tokens))
+    cap = max(1, load.running_cap)
+    closed = load.arrival_rate <= 0
+    in_system = min(load.concurrency, cap) if closed else 1.0
+    running = max(1.0, in_system * osl_steps / (osl_steps + num_chunks)) if osl_steps else 0.0
+    rate_per_s = load.arrival_rate
+    overloaded = False
+    for _ in range(ITERATIONS):
+        batch = max(1, round(running))
+        decode_us = model.decode_us(batch, ctx)
+        mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, batch, ctx)
+        if closed:
+            busy_share = None
+        else:
+            busy_share = rate_per_s * marginal_us / 1e6
+            if busy_share >= 0.95:
+                overloaded, busy_share = True, 0.95
+        step_us = _step_us(decode_us, marginal_us, running, osl_steps, busy_share)
+        admission_ttft_us = mixed_total_us
+        e2e_us = admission_ttft_us + osl_steps * step_us
+        if closed:
+            rate_per_s = in_system / (e2e_us / 1e6)
+            running = in_system * (osl_steps * step_us) / e2e_us if e2e_us else 0.0
+        else:
+            running = min(cap, rate_per_s * osl_steps * step_us / 1e6)
+            if running >= cap:
+                overloaded = True
+    queue_us = 0.0
+    if closed and load.concurrency > cap:
+        # Little's law over the whole closed loop: clients beyond the cap wait.
+        queue_us = (load.concurrency - cap) / rate_per_s * 1e6 if rate_per_s else 0.0
+    elif not closed:
+        queue_us = step_us / 2.0  # wait for the current step to end (open loop)
+    mixed_one_us = model.mixed_us(min(load.chunk_tokens, load.isl), max(1, round(running)), ctx)
+    steps_per_s = 1e6 / step_us
+    mixed_fraction = min(1.0, rate_per_s * num_chunks / steps_per_s) if steps_per_s else 0.0
+    return SteadyState(
+        ttft_ms=(admission_ttft_us + queue_us) / 1000.0, ttft_admission_ms=admission_ttft_us / 1000.0,
+        tpot_ms=step_us / L / 1000.0, itl_ms=step_us / 1000.0,
+        e2e_ms=(admission_ttft_us + queue_us + osl_steps * step_us) / 1000.0,
+        step_ms=step_us / 1000.0, decode_step_ms=decode_us / 1000.0, mixed_step_ms=mixed_one_us / 1000.0,
+        running=running, requests_per_s=rate_per_s, mixed_step_fraction=mixed_fraction, overloaded=overloaded,
+    )
+
+
+def _step_us(decode_us: float, marginal_us: float, running: float, osl_steps: float,
+             busy_share: float | None) -> float:
+    """Mean step time with each finishing request's prefill spread over the steps.
+
+    Closed loop: per step, ``running / osl_steps`` requests finish and are replaced,
+    each bringing ``marginal_us`` of prefill work. Open loop: the prefill work takes a
+    ``busy_share`` of wall time.
+    """
+    if busy_share is not None:
+        return decode_us / (1.0 - busy_share)
+    if osl_steps <= 0:
+        return decode_us + marginal_us
+    return decode_us + marginal_us * running / osl_steps
+
+
+def host_time_ms(model: StepModel, isl: int) -> float:
+    """Per-request host time added to TTFT and end-to-end only (METHOD §3.12).
+
+    Anchored models carry the host time fitted from their anchor (``host_time_ms`` and
+    ``host_us_per_prompt_token``); otherwise a documented default: 1 ms plus
+    tokenisation at 8 us per prompt token (the midpoint of 5-11 us).
+    """
+    fixed = getattr(model, "host_time_ms", None)
+    per_token = getattr(model, "host_us_per_prompt_token", None)
+    if fixed is None:
+        return HOST_BASE_MS + TOKENIZE_US_PER_TOKEN * isl / 1000.0
+    return fixed + (per_token or 0.0) * isl / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLoad:
+    """A disaggregated deployment's two pools (METHOD §3.11)."""
+
+    prefill: Load                 # per prefill replica; its running_cap unused
+    decode: Load                  # per decode replica
+    prefill_budget_tokens: int    # token budget of one prefill replica (summed over DP ranks)
+    handoff_us: float             # KV hand-off of one request
+
+
+def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools: PoolLoad,
+                        total_concurrency: float) -> tuple[SteadyState, float]:
+    """Closed loop over both pools; returns the state and the fleet request rate."""
+    isl, osl = pools.decode.isl, pools.decode.osl
+    L = max(1.0, decode_model.tokens_per_step)
+    osl_steps = max(0.0, (osl - 1) / L)
+    ctx = isl + osl / 2.0
+    prompts_per_step = max(1, pools.prefill_budget_tokens // max(1, isl))
+    if isl <= pools.prefill_budget_tokens:
+        service_us = prefill_model.prefill_us(prompts_per_step * isl, prompts_per_step)
+        single_us = prefill_model.prefill_us(isl, 1)
+    else:
+        single_us = sum(prefill_model.prefill_us(n, 1, prior)
+                        for n, prior in chunks(isl, pools.prefill_budget_tokens))
+        service_us, prompts_per_step = single_us, 1
+    prefill_capacity = pools.prefill.replicas * prompts_per_step / (service_us / 1e6)
+    decode_cap = max(1, pools.decode.running_cap) * pools.decode.replicas
+    in_decode = min(total_concurrency, decode_cap)
+    rate = in_decode / ((single_us + osl_steps * decode_model.decode_us(1, ctx)) / 1e6)
+    overloaded = False
+    for _ in range(ITERATIONS):
+        utilisation = min(rate / prefill_capacity, 0.98)
+        wait_us = utilisation / (2 * (1 - utilisation)) * service_us
+        running = max(1.0, rate * osl_steps * _last_step(decode_model, rate, osl_steps, ctx, pools) / 1e6
+                      / pools.decode.replicas)
+        running = min(running, pools.decode.running_cap)
+        step_us = decode_model.decode_us(max(1, round(running)), ctx)
+        ttft_us = wait_us + single_us + pools.handoff_us + step_us / 2.0
+        e2e_us = ttft_us + osl_steps * step_us
+        rate = min(total_concurrency / (e2e_us / 1e6), prefill_capacity * 0.98,
+                   decode_cap / (max(osl_steps, 1e-9) * step_us / 1e6))
+    if rate >= prefill_capacity * 0.97:
+        overloaded = True
+    queue_us = 0.0
+    if total_concurrency > decode_cap:
+        queue_us = (total_concurrency - decode_cap) / rate * 1e6
+    state = SteadyState(
+        ttft_ms=(ttft_us + queue_us) / 1000.0, ttft_admission_ms=ttft_us / 1000.0,
+        tpot_ms=step_us / L / 1000.0, itl_ms=step_us / 1000.0, e2e_ms=(e2e_us + queue_us) / 1000.0,
+        step_ms=step_us / 1000.0, decode_step_ms=step_us / 1000.0, mixed_step_ms=step_us / 1000.0,
+        running=running, requests_per_s=rate, mixed_step_fraction=0.0, overloaded=overloaded,
+    )
+    return state, rate
+
+
+def _last_step(model: StepModel, rate: float, osl_steps: float, ctx: float, pools: PoolLoad) -> float:
+    guess = max(1.0, rate * osl_steps * model.decode_us(1, ctx) / 1e6 / pools.decode.replicas)
+    return model.decode_us(max(1, round(min(guess, pools.decode.running_cap))), ctx)

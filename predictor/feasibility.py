@@ -1,0 +1,82 @@
+"""Is a configuration legal? Structure (levers.legality) then memory (METHOD §3.9).
+
+One entry point, :func:`check_configuration`, used by `inferasim check`, `predict` and
+every phase of the search: the agent's guards and the user's CLI apply the same rules.
+A disaggregated deployment is checked pool by pool, each with its own layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from levers.catalog import Engine
+from levers.configuration import Configuration
+from levers.legality import structural_reasons
+from predictor.cards import ModelCard
+from predictor.hardware import Cluster
+from predictor.memory import MemoryBreakdown, memory_breakdown
+
+DEFAULT_CONTEXT_TOKENS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Feasibility:
+    legal: bool
+    reasons: tuple[str, ...]
+    memory: MemoryBreakdown | None            # colocated replica, or the decode pool
+    prefill_memory: MemoryBreakdown | None = None  # disaggregated only
+
+    def to_json(self) -> dict:
+        data = {"legal": self.legal, "reasons": list(self.reasons),
+                "memory": self.memory.to_json() if self.memory else None}
+        if self.prefill_memory is not None:
+            data["prefill_memory"] = self.prefill_memory.to_json()
+        return data
+
+
+def memory_for(card: ModelCard, cluster: Cluster, config: Configuration,
+               context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> MemoryBreakdown:
+    """The memory model for the configuration's (decode/colocated) replica layout."""
+    return memory_breakdown(
+        card, hbm_bytes=int(cluster.gpu.hbm_gb * 1e9), vendor=cluster.gpu.vendor,
+        tp=config.tp, pp=config.pp, ep=config.ep, attention_dp=config.attention_dp, dcp=config.dcp,
+        weight_dtype=config.weight_dtype, expert_dtype=config.expert_dtype,
+        activation_dtype=config.activation_dtype, kv_cache_dtype=config.kv_cache_dtype,
+        kv_memory_fraction=config.kv_memory_fraction, max_batched_tokens=config.max_batched_tokens,
+        max_captured_batch=config.max_captured_batch, graph_capture=config.graph_capture,
+        context_tokens=context_tokens,
+    )
+
+
+def pool_configs(config: Configuration) -> tuple[Configuration, Configuration] | None:
+    """(prefill, decode) replica configurations of a disaggregated deployment."""
+    layouts = config.pool_layouts()
+    if layouts is None:
+        return None
+    (ptp, pep, pdp), (dtp, dep, ddp) = layouts
+    prefill = replace(config, disaggregated=False, tp=ptp, ep=pep, attention_dp=pdp,
+                      replicas=config.prefill_replicas, prefill_layout=None, decode_layout=None,
+                      kv_transfer_backend=None, prefill_replicas=1, decode_replicas=1)
+    decode = replace(prefill, tp=dtp, ep=dep, attention_dp=ddp, replicas=config.decode_replicas)
+    return prefill, decode
+
+
+def check_configuration(card: ModelCard, cluster: Cluster, engine: Engine | str,
+                        config: Configuration,
+                        context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> Feasibility:
+    """Structural reasons first; memory only for a structurally legal layout."""
+    reasons = structural_reasons(config, engine, card, cluster)
+    if reasons:
+        return Feasibility(False, tuple(reasons), None)
+    pools = pool_configs(config)
+    if pools is None:
+        memory = memory_for(card, cluster, config, context_tokens)
+        reasons = [] if memory.fits else [f"memory: {memory.reason}"]
+        return Feasibility(not reasons, tuple(reasons), memory)
+    prefill, decode = pools
+    prefill_memory = memory_for(card, cluster, prefill, context_tokens)
+    decode_memory = memory_for(card, cluster, decode, context_tokens)
+    for label, memory in (("prefill pool", prefill_memory), ("decode pool", decode_memory)):
+        if not memory.fits:
+            reasons.append(f"memory ({label}): {memory.reason}")
+    return Feasibility(not reasons, tuple(reasons), decode_memory, prefill_memory)

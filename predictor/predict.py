@@ -1,0 +1,209 @@
+"""Price one configuration: choose the step model (anchored, projected rank-only, or
+simulate mode), then the analytical steady state (fixed-length traffic) or the DES
+(agentic traffic, traces, or whenever distributions are needed). METHOD §2, §4, §5.
+
+`predict` is the one function every consumer calls: the CLI's `predict`, `score`, the
+tuning agent's evaluation, the mix planner and the Pareto sweeps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from functools import lru_cache
+
+from levers.configuration import Configuration
+from predictor.analytical import Load, PoolLoad, disaggregated_state, host_time_ms, steady_state
+from predictor.anchor_store import AnchorStore
+from predictor.anchored import AnchoredStepModel
+from predictor.feasibility import check_configuration, pool_configs
+from predictor.handoff import DEFAULT_BACKEND, handoff_us
+from predictor.memory import MemoryBreakdown
+from predictor.prediction import Prediction, illegal
+from predictor.simulate import SimulateStepModel
+from predictor.step import Mode, StepCost, StepModel
+from predictor.target import Target
+from predictor.workload import WorkloadSpec
+
+AGENTIC_CONTEXT_TOKENS = 32768  # memory check context for agentic traffic (long prompts)
+
+
+@lru_cache(maxsize=1)
+def default_store() -> AnchorStore:
+    return AnchorStore.default()
+
+
+class ProjectedStepModel:
+    """An anchored step model used outside its coverage: same numbers, rank-only."""
+
+    mode = Mode.RANK_ONLY
+
+    def __init__(self, inner: StepModel, reason: str) -> None:
+        self.inner = inner
+        self.anchor_id = inner.anchor_id
+        self.flags = tuple(dict.fromkeys((*inner.flags, "rank-only", f"not-covered: {reason}")))
+        self.tokens_per_step = inner.tokens_per_step
+        self.host_time_ms = getattr(inner, "host_time_ms", None)
+        self.host_us_per_prompt_token = getattr(inner, "host_us_per_prompt_token", None)
+        self.decode, self.prefill, self.mixed = inner.decode, inner.prefill, inner.mixed
+        self.decode_us, self.prefill_us, self.mixed_us = inner.decode_us, inner.prefill_us, inner.mixed_us
+
+
+def step_model_for(target: Target, config: Configuration, store: AnchorStore | None = None) -> StepModel:
+    """The anchor of the configuration's parallel shape, else simulate mode (METHOD §4)."""
+    store = store if store is not None else default_store()
+    selection = store.select(target.card, target.cluster, target.engine, config, config.concurrency)
+    if selection.anchor is None:
+        return SimulateStepModel(target.card, target.cluster, target.engine, config)
+    model = AnchoredStepModel(selection.anchor, target.card, target.cluster, target.engine, config,
+                              sibling=selection.sibling, flags=selection.flags)
+    return model if selection.covered else ProjectedStepModel(model, selection.reason)
+
+
+def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
+            store: AnchorStore | None = None, need_distribution: bool = False, seed: int = 0,
+            num_requests: int | None = None) -> Prediction:
+    """Price ``config`` for ``target`` under ``workload``; illegal configurations come
+    back with their reasons and ``metrics=None``."""
+    started = time.perf_counter()
+    context = workload.isl + workload.osl if workload.is_fixed else AGENTIC_CONTEXT_TOKENS
+    feasibility = check_configuration(target.card, target.cluster, target.engine, config, context)
+    if not feasibility.legal:
+        return illegal(feasibility.reasons, feasibility.memory)
+    if workload.is_fixed and not need_distribution:
+        prediction = _analytical(target, config, workload, store, feasibility.memory)
+    else:
+        prediction = _des(target, config, workload, store, feasibility.memory, seed, num_requests)
+    return replace(prediction, wall_ms=(time.perf_counter() - started) * 1000.0)
+
+
+def _memory_metrics(memory: MemoryBreakdown, config: Configuration) -> dict[str, float]:
+    return {
+        "memory_per_gpu_gb": (memory.weights_bytes + memory.activations_bytes + memory.graph_bytes
+                              + max(0, memory.kv_pool_bytes)) / 1e9,
+        "kv_cache_per_gpu_gb": max(0, memory.kv_pool_bytes) / 1e9,
+        "weights_per_gpu_gb": memory.weights_bytes / 1e9,
+        "activations_per_gpu_gb": (memory.activations_bytes + memory.graph_bytes) / 1e9,
+        "max_concurrency": float(memory.max_concurrency * max(1, config.replicas)),
+        "gpus_per_replica": float(config.replica_gpus),
+    }
+
+
+def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
+                store: AnchorStore | None, memory: MemoryBreakdown) -> Prediction:
+    if config.disaggregated:
+        return _analytical_disaggregated(target, config, workload, store, memory)
+    model = step_model_for(target, config, store)
+    replicas = max(1, config.replicas)
+    load = Load(
+        isl=workload.isl, osl=workload.osl, concurrency=config.concurrency / replicas,
+        arrival_rate=config.arrival_rate / replicas,
+        running_cap=max(1, min(config.max_running_requests, memory.max_concurrency)),
+        chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
+        gpus=config.replica_gpus, replicas=replicas,
+    )
+    state = steady_state(model, load)
+    metrics = state.metrics(load, host_time_ms(model, workload.isl))
+    batch = max(1, round(state.running))
+    ctx = workload.isl + workload.osl / 2.0
+    decode_step = model.decode(batch, ctx)
+    prefill_step = model.prefill(workload.isl, 1, 0.0)
+    metrics.update(_memory_metrics(memory, config))
+    metrics["uncontended_step_ms"] = model.decode_us(1, workload.isl) / 1000.0
+    metrics["decode_comm_ms"] = decode_step.get("communication") / 1000.0
+    metrics["prefill_comm_ms"] = prefill_step.get("communication") / 1000.0
+    flags = list(model.flags)
+    if state.overloaded:
+        flags.append("overloaded")
+    if config.concurrency / replicas > load.running_cap:
+        flags.append(f"queueing: {load.running_cap} running per replica (cap or KV pool)")
+    return Prediction(
+        legal=True, reasons=(), mode=model.mode, anchor_id=model.anchor_id, flags=tuple(flags),
+        metrics=metrics, memory=memory,
+        breakdown={"decode_step": decode_step.to_json(), "prefill_step": prefill_step.to_json(),
+                   "decode_batch": batch},
+        fusion_opportunities=_fusion_opportunities(target, config, decode_step, batch),
+    )
+
+
+def _analytical_disaggregated(target: Target, config: Configuration, workload: WorkloadSpec,
+                              store: AnchorStore | None, memory: MemoryBreakdown) -> Prediction:
+    prefill_config, decode_config = pool_configs(config)
+    prefill_model = step_model_for(target, prefill_config, store)
+    decode_model = step_model_for(target, decode_config, store)
+    backend = config.kv_transfer_backend or DEFAULT_BACKEND[target.engine]
+    cluster = target.cluster
+    same_domain = config.total_gpus <= cluster.scale_up_gpus()
+    link_gbps = cluster.gpu.intra_node_bw_gbps if same_domain else cluster.gpu.nic_bw_gbps
+    kv_bytes = workload.isl * memory.kv_bytes_per_token + memory.state_bytes_per_sequence
+    pools = PoolLoad(
+        prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
+                     replicas=config.prefill_replicas),
+        decode=Load(workload.isl, workload.osl, config.concurrency / config.decode_replicas,
+                    running_cap=max(1, min(config.max_running_requests, memory.max_concurrency)),
+                    gpus=decode_config.replica_gpus, replicas=config.decode_replicas),
+        prefill_budget_tokens=config.max_batched_tokens * max(1, prefill_config.attention_dp),
+        handoff_us=handoff_us(backend, kv_bytes, target.card.num_layers, link_gbps),
+    )
+    state, rate = disaggregated_state(prefill_model, decode_model, pools, config.concurrency)
+    total_gpus = config.total_gpus
+    fleet = Load(workload.isl, workload.osl, config.concurrency, gpus=total_gpus, replicas=1)
+    fleet_state = replace(state, requests_per_s=rate)
+    host_ms = host_time_ms(prefill_model, workload.isl) / 2.0 + host_time_ms(decode_model, 0) / 2.0
+    metrics = fleet_state.metrics(fleet, host_ms)
+    batch = max(1, round(state.running))
+    ctx = workload.isl + workload.osl / 2.0
+    decode_step = decode_model.decode(batch, ctx)
+    prefill_step = prefill_model.prefill(workload.isl, 1, 0.0)
+    metrics.update(_memory_metrics(memory, decode_config))
+    metrics["gpus_per_replica"] = float(total_gpus)
+    metrics["uncontended_step_ms"] = decode_model.decode_us(1, workload.isl) / 1000.0
+    metrics["decode_comm_ms"] = decode_step.get("communication") / 1000.0
+    metrics["prefill_comm_ms"] = prefill_step.get("communication") / 1000.0
+    modes = {prefill_model.mode, decode_model.mode}
+    mode = Mode.ANCHORED if modes == {Mode.ANCHORED} else Mode.RANK_ONLY
+    flags = tuple(dict.fromkeys([*(f"prefill: {f}" for f in prefill_model.flags),
+                                 *(f"decode: {f}" for f in decode_model.flags),
+                                 *(["overloaded"] if state.overloaded else [])]))
+    anchors = [a for a in (prefill_model.anchor_id, decode_model.anchor_id) if a]
+    return Prediction(
+        legal=True, reasons=(), mode=mode, anchor_id=",".join(dict.fromkeys(anchors)) or None,
+        flags=flags, metrics=metrics, memory=memory,
+        breakdown={"decode_step": decode_step.to_json(), "prefill_step": prefill_step.to_json(),
+                   "decode_batch": batch, "kv_handoff_us": round(pools.handoff_us, 3),
+                   "kv_transfer_backend": backend},
+        fusion_opportunities=_fusion_opportunities(target, decode_config, decode_step, batch),
+    )
+
+
+def _fusion_opportunities(target: Target, config: Configuration, step: StepCost, batch: int) -> tuple:
+    from predictor.fusions import fusion_opportunities
+
+    found = fusion_opportunities(target.card, target.cluster.gpu, config, step.total_us, batch)
+    return tuple(found)
+
+
+def _des(target: Target, config: Configuration, workload: WorkloadSpec, store: AnchorStore | None,
+         memory: MemoryBreakdown, seed: int, num_requests: int | None) -> Prediction:
+    from predictor.sim import simulate
+
+    models: dict[Configuration, StepModel] = {}
+
+    def factory(replica_config: Configuration) -> StepModel:
+        if replica_config not in models:
+            models[replica_config] = step_model_for(target, replica_config, store)
+        return models[replica_config]
+
+    result = simulate(target, config, workload, step_model_factory=factory,
+                      num_requests=num_requests, seed=seed)
+    metrics = dict(result.metrics)
+    metrics.update(_memory_metrics(memory, config))
+    chosen = list(models.values())
+    modes = {m.mode for m in chosen}
+    mode = Mode.ANCHORED if modes == {Mode.ANCHORED} else Mode.RANK_ONLY
+    flags = tuple(dict.fromkeys(f for m in chosen for f in m.flags))
+    anchors = [m.anchor_id for m in chosen if m.anchor_id]
+    return Prediction(
+        legal=True, reasons=(), mode=mode, anchor_id=",".join(dict.fromkeys(anchors)) or None,
+        flags=flags, metrics=metrics, memory=memory, breakdown={"des": result.to_json()}, source="des",
+    )

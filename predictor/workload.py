@@ -1,0 +1,63 @@
+"""Workload specifications named on the command line (PRODUCT.md §2).
+
+`1k/1k` (ISL 1024 / OSL 1024), `8k/1k`, `ISL/OSL` with plain numbers, and `agentic`
+(the synthetic multi-turn profile of METHOD §5, built by `predictor.sim.workloads`).
+A fixed-length workload is priced analytically; the others need the DES.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from levers.errors import InputError
+
+ACCEPTED = "1k/1k, 8k/1k, ISL/OSL in tokens (e.g. 2048/256), or agentic"
+_LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """``kind`` is "fixed" (isl/osl set) or "agentic"."""
+
+    kind: str
+    isl: int = 0
+    osl: int = 0
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.kind == "fixed"
+
+    @property
+    def name(self) -> str:
+        return f"{_short(self.isl)}/{_short(self.osl)}" if self.is_fixed else self.kind
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "isl": self.isl, "osl": self.osl, "name": self.name}
+
+
+AGENTIC = WorkloadSpec("agentic")
+
+
+def _short(tokens: int) -> str:
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
+def _tokens(text: str, spec: str) -> int:
+    match = _LENGTH.match(text)
+    if not match:
+        raise InputError("--workload", f"cannot parse '{spec}'", ACCEPTED)
+    value = float(match.group(1)) * (1024 if match.group(2) else 1)
+    if value < 1 or value != int(value):
+        raise InputError("--workload", f"'{spec}' needs whole positive token counts", ACCEPTED)
+    return int(value)
+
+
+def parse_workload(text: str | None) -> WorkloadSpec:
+    """Parse a workload name; default (None) is agentic (PRODUCT.md §2)."""
+    if text is None or text.strip().lower() == "agentic":
+        return AGENTIC
+    if "/" not in text:
+        raise InputError("--workload", f"unknown workload '{text}'", ACCEPTED)
+    isl, _, osl = text.partition("/")
+    return WorkloadSpec("fixed", _tokens(isl, text), _tokens(osl, text))

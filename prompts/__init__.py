@@ -1,0 +1,1 @@
+"""Instructions (text files) for the DSPy planner and investigator signatures."""

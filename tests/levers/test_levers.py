@@ -1,0 +1,151 @@
+"""The 36 levers: catalogue, parsing, partial configurations, structural legality."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from levers.catalog import LEVERS, Engine, get_lever, parse_layout
+from levers.configuration import Configuration, configuration_from_dict, parse_config_text
+from levers.errors import InputError
+from levers.legality import fusion_reasons, structural_reasons
+
+
+@dataclass
+class Model:
+    name: str = "toy-moe"
+    num_layers: int = 60
+    num_experts: int = 256
+    mtp_layers: int = 1
+    attention_heads: int = 64
+    is_moe: bool = True
+
+
+@dataclass
+class Gpu:
+    vendor: str = "amd"
+    fp4_tflops: float | None = 10000.0
+
+
+@dataclass
+class Cluster:
+    gpu: Gpu
+    total_gpus: int = 8
+    domain: int = 8
+
+    def scale_up_gpus(self) -> int:
+        return self.domain
+
+
+def reasons(config_text: str, engine: str = "sglang", model=None, cluster=None) -> list[str]:
+    config = Configuration().with_changes(parse_config_text(config_text))
+    return structural_reasons(config, engine, model or Model(), cluster or Cluster(Gpu()))
+
+
+def test_exactly_36_levers_in_product_order():
+    assert len(LEVERS) == 36
+    assert [lever.index for lever in LEVERS] == list(range(1, 37))
+    assert LEVERS[0].name == "tp" and LEVERS[-1].name == "router"
+    assert {str(lever.kind) for lever in LEVERS} == {
+        "anchor-defining", "transferable", "DES", "priced", "memory + DES"}
+
+
+def test_configuration_has_one_field_per_lever():
+    assert list(Configuration().to_dict()) == [lever.name for lever in LEVERS]
+
+
+def test_parse_config_text_merges_left_to_right():
+    partial = parse_config_text(["tp=4,ep=4", "tp=8,kv_cache_dtype=fp8,fusions=add_rmsnorm+moe_expert"])
+    assert partial == {"tp": 8, "ep": 4, "kv_cache_dtype": "fp8", "fusions": ("add_rmsnorm", "moe_expert")}
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("tp", "is not k=v"),
+    ("bogus=1", "unknown lever 'bogus'"),
+    ("tp=3", "'3' is not a legal value"),
+    ("kv_memory_fraction=0.95", "out of range"),
+    ("max_running_requests=abc", "not a valid value"),
+    ("fusions=norm_quant+turbo", "unknown fusion 'turbo'"),
+    ("decode_layout=TP8/XX2", "cannot parse"),
+])
+def test_bad_config_text_names_the_input_and_accepted_values(text, fragment):
+    with pytest.raises(InputError) as error:
+        parse_config_text(text)
+    assert fragment in error.value.message
+    assert "accepted" in error.value.message
+
+
+def test_layout_grammar():
+    assert parse_layout("TP8/EP8/DP8") == (8, 8, 8)
+    assert parse_layout("tp4") == (4, 1, 1)
+    with pytest.raises(InputError):
+        parse_layout("EP8")
+
+
+def test_default_configuration_is_legal_everywhere():
+    for engine in Engine:
+        assert reasons("", engine=engine) == []
+
+
+def test_dep8_layout_is_legal_and_widths_are_checked():
+    assert reasons("tp=8,attention_dp=8,ep=8,all_to_all_backend=mori") == []
+    assert any("does not divide the 60 layers" in r for r in reasons("pp=8"))
+    assert any("must divide tp=4" in r for r in reasons("tp=4,ep=8"))
+    assert any("does not divide tp=4" in r for r in reasons("tp=4,attention_dp=8"))
+    model = Model(attention_heads=12)
+    assert any("does not divide the 12 attention heads" in r for r in reasons("tp=8", model=model))
+    assert any("needs a MoE model" in r for r in reasons("tp=2,ep=2", model=Model(is_moe=False, num_experts=0)))
+
+
+def test_gpu_count_and_scale_up_domain():
+    assert any("needs 16 GPUs" in r for r in reasons("tp=8,replicas=2"))
+    big = Cluster(Gpu(), total_gpus=16, domain=8)
+    assert any("scale-up domain" in r for r in reasons("tp=16", cluster=big))
+    # A cross-domain EP with attention inside one domain is allowed (PRODUCT.md §3).
+    assert reasons("tp=16,ep=16,attention_dp=2,all_to_all_backend=deepep", cluster=big) == []
+    assert reasons("tp=8,pp=2", model=Model(num_layers=60), cluster=big) == []
+
+
+def test_disaggregation_levers_only_when_disaggregated():
+    assert any("only legal when disaggregated" in r for r in reasons("decode_layout=TP8"))
+    assert any("only legal when disaggregated" in r for r in reasons("prefill_replicas=2"))
+    legal = "disaggregated=true,prefill_layout=TP4,decode_layout=TP4/EP4/DP4,kv_transfer_backend=mori"
+    assert reasons(legal) == []
+    config = Configuration().with_changes(parse_config_text(legal))
+    assert (config.tp, config.ep, config.attention_dp, config.total_gpus) == (4, 4, 4, 8)
+    assert any("needs prefill_layout" in r for r in reasons("disaggregated=true"))
+
+
+def test_engine_support_is_checked_per_engine():
+    assert any("not supported by atom" in r for r in reasons("attention_backend=triton", engine="atom"))
+    assert any("not supported by vllm" in r for r in reasons("kv_block_size=1", engine="vllm"))
+    assert reasons("kv_block_size=1", engine="sglang") == []
+
+
+def test_precision_and_speculation_rules():
+    nvidia_h100 = Cluster(Gpu(vendor="nvidia", fp4_tflops=None))
+    assert any("FP4 tensor cores" in r for r in reasons("activation_dtype=fp4", cluster=nvidia_h100))
+    assert any("only on AMD" in r for r in reasons("allreduce_algorithm=quick_reduce", cluster=nvidia_h100))
+    assert any("needs spec_depth" in r for r in reasons("spec_method=mtp"))
+    assert any("has none" in r for r in reasons("spec_method=mtp,spec_depth=2", model=Model(mtp_layers=0)))
+
+
+def test_fusion_rules_method_3_13():
+    assert fusion_reasons(("add_rmsnorm", "moe_expert"), None, True) == []
+    assert fusion_reasons(("norm_quant",), "bf16", True) == ["fusion norm_quant needs fp8 or fp4 activations"]
+    assert fusion_reasons(("norm_quant",), "fp8", True) == []
+    assert fusion_reasons(("moe_routing",), None, False) == ["fusion moe_routing needs a MoE model"]
+    assert "fusions may not repeat a fusion" in fusion_reasons(("add_rmsnorm", "add_rmsnorm"), None, True)
+    assert "fusions may not mix 'generic' with named fusions" in fusion_reasons(("generic", "act_quant"), "fp8", True)
+
+
+def test_configuration_round_trips_through_json():
+    config = Configuration().with_changes(parse_config_text("tp=8,ep=8,fusions=generic,kv_cache_dtype=fp8"))
+    assert configuration_from_dict(config.to_dict()) == config
+    with pytest.raises(InputError):
+        configuration_from_dict({"tp": 8, "warp_speed": 9})
+
+
+def test_every_lever_explains_itself():
+    for lever in LEVERS:
+        assert lever.description and lever.accepted_text()
+        assert get_lever(lever.name.replace("_", "-")) is lever
