@@ -20,6 +20,7 @@ class Engine(StrEnum):
     SGLANG = "sglang"
     ATOM = "atom"
     TRTLLM = "trtllm"
+    LLAMACPP = "llamacpp"  # llama.cpp's server on a CPU: one device, one request at a time
 
 
 class LeverKind(StrEnum):
@@ -195,19 +196,21 @@ def _per(**by_engine: tuple[Any, ...]) -> dict[Engine, tuple[Any, ...]]:
 
 
 _WIDTHS = (1, 2, 4, 8, 16)
+_LLAMACPP_ONE = {Engine.LLAMACPP: (1,)}  # llama.cpp: one device, no parallel layouts
 _A, _T, _D, _P, _M = (
     LeverKind.ANCHOR_DEFINING, LeverKind.TRANSFERABLE, LeverKind.DES, LeverKind.PRICED, LeverKind.MEMORY,
 )
 
 LEVERS: tuple[Lever, ...] = (
-    Lever(1, "tp", _T, "GPUs per pipeline stage; attention heads must divide it", _each(_WIDTHS)),
-    Lever(2, "pp", _T, "pipeline stages; must divide the layers", _each((1, 2, 4, 8))),
-    Lever(3, "ep", _T, "expert-parallel width; divides tp and the routed experts", _each(_WIDTHS)),
-    Lever(4, "attention_dp", _T, "attention data-parallel ranks; divides tp", _each(_WIDTHS)),
+    Lever(1, "tp", _T, "GPUs per pipeline stage; attention heads must divide it", _each(_WIDTHS) | _LLAMACPP_ONE),
+    Lever(2, "pp", _T, "pipeline stages; must divide the layers", _each((1, 2, 4, 8)) | _LLAMACPP_ONE),
+    Lever(3, "ep", _T, "expert-parallel width; divides tp and the routed experts", _each(_WIDTHS) | _LLAMACPP_ONE),
+    Lever(4, "attention_dp", _T, "attention data-parallel ranks; divides tp", _each(_WIDTHS) | _LLAMACPP_ONE),
     Lever(5, "dcp", _A, "decode context parallel; divides the attention-TP group",
-          _per(vllm=(1, 2, 4, 8), sglang=(1, 2, 4, 8), atom=(1,), trtllm=(1, 2, 4, 8))),
+          _per(vllm=(1, 2, 4, 8), sglang=(1, 2, 4, 8), atom=(1,), trtllm=(1, 2, 4, 8), llamacpp=(1,))),
     Lever(6, "replicas", _T, "independent copies of the replica layout", bounds=(1, 4096), number=int),
-    Lever(7, "disaggregated", _T, "separate prefill and decode pools", _each((False, True))),
+    Lever(7, "disaggregated", _T, "separate prefill and decode pools",
+          _each((False, True)) | {Engine.LLAMACPP: (False,)}),
     Lever(8, "prefill_layout", _T, "prefill pool replica layout TPx/EPy/DPz (disaggregated only)",
           optional=True),
     Lever(9, "prefill_replicas", _T, "prefill pool replicas (disaggregated only)", bounds=(1, 512), number=int),
@@ -216,7 +219,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever(11, "decode_replicas", _T, "decode pool replicas (disaggregated only)", bounds=(1, 512), number=int),
     Lever(12, "kv_transfer_backend", _P, "KV hand-off between pools (disaggregated only)",
           _per(vllm=("nixl", "mooncake"), sglang=("mooncake", "nixl", "mori"), atom=("mori",),
-               trtllm=("nixl",)), optional=True),
+               trtllm=("nixl",), llamacpp=()), optional=True),
     Lever(13, "weight_dtype", _A, "attention projections, dense MLP, shared experts (unset: checkpoint)",
           _each(DTYPES), optional=True),
     Lever(14, "activation_dtype", _A, "GEMM activation precision (unset: follows weights, bf16 for fp4)",
@@ -227,17 +230,17 @@ LEVERS: tuple[Lever, ...] = (
     Lever(17, "attention_backend", _A, "attention kernels (unset: engine default)",
           _per(vllm=("triton", "flashinfer", "flashmla", "flash_attn", "aiter"),
                sglang=("triton", "flashinfer", "flashmla", "fa3", "aiter", "trtllm"),
-               atom=("aiter",), trtllm=("trtllm",)), optional=True),
+               atom=("aiter",), trtllm=("trtllm",), llamacpp=()), optional=True),
     Lever(18, "moe_backend", _A, "MoE GEMM kernels (unset: engine default)",
           _per(vllm=("triton", "aiter", "deepgemm", "cutlass", "flashinfer"),
                sglang=("triton", "aiter", "deepgemm", "cutlass", "flashinfer"),
-               atom=("aiter",), trtllm=("trtllm", "cutlass", "deepgemm")), optional=True),
+               atom=("aiter",), trtllm=("trtllm", "cutlass", "deepgemm"), llamacpp=()), optional=True),
     Lever(19, "all_to_all_backend", _A, "EP dispatch/combine; none = all-reduce combine",
           _per(vllm=("none", "deepep", "pplx", "mori"), sglang=("none", "deepep", "mori"),
-               atom=("none", "mori"), trtllm=("none", "deepep"))),
+               atom=("none", "mori"), trtllm=("none", "deepep"), llamacpp=("none",))),
     Lever(20, "graph_capture", _A, "CUDA/HIP graph capture mode",
           _per(vllm=("none", "piecewise", "full"), sglang=("none", "full"), atom=("none", "full"),
-               trtllm=("none", "full"))),
+               trtllm=("none", "full"), llamacpp=("none",))),
     Lever(21, "max_captured_batch", _T, "largest captured decode batch (staircase, METHOD §3.3)",
           _each((8, 16, 32, 64, 128, 256, 512, 1024))),
     Lever(22, "allreduce_algorithm", _P, "TP all-reduce implementation (unset: engine default)",
@@ -250,10 +253,10 @@ LEVERS: tuple[Lever, ...] = (
           bounds=(0.5, 0.9), number=float),
     Lever(27, "kv_block_size", _M, "tokens per KV page",
           _per(vllm=(16, 32, 64, 128), sglang=(1, 16, 32, 64, 128), atom=(16, 32, 64, 128),
-               trtllm=(32, 64, 128)), optional=True),
+               trtllm=(32, 64, 128), llamacpp=()), optional=True),
     Lever(28, "spec_method", _A, "speculative decoding method",
           _per(vllm=("none", "mtp", "eagle3", "dspark", "ngram"), sglang=("none", "mtp", "eagle3", "ngram"),
-               atom=("none", "mtp"), trtllm=("none", "mtp", "eagle3", "ngram"))),
+               atom=("none", "mtp"), trtllm=("none", "mtp", "eagle3", "ngram"), llamacpp=("none",))),
     Lever(29, "spec_depth", _T, "draft tokens per verify step (Eq. 2)", bounds=(0, 8), number=int),
     Lever(30, "host_kv_tier_gb", _D, "host DRAM KV tier per GPU, GB (0 = off)", bounds=(0, 4096), number=float),
     Lever(31, "prefix_cache", _D, "content-addressed prefix cache", _each(("on", "off"))),

@@ -51,8 +51,18 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     reasons += _disaggregation(config, engine, model, cluster)
     reasons += _precision_and_kernels(config, model, cluster)
     reasons += _scheduler(config)
-    reasons += fusion_reasons(config.fusions, config.activation_dtype, model.is_moe)
+    reasons += fusion_reasons(config.fusions, effective_activation_dtype(config, model), model.is_moe)
     return reasons
+
+
+def effective_activation_dtype(config: Configuration, model: ModelShape) -> str:
+    """An unset activation dtype follows fp8 weights, else bf16 (PRODUCT.md §3); unset
+    weights take the checkpoint's dtype."""
+    if config.activation_dtype:
+        return config.activation_dtype
+    native = getattr(model, "native_dtypes", None)
+    weight = config.weight_dtype or (str(native.weight) if native is not None else "bf16")
+    return "fp8" if weight == "fp8" else "bf16"
 
 
 def _engine_support(config: Configuration, engine: Engine) -> list[str]:

@@ -21,7 +21,6 @@ decode steps; throughput per GPU counts both pools.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from predictor.step import StepModel

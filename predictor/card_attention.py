@@ -155,7 +155,8 @@ def _mla_groups(cfg: ConfigReader, num_layers: int) -> tuple[AttentionGroup, ...
 
 # -- Kimi Delta Attention hybrids (Kimi-Linear, Kimi-K3) ---------------------------------
 def _kda_params(cfg: ConfigReader, lin: dict) -> int:
-    hidden, heads, dim, kernel = cfg.need("hidden_size"), lin["num_heads"], lin["head_dim"], lin["short_conv_kernel_size"]
+    hidden, heads, dim = cfg.need("hidden_size"), lin["num_heads"], lin["head_dim"]
+    kernel = lin["short_conv_kernel_size"]
     inner = heads * dim
     params = 3 * hidden * inner + 3 * inner * kernel           # q/k/v projections and short convs
     params += dim * hidden + inner * dim + inner + heads        # f_a, f_b, dt_bias, A_log

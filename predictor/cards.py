@@ -69,28 +69,24 @@ def card_from_config_json(path: str | Path, name: str | None = None) -> ModelCar
 
 def add_card_from_config(path: str | Path, name: str) -> ModelCard:
     """Build a card from a config.json and store it as a user card, usable by `name`."""
-    card = card_from_config_json(path, name)
-    _write_user_card(card)
-    return card
+    return _write_user_card(card_from_config_json(path, name))
 
 
 def register_card_file(path: str | Path) -> ModelCard:
     """Validate a card JSON (the embedded card schema) and store it as a user card."""
     path = Path(path)
-    card = _parse_card(_read_json(path), str(path))
-    _write_user_card(card)
-    return card
+    return _write_user_card(_parse_card(_read_json(path), str(path)))
 
 
 # -- storage --------------------------------------------------------------------------
-def _write_user_card(card: ModelCard) -> None:
+def _write_user_card(card: ModelCard) -> ModelCard:
+    """Store atomically (temp file + os.replace); aliases an embedded card owns are dropped."""
     if not _SAFE_NAME.match(card.name):
         raise InputError("card name", f"'{card.name}' is not a usable file name", "letters, digits, '.', '_', '-'")
     embedded = _embedded_aliases()
-    clash = sorted(set(card.aliases) & embedded)
-    if clash:
-        raise InputError("card name", f"'{card.name}' clashes with an embedded model ({', '.join(clash)})",
-                         "a name no embedded card uses")
+    if card.name.lower() in embedded:
+        raise InputError("card name", f"'{card.name}' clashes with an embedded model", "a name no embedded card uses")
+    card = card.model_copy(update={"aliases": tuple(a for a in card.aliases if a not in embedded)})
     folder = user_cards_dir()
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps(card.model_dump(mode="json"), indent=1)
@@ -103,6 +99,7 @@ def _write_user_card(card: ModelCard) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _catalog.cache_clear()
+    return card
 
 
 def _read_json(path: Path) -> dict:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from levers.legality import structural_reasons
+from levers.legality import effective_activation_dtype, structural_reasons
 from predictor.cards import ModelCard
 from predictor.hardware import Cluster
 from predictor.memory import MemoryBreakdown, memory_breakdown
@@ -41,7 +41,7 @@ def memory_for(card: ModelCard, cluster: Cluster, config: Configuration,
         card, hbm_bytes=int(cluster.gpu.hbm_gb * 1e9), vendor=cluster.gpu.vendor,
         tp=config.tp, pp=config.pp, ep=config.ep, attention_dp=config.attention_dp, dcp=config.dcp,
         weight_dtype=config.weight_dtype, expert_dtype=config.expert_dtype,
-        activation_dtype=config.activation_dtype, kv_cache_dtype=config.kv_cache_dtype,
+        activation_dtype=effective_activation_dtype(config, card), kv_cache_dtype=config.kv_cache_dtype,
         kv_memory_fraction=config.kv_memory_fraction, max_batched_tokens=config.max_batched_tokens,
         max_captured_batch=config.max_captured_batch, graph_capture=config.graph_capture,
         context_tokens=context_tokens,

@@ -38,7 +38,7 @@ __all__ = [
 
 DEFAULT_CLUSTER = "mi355x"
 CLUSTER_GRAMMAR = "GPU[xPER_NODE[xNODES]], e.g. mi355x, h100x1, b200x8x2"
-FP4_BITS_PER_VALUE_BY_VENDOR = {"nvidia": 4.5, "amd": 4.25}  # NVFP4 / MXFP4, PRODUCT §3
+FP4_BITS_PER_VALUE_BY_VENDOR = {"nvidia": 4.5, "amd": 4.25, "cpu": 5.0}  # NVFP4 / MXFP4 / GGUF Q4_1, PRODUCT §3
 DTYPE_ALIASES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4",
                  "nvfp4": "fp4", "mxfp4": "fp4"}
 
@@ -49,7 +49,7 @@ class GpuProfile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    vendor: Literal["nvidia", "amd"]
+    vendor: Literal["nvidia", "amd", "cpu"]  # "cpu": predictor.harvest.cpu (llama.cpp harvests)
     hbm_gb: float = Field(gt=0)
     hbm_bandwidth_gbps: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)

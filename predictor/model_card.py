@@ -95,7 +95,8 @@ class AttentionGroup(_Frozen):
     linear_v_head_dim: int | None = None
     conv_kernel: int | None = None
     params_per_layer: int = Field(ge=0)      # all weights of one layer's attention block
-    replicated_params_per_layer: int = Field(0, ge=0)  # part not sharded by attention TP (LoRA down-projections, indexer keys)
+    # the part attention TP does not shard (LoRA down-projections, indexers, compressors)
+    replicated_params_per_layer: int = Field(0, ge=0)
 
 
 class ModelCard(_Frozen):

@@ -17,6 +17,7 @@ from predictor.analytical import Load, PoolLoad, disaggregated_state, host_time_
 from predictor.anchor_store import AnchorStore
 from predictor.anchored import AnchoredStepModel
 from predictor.feasibility import check_configuration, pool_configs
+from predictor.fusions import fusion_opportunities
 from predictor.handoff import DEFAULT_BACKEND, handoff_us
 from predictor.memory import MemoryBreakdown
 from predictor.prediction import Prediction, illegal
@@ -177,8 +178,6 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
 
 
 def _fusion_opportunities(target: Target, config: Configuration, step: StepCost, batch: int) -> tuple:
-    from predictor.fusions import fusion_opportunities
-
     found = fusion_opportunities(target.card, target.cluster.gpu, config, step.total_us, batch)
     return tuple(found)
 

@@ -81,8 +81,8 @@ def test_layout_grammar():
         parse_layout("EP8")
 
 
-def test_default_configuration_is_legal_everywhere():
-    for engine in Engine:
+def test_default_configuration_is_legal_on_every_gpu_engine():
+    for engine in ("vllm", "sglang", "atom", "trtllm"):
         assert reasons("", engine=engine) == []
 
 

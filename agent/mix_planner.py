@@ -1,0 +1,172 @@
+"""The mix planner: one configuration per model and latency tier (METHOD §7).
+
+An operator serving several models lists them in models.yaml (`agent.mix_config`).
+For every entry and engine the planner builds its candidates (listed, or the seed
+planner's spread: `agent.mix_candidates`), prices each once with the DES on the
+entry's workload (agentic by default) — in parallel on all local cores, each worker
+rebuilding its target from names — and lets every tier choose from the same
+evaluations (`agent.mix_selection`). Identical (model, cluster, engine, workload,
+configuration) candidates are priced once, so the four tiers and repeated entries
+share one prediction. Every evaluated candidate goes into the plan's ledger.
+
+The predictor is injected (``predict_fn``, default ``predictor.predict.predict``) so
+tests run against a fake; progress is reported through a callback, so the library
+prints nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent.mix_candidates import (
+    CandidateTask,
+    EvalSettings,
+    auto_candidates,
+    evaluate_task,
+    within_budget,
+)
+from agent.mix_config import MixSpec, ModelPlan, Tier
+from agent.mix_ledger import write_plan_ledgers
+from agent.mix_selection import SlotChoice, choose
+from agent.scoring import Trial
+from predictor.predict import default_store, predict
+from predictor.target import AnchorLookup, resolve_target
+
+DEFAULT_REQUESTS = 64   # DES requests per candidate: a whole example plan in minutes on 2 cores
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One (model entry, tier) of the plan and its choice."""
+
+    entry: ModelPlan
+    tier: Tier
+    choice: SlotChoice
+
+    def to_json(self) -> dict[str, Any]:
+        choice = self.choice
+        return {
+            "model": self.entry.name, "entry": self.entry.index, "cluster": self.entry.cluster,
+            "tier": self.tier.name, "met": choice.met,
+            "pick": choice.pick.to_json(self.tier) if choice.pick else None,
+            "short_list": [s.to_json(self.tier) for s in choice.short_list],
+            "nearest_miss": choice.nearest_miss.to_json(self.tier) if choice.nearest_miss else None,
+            "candidates_priced": choice.num_priced, "candidates_qualified": choice.num_qualified,
+        }
+
+
+@dataclass(frozen=True)
+class MixReport:
+    spec: MixSpec
+    slots: tuple[Slot, ...]
+    tasks: tuple[CandidateTask, ...]          # unique, in evaluation order
+    tasks_by_entry: dict[int, list[CandidateTask]]
+    trials: dict[tuple, Trial]                # task key -> its evaluation
+    excluded_by_max_gpus: dict[int, int]      # entry index -> listed/auto candidates over max_gpus
+    wall_s: float
+    settings: dict[str, Any] = field(default_factory=dict)
+    ledger_paths: tuple[Path, ...] = ()
+
+    @property
+    def candidates_evaluated(self) -> int:
+        return len(self.tasks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.spec.source,
+            "tiers": [tier.to_json() for tier in self.spec.tiers.values()],
+            "slots": [slot.to_json() for slot in self.slots],
+            "candidates_evaluated": self.candidates_evaluated,
+            "candidates_legal": sum(1 for t in self.trials.values() if t.legal),
+            "excluded_by_max_gpus": sum(self.excluded_by_max_gpus.values()),
+            "wall_s": round(self.wall_s, 3),
+            "settings": self.settings,
+            "ledgers": [str(path) for path in self.ledger_paths],
+        }
+
+
+def default_workers() -> int:
+    """All local cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # platforms without affinity masks
+        return max(1, os.cpu_count() or 1)
+
+
+def default_predict_fn() -> Callable[..., Any]:
+    """The real predictor (a module-level function, so worker processes can receive it)."""
+    return predict
+
+
+def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, seed: int = 0,
+             num_requests: int | None = DEFAULT_REQUESTS, workers: int | None = None,
+             progress: Progress | None = None, has_anchor: AnchorLookup | None = None,
+             write_ledger: bool = True, command_line: Sequence[str] = ()) -> MixReport:
+    """Price every entry's candidates once and choose per tier (METHOD §7)."""
+    started = time.perf_counter()
+    lookup = has_anchor if has_anchor is not None else default_store().has_anchor
+    per_entry, excluded = build_tasks(spec, lookup)
+    unique = tuple(dict.fromkeys(task for tasks in per_entry.values() for task in tasks))
+    settings = EvalSettings(predict_fn or default_predict_fn(), seed, num_requests)
+    workers = workers or default_workers()
+    trials = evaluate_all(unique, settings, workers, progress)
+    slots = tuple(
+        Slot(entry, spec.tiers[name], choose(spec.tiers[name],
+                                              [(task, trials[task.key]) for task in per_entry[entry.index]]))
+        for entry in spec.models for name in entry.tiers
+    )
+    report = MixReport(spec, slots, unique, per_entry, trials, excluded, time.perf_counter() - started,
+                       {"seed": seed, "num_requests": num_requests, "workers": workers})
+    if write_ledger:
+        report = _with_ledger(report, command_line)
+    return report
+
+
+def build_tasks(spec: MixSpec, has_anchor: AnchorLookup) -> tuple[dict[int, list[CandidateTask]], dict[int, int]]:
+    """Each entry's candidates on each of its engines, within its GPU budget."""
+    per_entry: dict[int, list[CandidateTask]] = {}
+    excluded: dict[int, int] = {}
+    for entry in spec.models:
+        engines = entry.engines or (str(resolve_target(entry.name, entry.cluster, None, has_anchor).engine),)
+        tasks: list[CandidateTask] = []
+        for engine in engines:
+            target = resolve_target(entry.name, entry.cluster, engine)
+            configs = (list(entry.candidates) if entry.candidates is not None
+                       else auto_candidates(target, entry.workload, entry.max_gpus))
+            kept, dropped = within_budget(configs, entry.max_gpus)
+            excluded[entry.index] = excluded.get(entry.index, 0) + dropped
+            origin = "auto" if entry.candidates is None else "listed"
+            tasks += [CandidateTask(target.card.name, entry.cluster, engine, entry.workload.name, config, origin)
+                      for config in kept]
+        per_entry[entry.index] = list(dict.fromkeys(tasks))
+    return per_entry, excluded
+
+
+def evaluate_all(tasks: Sequence[CandidateTask], settings: EvalSettings, workers: int,
+                 progress: Progress | None = None) -> dict[tuple, Trial]:
+    """Price every task once: in this process for one worker, else a process pool."""
+    total = len(tasks)
+    report = progress or (lambda done, of: None)
+    results: dict[tuple, Trial] = {}
+    if workers <= 1 or total <= 1:
+        for done, task in enumerate(tasks, start=1):
+            results[task.key] = evaluate_task(task, settings)
+            report(done, total)
+        return results
+    with ProcessPoolExecutor(max_workers=min(workers, total)) as pool:
+        futures = {pool.submit(evaluate_task, task, settings): task for task in tasks}
+        for done, future in enumerate(as_completed(futures), start=1):
+            results[futures[future].key] = future.result()
+            report(done, total)
+    return {task.key: results[task.key] for task in tasks}
+
+
+def _with_ledger(report: MixReport, command_line: Sequence[str]) -> MixReport:
+    return replace(report, ledger_paths=write_plan_ledgers(report, command_line))

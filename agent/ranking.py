@@ -1,0 +1,62 @@
+"""Which trial is best (METHOD §6 "Stop ... Return the best legal trial").
+
+Only a *priced* trial (legal, predicted, objective known) can rank. A trial that meets
+every SLO beats one that does not; among those that meet them the signed objective
+decides; ties go to the earlier trial. When no trial meets the SLOs there is no best:
+the nearest misses are ranked by ``objectives.slo.miss_distance`` (then objective).
+
+The *leader* (the best, or while there is none the nearest miss) drives the staleness
+stop rule: it orders every priced trial by :func:`leader_key`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from agent.scoring import Trial
+
+NO_SCORE = float("-inf")
+
+
+def meets_slos(trial: Trial) -> bool:
+    return trial.priced and trial.slo_met is True
+
+
+def leader_key(trial: Trial) -> tuple[int, float, float]:
+    """Higher is better: SLO-meeting first, then the smaller miss, then the objective."""
+    score = trial.score if trial.score is not None else NO_SCORE
+    if meets_slos(trial):
+        return (1, 0.0, score)
+    return (0, -(trial.miss_distance or 0.0), score)
+
+
+def is_better(candidate: Trial, incumbent: Trial | None) -> bool:
+    """Strictly better for the leader (an equal later trial does not replace it)."""
+    if not candidate.priced or candidate.duplicate_of is not None:
+        return False
+    return incumbent is None or leader_key(candidate) > leader_key(incumbent)
+
+
+def best_trial(trials: Iterable[Trial]) -> Trial | None:
+    """The best SLO-meeting priced trial, or None when no trial meets the SLOs."""
+    best: Trial | None = None
+    for trial in trials:
+        if meets_slos(trial) and is_better(trial, best):
+            best = trial
+    return best
+
+
+def top_trials(trials: Iterable[Trial], count: int) -> list[Trial]:
+    """The best ``count`` distinct SLO-meeting trials, best first."""
+    chosen = [t for t in trials if meets_slos(t) and t.duplicate_of is None]
+    return sorted(chosen, key=lambda t: (_neg(leader_key(t)), t.index))[:count]
+
+
+def nearest_misses(trials: Iterable[Trial], count: int) -> list[Trial]:
+    """Priced trials that miss (or cannot show) an SLO, nearest first."""
+    misses = [t for t in trials if t.priced and t.slo_met is not True and t.duplicate_of is None]
+    return sorted(misses, key=lambda t: (_neg(leader_key(t)), t.index))[:count]
+
+
+def _neg(key: tuple[int, float, float]) -> tuple[float, ...]:
+    return tuple(-value for value in key)

@@ -1,0 +1,219 @@
+"""One way to price a candidate, used by every phase of the search (METHOD §6 "Guards",
+"Scoring").
+
+A seed, a planner proposal and an investigator proposal all go through :func:`evaluate`:
+guard (validated precisions) -> structural check -> memory cap (90% of HBM) ->
+prediction (the anchor of the configuration's parallel shape, else simulate mode,
+flagged rank-only — the predictor decides and says which) -> SLO check -> objective
+value. The DES runs when the workload is agentic (the predictor's rule) or an SLO bounds
+a percentile (``need_distribution``). The LLM never prices anything: it only proposes.
+
+The predictor is injected (:class:`SearchContext` holds ``predict_fn`` and ``check_fn``)
+so unit tests run against a fake and the real search against
+``predictor.predict.predict``. A :class:`Trial` is a frozen record; the session numbers
+it and the ledger stores :meth:`Trial.to_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from agent.guards import config_guard_reasons
+from levers.configuration import Configuration
+from objectives.objectives import Objective
+from objectives.slo import SLO, check_all, miss_distance, needs_distribution
+
+if TYPE_CHECKING:  # the predictor is reached through the injected functions only
+    from predictor.feasibility import Feasibility
+    from predictor.prediction import Prediction
+    from predictor.target import Target
+    from predictor.workload import WorkloadSpec
+
+PredictFn = Callable[..., "Prediction"]
+CheckFn = Callable[..., "Feasibility"]
+METRIC_DIGITS = 6  # rounding of metrics in the ledger (relative precision far below model error)
+
+
+class Phase(StrEnum):
+    SEED = "seed"
+    PLANNER = "planner"
+    INVESTIGATOR = "investigator"
+
+
+class Stage(StrEnum):
+    """Where a rejected candidate was stopped."""
+
+    GUARD = "guard"            # unknown lever, value outside its legal set, unvalidated precision
+    STRUCTURE = "structure"    # widths, engine support, fusion rules (levers.legality)
+    MEMORY = "memory"          # 90% HBM cap (METHOD §3.9)
+    PREDICTION = "prediction"  # the predictor refused or failed
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    """What is searched and how a candidate is priced (fixed for one search)."""
+
+    target: "Target"
+    workload: "WorkloadSpec"
+    objective: Objective
+    predict_fn: PredictFn
+    check_fn: CheckFn
+    slos: tuple[SLO, ...] = ()
+    seed: int = 0
+    context_tokens: int = 2048          # sequence length of the memory check
+    store: Any = None                   # anchor store handed to the predictor (None: its default)
+    num_requests: int | None = None     # DES requests per trial (None: the predictor's default)
+    precisions: tuple[str, ...] | None = None  # validated weight/expert precisions (None: all)
+    guidance: str | None = None
+
+    @property
+    def need_distribution(self) -> bool:
+        """Percentile SLOs (or a distribution objective) need the DES (METHOD §5)."""
+        return needs_distribution(self.slos) or self.objective.needs_distribution
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One priced (or rejected) candidate of the search."""
+
+    phase: Phase
+    config: Configuration | None
+    proposed: dict[str, Any] | None
+    legal: bool
+    reasons: tuple[str, ...] = ()
+    stage: Stage | None = None
+    mode: str | None = None
+    anchor_id: str | None = None
+    flags: tuple[str, ...] = ()
+    source: str | None = None
+    metrics: dict[str, float | None] | None = None
+    objective_value: float | None = None
+    slo_met: bool | None = None
+    slo_checks: tuple[dict[str, Any], ...] = ()
+    miss_distance: float | None = None
+    fusion_opportunities: tuple[dict[str, Any], ...] = ()
+    wall_ms: float = 0.0
+    duplicate_of: int | None = None
+    score: float | None = None          # signed objective, higher is better
+    index: int = -1
+
+    @property
+    def priced(self) -> bool:
+        """Legal, predicted, and the objective has a value: eligible to be the best."""
+        return self.legal and self.metrics is not None and self.objective_value is not None
+
+    @property
+    def reason(self) -> str | None:
+        return "; ".join(self.reasons) if self.reasons else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ledger record (``ledgers.model.TrialRecord``)."""
+        return {
+            "index": self.index, "phase": str(self.phase),
+            "configuration": self.config.to_dict() if self.config else None,
+            "proposed": self.proposed, "legal": self.legal, "reason": self.reason,
+            "reasons": list(self.reasons), "rejected_by": str(self.stage) if self.stage else None,
+            "mode": self.mode, "anchor_id": self.anchor_id, "flags": list(self.flags),
+            "source": self.source, "metrics": self.metrics, "objective_value": self.objective_value,
+            "slo_met": self.slo_met, "slo_checks": list(self.slo_checks),
+            "miss_distance": self.miss_distance,
+            "fusion_opportunities": list(self.fusion_opportunities),
+            "wall_ms": round(self.wall_ms, 3), "duplicate_of": self.duplicate_of,
+        }
+
+
+def rejected(phase: Phase, config: Configuration | None, proposed: Mapping[str, Any] | None,
+             reasons: list[str] | tuple[str, ...], stage: Stage, wall_ms: float = 0.0) -> Trial:
+    """A candidate stopped before (or by) the predictor, with its reasons."""
+    return Trial(phase=phase, config=config, proposed=json_safe(proposed), legal=False,
+                 reasons=tuple(reasons), stage=stage, wall_ms=wall_ms)
+
+
+def evaluate(context: SearchContext, config: Configuration, *, phase: Phase,
+             proposed: Mapping[str, Any] | None = None) -> Trial:
+    """Guard, check, predict, SLO-check and score one configuration (METHOD §6)."""
+    started = time.perf_counter()
+    guard = config_guard_reasons(context, config)
+    if guard:
+        return rejected(phase, config, proposed, guard, Stage.GUARD)
+    target = context.target
+    feasibility = context.check_fn(target.card, target.cluster, target.engine, config,
+                                   context.context_tokens)
+    if not feasibility.legal:
+        stage = Stage.STRUCTURE if feasibility.memory is None else Stage.MEMORY
+        return rejected(phase, config, proposed, feasibility.reasons, stage, _ms_since(started))
+    try:
+        prediction = context.predict_fn(
+            target, config, context.workload, store=context.store, seed=context.seed,
+            num_requests=context.num_requests, need_distribution=context.need_distribution)
+    except Exception as error:  # noqa: BLE001 - a predictor failure must not lose the search
+        reason = f"prediction failed: {type(error).__name__}: {error}"
+        return rejected(phase, config, proposed, [reason], Stage.PREDICTION, _ms_since(started))
+    if not prediction.legal or prediction.metrics is None:
+        stage = Stage.MEMORY if any("memory" in r for r in prediction.reasons) else Stage.PREDICTION
+        return rejected(phase, config, proposed, prediction.reasons or ("no metrics",), stage,
+                        _ms_since(started))
+    return _priced(context, config, phase, proposed, prediction, _ms_since(started))
+
+
+def _priced(context: SearchContext, config: Configuration, phase: Phase,
+            proposed: Mapping[str, Any] | None, prediction: "Prediction", wall_ms: float) -> Trial:
+    metrics = clean_metrics(prediction.metrics)
+    met, checks = check_all(context.slos, metrics)
+    reasons = tuple(f"SLO missed: {c}" for c in checks if c.met is False)
+    reasons += tuple(f"SLO not predicted: {c.slo}" for c in checks if c.met is None)
+    objective = context.objective
+    return Trial(
+        phase=phase, config=config, proposed=json_safe(proposed), legal=True, reasons=reasons,
+        mode=str(prediction.mode) if prediction.mode else None, anchor_id=prediction.anchor_id,
+        flags=tuple(prediction.flags), source=prediction.source, metrics=metrics,
+        objective_value=objective.value(metrics), slo_met=met,
+        slo_checks=tuple(_check_json(c) for c in checks),
+        miss_distance=round(miss_distance(checks), METRIC_DIGITS),
+        fusion_opportunities=tuple(json_safe(dict(f)) for f in prediction.fusion_opportunities),
+        wall_ms=wall_ms, score=objective.signed_score(metrics),
+    )
+
+
+def with_index(trial: Trial, index: int) -> Trial:
+    return replace(trial, index=index)
+
+
+def duplicate(trial: Trial, phase: Phase, proposed: Mapping[str, Any] | None) -> Trial:
+    """A re-proposal of an already-priced configuration: same result, no new prediction."""
+    return replace(trial, phase=phase, proposed=json_safe(proposed), duplicate_of=trial.index,
+                   wall_ms=0.0)
+
+
+def clean_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:
+    """Rounded, JSON-safe metrics: a non-finite value is "not predicted" (None)."""
+    cleaned: dict[str, float | None] = {}
+    for key, value in metrics.items():
+        number = float(value)
+        cleaned[key] = round(number, METRIC_DIGITS) if math.isfinite(number) else None
+    return cleaned
+
+
+def json_safe(value: Any) -> Any:
+    """Untrusted (LLM) input made JSON-serialisable for the ledger."""
+    if value is None:
+        return None
+    try:
+        return json.loads(json.dumps(value, default=str, allow_nan=False))
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(str(value)))
+
+
+def _check_json(check: Any) -> dict[str, Any]:
+    return {"slo": str(check.slo), "key": check.slo.key, "met": check.met,
+            "actual": None if check.actual is None else round(check.actual, METRIC_DIGITS),
+            "slack": None if check.slack is None else round(check.slack, METRIC_DIGITS)}
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000.0

@@ -1,0 +1,178 @@
+"""`inferasim tune` as one library call (PRODUCT.md §2, METHOD §6).
+
+:func:`tune` validates every input before any work (model, cluster, engine, workload,
+objective, SLOs, precisions, LM string), builds the search context on the real
+predictor (or injected functions, for tests), finds the safe baseline, opens or resumes
+the ledger, runs the two-phase search and returns what the CLI shows: the best trial
+(or none, with the nearest misses), the top configurations, the ledger path, and — when
+the answer is rank-only — the harvest command lines that would verify it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from agent.guards import parse_precisions
+from agent.harvest_hints import harvest_plan
+from agent.lm import LmRuntime, LmSettings, resolve_lm_settings
+from agent.recorder import LedgerRecorder, ledger_header, new_search_id, resume_header, trial_from_record
+from agent.scoring import CheckFn, PredictFn, SearchContext, Trial
+from agent.search import DEFAULT_BUDGET, SearchOutcome, SearchSettings, run_search
+from agent.seed_planner import baseline
+from agent.session import LlmNotes, SearchSession
+from ledgers.model import Ledger
+from ledgers.store import LedgerWriter, load_ledger, resolve_ledger
+from levers.configuration import configuration_from_dict
+from levers.errors import InputError
+from objectives.objectives import resolve_objective
+from objectives.slo import parse_slos
+from predictor.feasibility import check_configuration
+from predictor.predict import AGENTIC_CONTEXT_TOKENS, default_store, predict
+from predictor.target import resolve_target
+from predictor.workload import WorkloadSpec, parse_workload
+
+DEFAULT_OBJECTIVE = "throughput"
+DEFAULT_TOP = 10
+MAX_BUDGET = 100_000
+
+TrialListener = Callable[[SearchSession, Trial], None]
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """The options of `inferasim tune` (None: the PRODUCT.md §2 default)."""
+
+    model: str | None = None
+    cluster: str | None = None
+    engine: str | None = None
+    workload: str | None = None
+    objective: str = DEFAULT_OBJECTIVE
+    slos: tuple[str, ...] = ()
+    lm: str | None = None
+    lm_base_url: str | None = None
+    lm_json_schema: bool = False
+    budget: int | None = None
+    seed: int = 0
+    no_llm: bool = False
+    guidance: str | None = None
+    precisions: str | None = None
+    resume: str | None = None
+    top: int = DEFAULT_TOP
+    num_requests: int | None = None
+    command_line: tuple[str, ...] = ()
+    max_cycles: int | None = None
+    max_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    context: SearchContext
+    outcome: SearchOutcome
+    ledger_path: Path
+    num_trials: int
+    lm: LmSettings | None
+    harvest: list[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> Trial | None:
+        return self.outcome.best
+
+    @property
+    def rank_only_best(self) -> bool:
+        return any(t.mode == "rank-only" for t in ([self.best] if self.best else self.outcome.nearest_misses[:1]))
+
+
+def context_tokens(workload: WorkloadSpec) -> int:
+    """The sequence length the memory check uses: the predictor's rule."""
+    return workload.isl + workload.osl if workload.is_fixed else AGENTIC_CONTEXT_TOKENS
+
+
+def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
+                  check_fn: CheckFn | None = None, store=None) -> SearchContext:
+    """Validate the question and bind it to the predictor."""
+    if not request.model:
+        raise InputError("--model", "a model is required (or --resume LEDGER)", "a model name, e.g. kimi-k3")
+    slos = parse_slos(list(request.slos))
+    objective = resolve_objective(request.objective)
+    workload = parse_workload(request.workload)
+    precisions = parse_precisions(request.precisions)
+    store = store if store is not None else (default_store() if predict_fn is None else None)
+    has_anchor = store.has_anchor if store is not None and hasattr(store, "has_anchor") else None
+    target = resolve_target(request.model, request.cluster, request.engine, has_anchor=has_anchor)
+    return SearchContext(
+        target=target, workload=workload, objective=objective, predict_fn=predict_fn or predict,
+        check_fn=check_fn or check_configuration, slos=slos, seed=request.seed,
+        context_tokens=context_tokens(workload), store=store, num_requests=request.num_requests,
+        precisions=precisions, guidance=(request.guidance or "").strip() or None)
+
+
+def _settings(request: TuneRequest, budget: int) -> SearchSettings:
+    base = SearchSettings(budget=budget, no_llm=request.no_llm)
+    return SearchSettings(budget=budget, no_llm=request.no_llm, seed_share=base.seed_share,
+                          max_cycles=request.max_cycles or base.max_cycles,
+                          max_steps=request.max_steps or base.max_steps)
+
+
+def _check_budget(budget: int) -> int:
+    if not 1 <= budget <= MAX_BUDGET:
+        raise InputError("--budget", f"{budget} is out of range", f"1 to {MAX_BUDGET} trials")
+    return budget
+
+
+def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn: CheckFn | None = None,
+         runtime: LmRuntime | None = None, listeners: list[TrialListener] | None = None,
+         ledger_dir: Path | None = None, store=None) -> TuneResult:
+    """Run (or resume) a search and persist its ledger."""
+    lm = resolve_lm_settings(request.lm, request.lm_base_url, json_schema=request.lm_json_schema)
+    if request.resume:
+        session, recorder, budget, lm, no_llm = _resumed(request, lm, predict_fn, check_fn, store)
+        request = replace(request, no_llm=no_llm)
+    else:
+        budget = _check_budget(DEFAULT_BUDGET if request.budget is None else request.budget)
+        context = build_context(request, predict_fn=predict_fn, check_fn=check_fn, store=store)
+        start = baseline(context)
+        header = ledger_header(context, search_id=new_search_id(context.target.card.name),
+                               command_line=list(request.command_line), budget=budget,
+                               lm=None if request.no_llm else lm,
+                               no_llm=request.no_llm, baseline=start)
+        recorder = LedgerRecorder.create(header, ledger_dir)
+        session = SearchSession(context, budget, start)
+    session.listeners = [recorder, *(listeners or [])]
+    if runtime is None and lm is not None and not request.no_llm:
+        runtime = LmRuntime.from_settings(lm)
+    outcome = run_search(session, _settings(request, budget), runtime, top=request.top)
+    recorder.finish(session, outcome.stop_reason)
+    context = session.context
+    shown = [outcome.best, *outcome.top] if outcome.best else outcome.nearest_misses
+    return TuneResult(context=context, outcome=outcome, ledger_path=recorder.path,
+                      num_trials=len(session.trials), lm=lm if runtime is not None else None,
+                      harvest=harvest_plan(context.target, [t for t in shown if t is not None]),
+                      stats=recorder.stats(session))
+
+
+def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store):
+    """Rebuild the session of a ledger; the ledger's question wins over new options."""
+    path = resolve_ledger(request.resume)
+    ledger: Ledger = load_ledger(path)
+    if lm is None and ledger.lm is not None and not request.no_llm and "***" not in (ledger.lm.base_url or ""):
+        lm = LmSettings(ledger.lm.model, ledger.lm.base_url, ledger.lm.timeout_s, ledger.lm.num_retries,
+                        ledger.lm.json_schema)
+    requested = ledger.budget if request.budget is None else _check_budget(request.budget)
+    budget = _check_budget(max(requested, len(ledger.trials)))
+    question = TuneRequest(
+        model=ledger.model, cluster=ledger.cluster, engine=ledger.engine, workload=ledger.workload,
+        objective=ledger.objective, slos=tuple(ledger.slos), seed=ledger.seed, guidance=ledger.guidance,
+        precisions=",".join(ledger.precisions) if ledger.precisions else None,
+        num_requests=ledger.num_requests)
+    context = build_context(question, predict_fn=predict_fn, check_fn=check_fn, store=store)
+    start = configuration_from_dict(ledger.baseline)
+    session = SearchSession(context, budget, start)
+    session.restore([trial_from_record(record, context) for record in ledger.trials])
+    session.notes = LlmNotes.from_json(ledger.llm.model_dump(mode="json"))
+    writer = LedgerWriter(path, resume_header(ledger, budget, lm),
+                          [record.model_dump(mode="json") for record in ledger.trials])
+    recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s)
+    return session, recorder, budget, lm, request.no_llm or ledger.no_llm

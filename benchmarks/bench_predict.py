@@ -1,0 +1,152 @@
+"""Benchmark: analytical predictions per second on one core, and DES runs per second
+for the agentic workload (STYLE.md rule 11: performance is measured by a script with a
+stated baseline, not by timed unit tests).
+
+Measured in one process on one core:
+- analytical, *sweep-like*: N distinct points spread over the model's Pareto space
+  (layouts, precisions, splits, concurrency, draft depths), each predicted once: what `pareto` and the search see;
+- analytical, *repeated*: one default configuration predicted N times (issue-3 figure:
+  median time of one analytical prediction, target <= 1 ms);
+- DES: agentic runs of a few points of the same space.
+Baseline, measured in the same run: a trivial Python loop building the same number of
+metric dicts as the predictions return (the floor of "doing anything per point"), and
+for the DES the analytical prediction of the same points.
+
+    /work/venv/bin/python benchmarks/bench_predict.py --model deepseek-r1 --points 2000 --des-runs 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+
+from levers.configuration import Configuration
+from predictor.predict import predict
+from predictor.sweep_space import SpaceOptions, build_plan
+from predictor.target import resolve_target
+from predictor.workload import parse_workload
+
+ISSUE3_TARGET_MS = 1.0
+
+
+def machine() -> dict:
+    """CPU model and cores from lscpu (Linux), else the platform module."""
+    info = {"python": platform.python_version(), "platform": platform.platform()}
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        info["cpu"] = fields.get("Model name", "").strip()
+        info["cores"] = int(fields.get("CPU(s)", "0").strip() or 0)
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        info["cpu"], info["cores"] = platform.processor(), None
+    return info
+
+
+def sweep_points(target, workload, count: int) -> list[Configuration]:
+    """``count`` points spread evenly over the model's Pareto space, in sweep order (each
+    group's draft variants together, as a sweep prices them)."""
+    plan = build_plan(target, workload, SpaceOptions())
+    every = [plan.configuration(index, variant) for index, group in enumerate(plan.groups)
+             for variant in plan.families[group.family].variants]
+    stride = max(1, len(every) // count)
+    return every[::stride][:count]
+
+
+def time_each(fn, items) -> list[float]:
+    """Wall seconds of ``fn(item)`` for each item."""
+    times = []
+    for item in items:
+        started = time.perf_counter()
+        fn(item)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def dict_baseline(count: int, keys: int) -> float:
+    """Seconds for a trivial loop building ``count`` dicts of ``keys`` float entries."""
+    names = [f"metric_{i}" for i in range(keys)]
+    started = time.perf_counter()
+    for n in range(count):
+        _ = {name: float(n) * 1.5 for name in names}
+    return time.perf_counter() - started
+
+
+def summary(times: list[float]) -> dict:
+    total = sum(times)
+    return {"runs": len(times), "total_s": round(total, 3), "per_s": round(len(times) / total, 1) if total else None,
+            "median_ms": round(1000 * statistics.median(times), 4),
+            "p90_ms": round(1000 * statistics.quantiles(times, n=10)[-1], 4) if len(times) >= 10 else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="deepseek-r1")
+    parser.add_argument("--cluster", default=None)
+    parser.add_argument("--engine", default="vllm")
+    parser.add_argument("--points", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=2000)
+    parser.add_argument("--des-runs", type=int, default=4)
+    parser.add_argument("--des-requests", type=int, default=None, help="requests per DES run (default: the workload's)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    target = resolve_target(args.model, args.cluster, args.engine)
+    fixed = parse_workload("1k/1k")
+    points = sweep_points(target, fixed, args.points)
+    sweep = time_each(lambda c: predict(target, c, fixed), points)
+    example = predict(target, points[0], fixed)
+    keys = len(example.metrics or {})
+    baseline_s = dict_baseline(len(points), keys)
+    default = Configuration(tp=8 if target.cluster.total_gpus >= 8 else target.cluster.total_gpus)
+    repeated = time_each(lambda _: predict(target, default, fixed), range(args.repeats))
+    report = {
+        "machine": machine(), "model": target.card.name, "cluster": target.cluster.spec,
+        "engine": str(target.engine),
+        "analytical_sweep_like": summary(sweep),
+        "analytical_repeated": {**summary(repeated), "config": default.describe(),
+                                "issue3_target_ms": ISSUE3_TARGET_MS,
+                                "issue3_met": statistics.median(repeated) * 1000 <= ISSUE3_TARGET_MS},
+        "baseline_dict_loop": {"dicts": len(points), "keys": keys, "total_s": round(baseline_s, 4)},
+        "ratio_sweep_like_vs_dict_loop": round(sum(sweep) / baseline_s, 1) if baseline_s else None,
+    }
+    if args.des_runs:
+        report.update(des_report(target, points, args.des_runs, args.des_requests))
+    print(json.dumps(report, indent=1) if args.json else render(report))
+
+
+def des_report(target, points: list[Configuration], runs: int, num_requests: int | None) -> dict:
+    agentic = parse_workload("agentic")
+    fixed = parse_workload("1k/1k")
+    legal = [c for c in points if c.spec_depth == 0][:: max(1, len(points) // (4 * runs))][:runs]
+    des = time_each(lambda c: predict(target, c, agentic, num_requests=num_requests), legal)
+    analytical = time_each(lambda c: predict(target, c, fixed), legal)
+    return {"des_agentic": summary(des), "des_configs": [c.describe() for c in legal],
+            "ratio_des_vs_analytical_same_points": round(sum(des) / sum(analytical), 1)}
+
+
+def render(report: dict) -> str:
+    m = report["machine"]
+    lines = [f"machine: {m['cpu']} ({m['cores']} cores), Python {m['python']}",
+             f"target: {report['model']} on {report['cluster']} ({report['engine']})"]
+    s, r = report["analytical_sweep_like"], report["analytical_repeated"]
+    b = report["baseline_dict_loop"]
+    lines.append(f"analytical, sweep-like: {s['runs']} points in {s['total_s']} s = {s['per_s']}/s on one core, "
+                 f"median {s['median_ms']} ms, p90 {s['p90_ms']} ms")
+    lines.append(f"analytical, repeated ({r['config']}): median {r['median_ms']} ms "
+                 f"(issue-3 target <= {r['issue3_target_ms']} ms: {'met' if r['issue3_met'] else 'NOT met'}), "
+                 f"{r['per_s']}/s")
+    lines.append(f"baseline: {b['dicts']} dicts of {b['keys']} keys in {b['total_s']} s; "
+                 f"sweep-like predictions cost {report['ratio_sweep_like_vs_dict_loop']}x that")
+    if "des_agentic" in report:
+        d = report["des_agentic"]
+        lines.append(f"DES agentic: {d['runs']} runs in {d['total_s']} s = {d['per_s']}/s, median {d['median_ms']} ms; "
+                     f"{report['ratio_des_vs_analytical_same_points']}x the analytical prediction of the same points")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

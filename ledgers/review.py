@@ -1,0 +1,91 @@
+"""Reading ledgers back: list, show, best and compare (`inferasim ledger ...`).
+
+Pure functions of validated :class:`Ledger` objects returning plain dicts the CLI
+renders (or prints as JSON). Ranking follows the search's rule: a trial that meets
+every SLO beats one that does not, then the objective in its recorded direction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from levers.errors import InputError
+from ledgers.model import Ledger, TrialRecord
+from ledgers.store import list_ledgers, load_ledger
+
+QUESTION_FIELDS = ("model", "cluster", "engine", "objective", "slos", "workload", "budget", "seed")
+
+
+def ranked(ledger: Ledger) -> list[TrialRecord]:
+    """Priced, distinct trials, best first (SLO-meeting first, then the objective)."""
+    sign = 1.0 if ledger.direction == "max" else -1.0
+    priced = [t for t in ledger.trials
+              if t.legal and t.objective_value is not None and t.duplicate_of is None]
+    return sorted(priced, key=lambda t: (t.slo_met is not True, t.miss_distance or 0.0,
+                                         -sign * t.objective_value, t.index))
+
+
+def best_record(ledger: Ledger) -> TrialRecord | None:
+    """The best trial as recorded (None when no trial met the SLOs)."""
+    if ledger.best is None:
+        return None
+    return ledger.trials[ledger.best.index]
+
+
+def row(path: Path) -> dict[str, Any]:
+    """One line of `ledger list` (an unreadable file is listed with its problem)."""
+    try:
+        ledger = load_ledger(path)
+    except InputError as error:
+        return {"search_id": path.stem, "path": str(path), "problem": error.problem}
+    best = ledger.best
+    return {
+        "search_id": ledger.search_id, "path": str(path), "created_at": ledger.created_at,
+        "model": ledger.model, "cluster": ledger.cluster, "engine": ledger.engine,
+        "objective": ledger.objective, "slos": ledger.slos, "workload": ledger.workload,
+        "num_trials": len(ledger.trials), "budget": ledger.budget, "status": ledger.status,
+        "best_objective": best.objective_value if best else None, "stop_reason": ledger.stop_reason,
+        "lm": ledger.lm.model if ledger.lm else None,
+    }
+
+
+def rows() -> list[dict[str, Any]]:
+    return [row(path) for path in list_ledgers()]
+
+
+def overview(ledger: Ledger, top: int) -> dict[str, Any]:
+    """`ledger show`: the question, the outcome, the top trials and the LLM notes."""
+    phases: dict[str, int] = {}
+    for trial in ledger.trials:
+        phases[trial.phase] = phases.get(trial.phase, 0) + 1
+    return {
+        "question": {key: getattr(ledger, key) for key in QUESTION_FIELDS},
+        "search_id": ledger.search_id, "status": ledger.status, "stop_reason": ledger.stop_reason,
+        "lm": ledger.lm.model if ledger.lm else None, "trials_by_phase": phases,
+        "stats": ledger.stats.model_dump(), "best": ledger.best.model_dump() if ledger.best else None,
+        "nearest_misses": [m.model_dump() for m in ledger.nearest_misses],
+        "top": [t.model_dump() for t in ranked(ledger)[:top]],
+        "rejected": [{"index": t.index, "phase": t.phase, "rejected_by": t.rejected_by, "reason": t.reason}
+                     for t in ledger.trials if not t.legal][:top],
+        "llm": ledger.llm.model_dump(),
+    }
+
+
+def compare(first: Ledger, second: Ledger) -> dict[str, Any]:
+    """Two searches side by side: their questions, outcomes and best configurations."""
+    best_a, best_b = best_record(first), best_record(second)
+    config_a = best_a.configuration if best_a else {}
+    config_b = best_b.configuration if best_b else {}
+    differing = {key: [config_a.get(key), config_b.get(key)] for key in sorted(set(config_a) | set(config_b))
+                 if config_a.get(key) != config_b.get(key)} if best_a and best_b else {}
+    return {
+        "ledgers": [first.search_id, second.search_id],
+        "question": {key: [getattr(first, key), getattr(second, key)] for key in QUESTION_FIELDS},
+        "same_question": all(getattr(first, k) == getattr(second, k) for k in QUESTION_FIELDS if k != "budget"),
+        "num_trials": [len(first.trials), len(second.trials)],
+        "best_objective": [best_a.objective_value if best_a else None, best_b.objective_value if best_b else None],
+        "best_mode": [best_a.mode if best_a else None, best_b.mode if best_b else None],
+        "stop_reason": [first.stop_reason, second.stop_reason],
+        "best_configuration_differences": differing,
+    }

@@ -1,0 +1,339 @@
+"""Engine adapters: how to launch each engine with an anchor's configuration, and the
+few request details that differ between engines (METHOD §4; PRODUCT.md §6).
+
+Every adapter builds an argument list (never a shell string) from validated lever
+values: widths, dtypes, backends, graph capture and its captured sizes, speculative
+settings, scheduler limits, and prefix caching OFF. A lever an engine cannot express
+on its command line is refused (`InputError`) rather than dropped: launch the engine
+yourself and pass `--endpoint`.
+
+Flag names (checked against each engine's documentation / argument parser):
+- vLLM (`vllm serve`): --tensor-parallel-size, --data-parallel-size,
+  --enable-expert-parallel, --pipeline-parallel-size, --no-enable-prefix-caching,
+  --enforce-eager, --compilation-config '{"cudagraph_mode", "cudagraph_capture_sizes"}',
+  --kv-cache-dtype, --quantization, --attention-backend, --speculative-config,
+  --max-num-seqs, --max-num-batched-tokens, --gpu-memory-utilization, --block-size;
+  all-to-all via VLLM_ALL2ALL_BACKEND.
+- SGLang (`python -m sglang.launch_server`): --tp-size, --ep-size, --dp-size with
+  --enable-dp-attention, --pp-size, --disable-radix-cache, --cuda-graph-bs ... /
+  --disable-cuda-graph, --kv-cache-dtype fp8_e4m3, --attention-backend,
+  --moe-runner-backend, --moe-a2a-backend, --speculative-algorithm/-num-steps/
+  -eagle-topk/-num-draft-tokens, --max-running-requests, --max-prefill-tokens,
+  --chunked-prefill-size, --mem-fraction-static, --page-size.
+- ATOM (`python -m atom.entrypoints.openai_server`): --tensor-parallel-size,
+  --data-parallel-size with --enable-dp-attention, --enable-expert-parallel,
+  --kv_cache_dtype, --cudagraph-capture-sizes "[..]" / --enforce-eager, --method mtp
+  --num-speculative-tokens, --max-num-seqs, --max-num-batched-tokens,
+  --gpu-memory-utilization, --block-size, --server-port. ATOM leaves prefix caching off
+  unless --enable_prefix_caching is given (the measured reuse probe verifies it).
+- llama.cpp (`python -m llama_cpp.server`): --model FILE.gguf --model_alias NAME --host
+  --port --n_ctx --n_threads; it keeps no prefix cache across requests except the
+  previous prompt's tokens, which unique prompts defeat (see `checks`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from levers.catalog import Engine
+from levers.configuration import Configuration
+from levers.errors import InputError, accepted_list
+
+# Captured sizes the harvester asks for explicitly (so the anchor knows them): the
+# engines' own default ladders, cut at `max_captured_batch` (METHOD §3.3).
+CAPTURE_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+EAGER_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+SERIAL_LADDER = (1, 2, 4)           # an engine serving one request at a time: enough to show it
+DEFAULT_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """What a launch needs beyond the configuration."""
+
+    model_path: str              # HF id / local checkpoint / GGUF file
+    served_name: str             # the name requests use
+    port: int
+    context_tokens: int          # max model length / n_ctx
+    host: str = DEFAULT_HOST
+    threads: int | None = None   # CPU engines
+    python: str = sys.executable
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCommand:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def display(self) -> str:
+        """For provenance and --dry-run: quoted for reading, never executed by a shell."""
+        import shlex
+
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+class EngineAdapter(Protocol):
+    engine: Engine
+    package: str                  # distribution whose version is the engine build
+    health_path: str
+    tokenize_path: str | None
+    serves_one_request_at_a_time: bool
+
+    def captured_sizes(self, config: Configuration) -> tuple[int, ...]: ...
+
+    def sweep_batches(self, config: Configuration) -> tuple[int, ...]: ...
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand: ...
+
+    def request_extras(self, eos_token_id: int | None) -> dict: ...
+
+    def tokenize_body(self, text: str, model: str) -> dict: ...
+
+
+def _refuse(engine: Engine, lever: str, value: object, accepted: str) -> InputError:
+    return InputError(f"--config {lever}", f"{lever}={value} cannot be set on the {engine} command line",
+                      accepted + "; or launch the engine yourself and pass --endpoint")
+
+
+def _ladder(config: Configuration) -> tuple[int, ...]:
+    limit = min(config.max_captured_batch, config.max_running_requests)
+    return tuple(b for b in CAPTURE_LADDER if b <= limit) or (1,)
+
+
+def _eager(config: Configuration) -> tuple[int, ...]:
+    limit = min(config.max_captured_batch, config.max_running_requests)
+    return tuple(b for b in EAGER_LADDER if b <= limit) or (1,)
+
+
+def _changed_dtype(config: Configuration, native: dict[str, str], lever: str) -> str | None:
+    """The lever's value when it differs from the checkpoint's native dtype, else None."""
+    value = getattr(config, lever)
+    return value if value is not None and value != native.get(lever) else None
+
+
+class _GpuAdapter:
+    """Shared parts of the GPU engines."""
+
+    engine: Engine
+    package: str
+    health_path = "/health"
+    tokenize_path: str | None = "/tokenize"
+    serves_one_request_at_a_time = False
+
+    def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
+        return () if config.graph_capture == "none" else _ladder(config)
+
+    def sweep_batches(self, config: Configuration) -> tuple[int, ...]:
+        """METHOD §4: every captured size; an eager engine gets the doubling ladder."""
+        return self.captured_sizes(config) or _eager(config)
+
+    def request_extras(self, eos_token_id: int | None) -> dict:
+        return {"ignore_eos": True}
+
+    def tokenize_body(self, text: str, model: str) -> dict:
+        return {"model": model, "prompt": text}
+
+    def _check_dtypes(self, config: Configuration, native: dict[str, str]) -> str | None:
+        """Weight dtype other than the checkpoint's: only online fp8 is expressible."""
+        if _changed_dtype(config, native, "expert_dtype"):
+            raise _refuse(self.engine, "expert_dtype", config.expert_dtype, "the checkpoint's own expert dtype")
+        if _changed_dtype(config, native, "activation_dtype"):
+            raise _refuse(self.engine, "activation_dtype", config.activation_dtype, "unset (follows the weights)")
+        weight = _changed_dtype(config, native, "weight_dtype")
+        if weight not in (None, "fp8"):
+            raise _refuse(self.engine, "weight_dtype", weight, "the checkpoint's dtype, or fp8 (online)")
+        return weight
+
+
+class VllmAdapter(_GpuAdapter):
+    engine = Engine.VLLM
+    package = "vllm"
+    _ATTENTION = {"triton": "TRITON_ATTN", "flashinfer": "FLASHINFER", "flashmla": "FLASHMLA",
+                  "flash_attn": "FLASH_ATTN", "aiter": "ROCM_AITER_FA"}
+    _CAPTURE = {"piecewise": "PIECEWISE", "full": "FULL_AND_PIECEWISE"}
+    _A2A = {"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori"}
+    _MOE_ENV = {"aiter": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "1"},
+                "deepgemm": {"VLLM_USE_DEEP_GEMM": "1"}, "flashinfer": {"VLLM_USE_FLASHINFER_MOE_FP8": "1"},
+                "triton": {}, "cutlass": {}}
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
+        weight = self._check_dtypes(config, native)
+        attention_tp = config.tp // config.attention_dp
+        argv = ["vllm", "serve", request.model_path, "--served-model-name", request.served_name,
+                "--host", request.host, "--port", str(request.port),
+                "--tensor-parallel-size", str(attention_tp), "--data-parallel-size", str(config.attention_dp),
+                "--pipeline-parallel-size", str(config.pp), "--no-enable-prefix-caching",
+                "--max-model-len", str(request.context_tokens),
+                "--max-num-seqs", str(config.max_running_requests),
+                "--max-num-batched-tokens", str(config.max_batched_tokens),
+                "--gpu-memory-utilization", str(config.kv_memory_fraction)]
+        env: dict[str, str] = {}
+        if config.ep > 1:
+            argv.append("--enable-expert-parallel")
+        if config.graph_capture == "none":
+            argv.append("--enforce-eager")
+        else:
+            argv += ["--compilation-config", json.dumps({"cudagraph_mode": self._CAPTURE[config.graph_capture],
+                                                         "cudagraph_capture_sizes": list(self.captured_sizes(config))})]
+        if weight == "fp8":
+            argv += ["--quantization", "fp8"]
+        if config.kv_cache_dtype == "fp8":
+            argv += ["--kv-cache-dtype", "fp8"]
+        if config.attention_backend:
+            argv += ["--attention-backend", self._ATTENTION[config.attention_backend]]
+        if config.moe_backend:
+            env.update(self._MOE_ENV[config.moe_backend])
+        if config.all_to_all_backend != "none":
+            env["VLLM_ALL2ALL_BACKEND"] = self._A2A[config.all_to_all_backend]
+        if config.kv_block_size:
+            argv += ["--block-size", str(config.kv_block_size)]
+        if config.spec_method != "none":
+            method = {"eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram", "dspark": "dspark"}[config.spec_method]
+            argv += ["--speculative-config", json.dumps({"method": method,
+                                                         "num_speculative_tokens": config.spec_depth})]
+        return LaunchCommand(tuple(argv), env)
+
+
+class SglangAdapter(_GpuAdapter):
+    engine = Engine.SGLANG
+    package = "sglang"
+    _MOE = {"triton": "triton", "deepgemm": "deep_gemm", "cutlass": "cutlass", "flashinfer": "flashinfer_cutlass"}
+    _SPEC = {"mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"}
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
+        weight = self._check_dtypes(config, native)
+        argv = [request.python, "-m", "sglang.launch_server", "--model-path", request.model_path,
+                "--served-model-name", request.served_name, "--host", request.host, "--port", str(request.port),
+                "--tp-size", str(config.tp), "--ep-size", str(config.ep), "--pp-size", str(config.pp),
+                "--disable-radix-cache", "--context-length", str(request.context_tokens),
+                "--max-running-requests", str(config.max_running_requests),
+                "--max-prefill-tokens", str(config.max_batched_tokens),
+                "--chunked-prefill-size", str(config.chunked_prefill_size),
+                "--mem-fraction-static", str(config.kv_memory_fraction)]
+        env: dict[str, str] = {}
+        if config.attention_dp > 1:
+            argv += ["--dp-size", str(config.attention_dp), "--enable-dp-attention"]
+        sizes = self.captured_sizes(config)
+        if config.graph_capture == "none":
+            argv.append("--disable-cuda-graph")
+        else:
+            argv += ["--cuda-graph-max-bs", str(sizes[-1]), "--cuda-graph-bs", *map(str, sizes)]
+        if weight == "fp8":
+            argv += ["--quantization", "fp8"]
+        if config.kv_cache_dtype == "fp8":
+            argv += ["--kv-cache-dtype", "fp8_e4m3"]
+        if config.attention_backend:
+            argv += ["--attention-backend", {"trtllm": "trtllm_mha"}.get(config.attention_backend,
+                                                                        config.attention_backend)]
+        if config.moe_backend == "aiter":
+            env["SGLANG_USE_AITER"] = "1"
+        elif config.moe_backend:
+            argv += ["--moe-runner-backend", self._MOE[config.moe_backend]]
+        if config.all_to_all_backend != "none":
+            argv += ["--moe-a2a-backend", config.all_to_all_backend]
+        if config.kv_block_size:
+            argv += ["--page-size", str(config.kv_block_size)]
+        if config.spec_method != "none":
+            argv += ["--speculative-algorithm", self._SPEC[config.spec_method],
+                     "--speculative-num-steps", str(config.spec_depth), "--speculative-eagle-topk", "1",
+                     "--speculative-num-draft-tokens", str(config.spec_depth + 1)]
+        return LaunchCommand(tuple(argv), env)
+
+
+class AtomAdapter(_GpuAdapter):
+    engine = Engine.ATOM
+    package = "atom"
+    tokenize_path = None
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
+        weight = self._check_dtypes(config, native)
+        if weight is not None:
+            raise _refuse(self.engine, "weight_dtype", weight, "the checkpoint's dtype (ATOM has no online quantization)")
+        if config.pp > 1:
+            raise _refuse(self.engine, "pp", config.pp, "1")
+        argv = [request.python, "-m", "atom.entrypoints.openai_server", "--model", request.model_path,
+                "--host", request.host, "--server-port", str(request.port),
+                "--tensor-parallel-size", str(config.tp // config.attention_dp),
+                "--max-model-len", str(request.context_tokens),
+                "--max-num-seqs", str(config.max_running_requests),
+                "--max-num-batched-tokens", str(config.max_batched_tokens),
+                "--gpu-memory-utilization", str(config.kv_memory_fraction),
+                "--kv_cache_dtype", config.kv_cache_dtype or native.get("kv_cache_dtype", "bf16")]
+        if config.attention_dp > 1:
+            argv += ["--data-parallel-size", str(config.attention_dp), "--enable-dp-attention"]
+        if config.ep > 1:
+            argv.append("--enable-expert-parallel")
+        if config.graph_capture == "none":
+            argv.append("--enforce-eager")
+        else:
+            argv += ["--cudagraph-capture-sizes", "[" + ",".join(map(str, self.captured_sizes(config))) + "]"]
+        if config.kv_block_size:
+            argv += ["--block-size", str(config.kv_block_size)]
+        if config.spec_method != "none":
+            argv += ["--method", config.spec_method, "--num-speculative-tokens", str(config.spec_depth)]
+        return LaunchCommand(tuple(argv), {})
+
+
+class LlamaCppAdapter:
+    """llama-cpp-python's OpenAI-compatible server on a CPU."""
+
+    engine = Engine.LLAMACPP
+    package = "llama_cpp_python"
+    health_path = "/v1/models"
+    tokenize_path: str | None = "/extras/tokenize"
+    serves_one_request_at_a_time = True
+
+    def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
+        return ()
+
+    def sweep_batches(self, config: Configuration) -> tuple[int, ...]:
+        return tuple(b for b in SERIAL_LADDER if b <= config.max_running_requests) or (1,)
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
+        for lever in ("weight_dtype", "activation_dtype", "expert_dtype"):
+            if _changed_dtype(config, native, lever):
+                raise _refuse(self.engine, lever, getattr(config, lever), "the GGUF file's own quantisation")
+        if config.kv_cache_dtype not in (None, "bf16"):
+            raise _refuse(self.engine, "kv_cache_dtype", config.kv_cache_dtype, "bf16 (llama.cpp's f16 cache)")
+        argv = [request.python, "-m", "llama_cpp.server", "--model", request.model_path,
+                "--model_alias", request.served_name, "--host", request.host, "--port", str(request.port),
+                "--n_ctx", str(request.context_tokens)]
+        if request.threads:
+            argv += ["--n_threads", str(request.threads)]
+        return LaunchCommand(tuple(argv), {})
+
+    def request_extras(self, eos_token_id: int | None) -> dict:
+        """No ignore_eos in llama-cpp-python: forbid EOS with a logit bias instead."""
+        return {"logit_bias": {str(eos_token_id): -100.0}} if eos_token_id is not None else {}
+
+    def tokenize_body(self, text: str, model: str) -> dict:
+        return {"input": text, "model": model}
+
+
+class TrtllmAdapter(_GpuAdapter):
+    """TensorRT-LLM: harvested through --endpoint only (its launcher takes a YAML)."""
+
+    engine = Engine.TRTLLM
+    package = "tensorrt_llm"
+    tokenize_path = None
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
+        raise InputError("--engine", "the harvester does not launch trtllm",
+                         "start trtllm-serve yourself and pass --endpoint URL")
+
+
+ADAPTERS: dict[Engine, EngineAdapter] = {
+    Engine.VLLM: VllmAdapter(), Engine.SGLANG: SglangAdapter(), Engine.ATOM: AtomAdapter(),
+    Engine.TRTLLM: TrtllmAdapter(), Engine.LLAMACPP: LlamaCppAdapter(),
+}
+
+
+def adapter_for(engine: Engine | str) -> EngineAdapter:
+    try:
+        return ADAPTERS[Engine(str(engine).strip().lower())]
+    except (KeyError, ValueError):
+        raise InputError("--engine", f"unknown engine '{engine}'", accepted_list(ADAPTERS)) from None

@@ -1,0 +1,200 @@
+"""The harvest checks of METHOD §4: each refuses or flags, none corrects silently.
+
+Every check returns a `Check` (ok / flag / refuse, a message, and the flag that goes
+into the anchor's `flags`). A refusal stops the harvest before anything is written;
+a flag is written into the anchor and carried by every prediction made from it.
+
+- prompt length recorded: the engine's own count of the sweep prompts must match the
+  recorded length (within `PROMPT_LENGTH_TOLERANCE`); no count at all is flagged;
+- weights real: an engine launched with dummy/random weights is refused (random weights
+  spread MoE tokens evenly and make an anchor too fast); weights behind an endpoint
+  cannot be seen and are flagged unverified;
+- prefix caching off: asking for it on is refused; timed prompts that share a prefix are
+  refused; a repeated prompt that comes back faster than `REUSE_RATIO` of its first
+  time shows the engine reuses prefixes: refused when the timed prompts could have
+  reused anything, flagged otherwise (they were unique from their first words);
+- width: an anchor is one replica on at most one node (no PP, replicas, disaggregation);
+- build: an unknown engine build is flagged (a new build needs a new harvest);
+- decode serialisation: a wave whose requests never all ran together, or whose step
+  grows like the batch (`ITL(b) >= NOT_BATCHED_RATIO * b * ITL(1)`), is flagged
+  `serialised-decode` and its batches are left out of the sweep;
+- packing: a step of `N` packed tokens must cost 0.63-1.39x one `N`-token prompt, the
+  fit must reproduce the probe's widest step within the same band, and the packed
+  first tokens must arrive together (spread below `PACKED_SPREAD_LIMIT` of the step);
+  otherwise the probe measured serialisation (`serialised-probe`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Sequence
+
+from levers.configuration import Configuration
+from predictor.harvest.sweeps import ProbeResult, WaveResult
+
+PROMPT_LENGTH_TOLERANCE = 0.10
+REUSE_RATIO = 0.5
+NOT_BATCHED_RATIO = 0.9
+PACKED_RATIO_BAND = (0.63, 1.39)       # METHOD §4
+PACKED_SPREAD_LIMIT = 0.5
+RANDOM_WEIGHT_ARGS = ("dummy", "--load_dummy", "--load-format=dummy")
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    FLAG = "flag"
+    REFUSE = "refuse"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    outcome: Outcome
+    message: str
+    flag: str | None = None
+
+    def to_json(self) -> dict:
+        return {"check": self.name, "outcome": str(self.outcome), "message": self.message, "flag": self.flag}
+
+
+def _ok(name: str, message: str) -> Check:
+    return Check(name, Outcome.OK, message)
+
+
+def refusals(checks: Sequence[Check]) -> list[Check]:
+    return [c for c in checks if c.outcome is Outcome.REFUSE]
+
+
+def flags_of(checks: Sequence[Check]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.flag for c in checks if c.outcome is Outcome.FLAG and c.flag))
+
+
+# --- before measuring -----------------------------------------------------------------------
+
+def check_width(config: Configuration, devices_per_node: int) -> Check:
+    """One replica, one node, no pipeline (METHOD §2: an anchor is one width on at most
+    one node; PP, replicas and disaggregation are restored analytically)."""
+    problems = []
+    if config.disaggregated:
+        problems.append("disaggregated (harvest each pool's layout on its own)")
+    if config.replicas > 1:
+        problems.append(f"replicas={config.replicas} (an anchor measures one replica)")
+    if config.pp > 1:
+        problems.append(f"pp={config.pp} (PP is restored by Eq. 4; harvest pp=1)")
+    if config.replica_gpus > devices_per_node:
+        problems.append(f"{config.replica_gpus} devices exceed one node of {devices_per_node}")
+    if problems:
+        return Check("width", Outcome.REFUSE, "not an anchor layout: " + "; ".join(problems))
+    return _ok("width", f"TP{config.tp}/EP{config.ep}/DP{config.attention_dp} on one node")
+
+
+def check_prefix_cache_lever(config: Configuration, explicit: set[str]) -> Check:
+    if "prefix_cache" in explicit and config.prefix_cache == "on":
+        return Check("prefix-caching", Outcome.REFUSE,
+                     "prefix_cache=on was asked for: a length sweep would reuse its own prefix (2-9x too fast)")
+    return _ok("prefix-caching", "launched with prefix caching off")
+
+
+def check_weights(launched: bool, argv: Sequence[str] = ()) -> Check:
+    if launched and any(arg in RANDOM_WEIGHT_ARGS for arg in argv):
+        return Check("real-weights", Outcome.REFUSE,
+                     "the launch loads dummy (random) weights: MoE routing is even and the anchor too fast")
+    if not launched:
+        return Check("real-weights", Outcome.FLAG, "weights behind --endpoint cannot be verified",
+                     "weights-unverified")
+    return _ok("real-weights", "launched from the real checkpoint")
+
+
+def check_engine_build(version: str) -> Check:
+    if not version or version == "unknown":
+        return Check("engine-build", Outcome.FLAG, "engine build unknown: a new build needs a new harvest",
+                     "engine-build-unknown")
+    return _ok("engine-build", f"engine build {version}")
+
+
+# --- after measuring -------------------------------------------------------------------------
+
+def check_prompt_length(recorded: int, counted: Sequence[int | None], reported: Sequence[int | None]) -> Check:
+    """The engine's own count (tokenize API or usage) against the recorded length."""
+    observed = [c for c in counted if c is not None] or [r for r in reported if r is not None]
+    if not observed:
+        return Check("prompt-length", Outcome.FLAG,
+                     f"prompt length {recorded} recorded but the engine reported no token count",
+                     "prompt-length-unverified")
+    worst = max(observed, key=lambda n: abs(n - recorded))
+    if abs(worst - recorded) > PROMPT_LENGTH_TOLERANCE * recorded:
+        return Check("prompt-length", Outcome.REFUSE,
+                     f"sweep prompts were {worst} tokens, not the recorded {recorded}")
+    return _ok("prompt-length", f"prompt length {recorded} tokens (engine count {worst})")
+
+
+def check_prompts_unique(shared_prefix_words: int) -> Check:
+    if shared_prefix_words > 0:
+        return Check("unique-prompts", Outcome.REFUSE,
+                     f"timed prompts share a {shared_prefix_words}-word prefix: a cache could reuse it")
+    return _ok("unique-prompts", "every timed prompt starts differently")
+
+
+def check_prefix_reuse(first_ms: float, repeat_ms: float, prompts_unique: bool) -> Check:
+    """A repeated prompt much faster than its first run: the engine reuses prefixes."""
+    if repeat_ms >= REUSE_RATIO * first_ms:
+        return _ok("prefix-reuse", f"a repeated prompt took {repeat_ms:.1f} ms vs {first_ms:.1f} ms: no reuse")
+    if not prompts_unique:
+        return Check("prefix-reuse", Outcome.REFUSE,
+                     f"the engine reuses prefixes ({repeat_ms:.1f} ms repeat vs {first_ms:.1f} ms) "
+                     "and the timed prompts share prefixes")
+    return Check("prefix-reuse", Outcome.FLAG,
+                 f"the engine reuses prefixes ({repeat_ms:.1f} ms repeat vs {first_ms:.1f} ms); the timed "
+                 "prompts were unique from their first words, so the sweep did not reuse its own prefix",
+                 "engine-reuses-prefixes")
+
+
+def serialised_batches(waves: Sequence[WaveResult]) -> list[int]:
+    """Batches whose wave never ran together, or whose step grew like the batch."""
+    base = next((w.itl_ms for w in waves if w.batch == 1 and w.itl_ms), None)
+    bad = []
+    for wave in waves:
+        if wave.batch <= 1:
+            continue
+        not_batched = base is not None and wave.itl_ms is not None and \
+            wave.itl_ms >= NOT_BATCHED_RATIO * wave.batch * base
+        if wave.serialised or wave.itl_ms is None or not_batched:
+            bad.append(wave.batch)
+    return bad
+
+
+def check_decode_waves(waves: Sequence[WaveResult]) -> Check:
+    bad = serialised_batches(waves)
+    if bad:
+        return Check("decode-batching", Outcome.FLAG,
+                     f"waves at batch {', '.join(map(str, bad))} never ran all their requests together "
+                     "(the engine serialised them): left out of the decode sweep", "serialised-decode")
+    return _ok("decode-batching", "every wave decoded its requests together")
+
+
+def probe_failures(probe: ProbeResult) -> list[str]:
+    low, high = PACKED_RATIO_BAND
+    reasons = []
+    ratio = probe.step_ms / probe.single_ms if probe.single_ms > 0 else float("inf")
+    if not low <= ratio <= high:
+        reasons.append(f"{probe.packed_tokens} packed tokens cost {ratio:.2f}x one {probe.packed_tokens}-token "
+                       f"prompt (accepted {low}-{high}x)")
+    fit_ratio = probe.step_ms / probe.fit_ms if probe.fit_ms > 0 else float("inf")
+    if not low <= fit_ratio <= high:
+        reasons.append(f"the prefill fit predicts {probe.fit_ms:.1f} ms for the packed step, measured "
+                       f"{probe.step_ms:.1f} ms ({fit_ratio:.2f}x)")
+    if probe.num_seqs > 1 and probe.first_token_spread_ms > PACKED_SPREAD_LIMIT * probe.step_ms:
+        reasons.append(f"packed first tokens arrived over {probe.first_token_spread_ms:.1f} ms of a "
+                       f"{probe.step_ms:.1f} ms step (one at a time)")
+    return reasons
+
+
+def check_packed_probe(probe: ProbeResult | None) -> Check:
+    if probe is None:
+        return _ok("packed-probe", "not run")
+    reasons = probe_failures(probe)
+    if reasons:
+        return Check("packed-probe", Outcome.FLAG, "the probe measured serialisation: " + "; ".join(reasons),
+                     "serialised-probe")
+    return _ok("packed-probe", f"{probe.num_seqs}x{probe.seq_tokens} packed step {probe.step_ms:.1f} ms passes")

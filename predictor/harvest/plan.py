@@ -1,0 +1,237 @@
+"""What a harvest will do, decided before anything runs (METHOD §4): the model card,
+the cluster, the validated configuration, the engine command line (or the endpoint),
+the sweep plan and the checks that can refuse up front. `--dry-run` prints this.
+
+Sweep defaults (`SweepDefaults`) differ between GPU engines and a CPU engine only in
+size: a CPU at a few tokens per second gets shorter prompts, fewer output tokens and
+the 1/2/4 wave ladder (enough to show serialisation). Engine-only values: a lever the
+user did not set whose default is illegal on the engine and which has exactly one
+legal value there (llama.cpp: `graph_capture=none`) takes that value, and the plan
+lists it under `engine_defaults` (never silently).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from levers.catalog import LEVERS, Engine
+from levers.configuration import Configuration, format_value, parse_config_text
+from levers.errors import InputError
+from levers.legality import structural_reasons
+from predictor.anchor import Signature
+from predictor.anchor_store import signature_for
+from predictor.cards import ModelCard, load_card
+from predictor.hardware import Cluster, parse_cluster
+from predictor.harvest.adapters import EngineAdapter, LaunchCommand, LaunchRequest, adapter_for
+from predictor.harvest.checks import Check, check_prefix_cache_lever, check_weights, check_width, refusals
+from predictor.harvest.cpu import cpu_cluster, is_cpu_cluster
+from predictor.harvest.gguf import card_from_gguf, eos_token_id, read_gguf_header
+
+DEFAULT_PORT = 0                 # 0: pick a free port at launch
+DEFAULT_READY_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class SweepDefaults:
+    prompt_tokens: int
+    second_prompt_tokens: int | None
+    decode_tokens: int
+    prefill_lengths: tuple[int, ...]
+    repeats: int
+    probe_seqs: int
+    probe_tokens: int
+    context_tokens: int
+
+
+GPU_DEFAULTS = SweepDefaults(prompt_tokens=1024, second_prompt_tokens=4096, decode_tokens=64,
+                             prefill_lengths=(512, 1024, 2048, 4096, 8192), repeats=3, probe_seqs=8,
+                             probe_tokens=1024, context_tokens=16384)
+CPU_DEFAULTS = SweepDefaults(prompt_tokens=128, second_prompt_tokens=512, decode_tokens=24,
+                             prefill_lengths=(64, 128, 256, 512, 1024), repeats=3, probe_seqs=4,
+                             probe_tokens=128, context_tokens=4096)
+
+
+@dataclass(frozen=True, slots=True)
+class HarvestRequest:
+    """Everything the user asked for (the CLI builds it; `plan_harvest` validates it)."""
+
+    engine: str
+    model: str                                   # card name/alias, or a .gguf file
+    cluster: str | None = None
+    config_text: str | None = None
+    endpoint: str | None = None
+    model_path: str | None = None                # checkpoint to serve (default: the card's HF id / the GGUF)
+    prompt_tokens: int | None = None
+    second_prompt_tokens: int | None = None
+    decode_tokens: int | None = None
+    prefill_lengths: tuple[int, ...] | None = None
+    batches: tuple[int, ...] | None = None
+    repeats: int | None = None
+    probe: bool = True
+    probe_seqs: int | None = None
+    probe_tokens: int | None = None
+    threads: int | None = None
+    context_tokens: int | None = None
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    seed: int = 0
+    extra_args: tuple[str, ...] = ()
+    python: str = sys.executable
+    port: int = DEFAULT_PORT
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    batches: tuple[int, ...]
+    prompt_tokens: int
+    second_prompt_tokens: int | None
+    decode_tokens: int
+    prefill_lengths: tuple[int, ...]
+    repeats: int
+    probe: tuple[int, int] | None                # (sequences, tokens each)
+
+    def to_json(self) -> dict:
+        return {"decode_batches": list(self.batches), "prompt_tokens": self.prompt_tokens,
+                "second_prompt_tokens": self.second_prompt_tokens, "decode_tokens": self.decode_tokens,
+                "prefill_lengths": list(self.prefill_lengths), "repeats": self.repeats,
+                "packed_probe": list(self.probe) if self.probe else None}
+
+
+@dataclass(frozen=True)
+class HarvestPlan:
+    request: HarvestRequest
+    engine: Engine
+    adapter: EngineAdapter
+    card: ModelCard
+    cluster: Cluster
+    config: Configuration
+    explicit: frozenset[str]
+    engine_defaults: dict[str, object]
+    served_name: str
+    model_path: str
+    launch_request: LaunchRequest | None
+    launch: LaunchCommand | None
+    sweep: SweepPlan
+    signature: Signature                          # engine_version filled in at run time
+    checks: tuple[Check, ...]
+    eos_token_id: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict:
+        return {
+            "engine": str(self.engine), "model": self.card.name, "cluster": self.cluster.spec,
+            "configuration": self.config.describe(), "engine_defaults": {k: format_value(v) for k, v in
+                                                                         self.engine_defaults.items()},
+            "endpoint": self.request.endpoint, "launch": self.launch.display() if self.launch else None,
+            "launch_argv": list(self.launch.argv) if self.launch else None,
+            "sweep": self.sweep.to_json(), "signature": self.signature.model_dump(mode="json"),
+            "checks": [c.to_json() for c in self.checks], "notes": list(self.notes),
+        }
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the engine binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _is_gguf(text: str | None) -> bool:
+    return bool(text) and str(text).lower().endswith(".gguf")
+
+
+def _card_and_path(request: HarvestRequest, engine: Engine) -> tuple[ModelCard, str, int | None]:
+    """(card, checkpoint to serve, EOS token id when known)."""
+    for candidate in (request.model, request.model_path):
+        if _is_gguf(candidate):
+            file = Path(str(candidate)).expanduser()
+            if not file.is_file():
+                raise InputError("--model", f"GGUF file {file} not found", "a path to a .gguf file")
+            card = card_from_gguf(file) if candidate == request.model else load_card(request.model)
+            return card, str(file.resolve()), eos_token_id(read_gguf_header(file))
+    if engine == Engine.LLAMACPP:
+        raise InputError("--model", "llama.cpp serves a GGUF file", "--model FILE.gguf or --model-path FILE.gguf")
+    card = load_card(request.model)
+    return card, request.model_path or card.hf_id, None
+
+
+def _engine_only_values(partial: dict, engine: Engine) -> dict[str, object]:
+    defaults = Configuration()
+    chosen = {}
+    for lever in LEVERS:
+        if lever.name in partial or lever.values is None or lever.is_ranged:
+            continue
+        legal = lever.legal_values(engine)
+        if len(legal) == 1 and getattr(defaults, lever.name) not in legal:
+            chosen[lever.name] = legal[0]
+    return chosen
+
+
+def _cluster(text: str | None, engine: Engine) -> Cluster:
+    if is_cpu_cluster(text) or (text is None and engine == Engine.LLAMACPP):
+        return cpu_cluster()
+    return parse_cluster(text) if text else parse_cluster("mi355x")
+
+
+def _positive(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
+    if not values or any(v < 3 for v in values):
+        raise InputError(name, f"{list(values)} must be token counts of at least 3", "e.g. 64,128,256")
+    return tuple(sorted(set(values)))
+
+
+def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuration, cpu: bool) -> SweepPlan:
+    base = CPU_DEFAULTS if cpu else GPU_DEFAULTS
+    batches = tuple(sorted(set(request.batches))) if request.batches else adapter.sweep_batches(config)
+    if any(b < 1 for b in batches):
+        raise InputError("--batches", f"{list(batches)} must be positive", "e.g. 1,2,4")
+    lengths = _positive("--prefill-lengths", request.prefill_lengths or base.prefill_lengths)
+    prompt = request.prompt_tokens or base.prompt_tokens
+    second = request.second_prompt_tokens if request.second_prompt_tokens is not None else base.second_prompt_tokens
+    second = second or None
+    _positive("--prompt-tokens", (prompt,) + ((second,) if second else ()))
+    probe = (request.probe_seqs or base.probe_seqs, request.probe_tokens or base.probe_tokens) if request.probe else None
+    return SweepPlan(batches=batches, prompt_tokens=prompt, second_prompt_tokens=second,
+                     decode_tokens=request.decode_tokens or base.decode_tokens, prefill_lengths=lengths,
+                     repeats=request.repeats or base.repeats, probe=probe)
+
+
+def plan_harvest(request: HarvestRequest) -> HarvestPlan:
+    """Validate the request and decide everything a harvest will do (module docstring)."""
+    adapter = adapter_for(request.engine)
+    engine = adapter.engine
+    card, model_path, eos = _card_and_path(request, engine)
+    cluster = _cluster(request.cluster, engine)
+    partial = parse_config_text(request.config_text)
+    engine_defaults = _engine_only_values(partial, engine)
+    config = Configuration().with_changes({**engine_defaults, **partial})
+    reasons = structural_reasons(config, engine, card, cluster)
+    if reasons:
+        raise InputError("--config", "; ".join(reasons), "a legal configuration (inferasim levers)")
+    cpu = cluster.gpu.vendor == "cpu"
+    sweep = _sweep(request, adapter, config, cpu)
+    native = {"weight_dtype": card.native_dtypes.weight.value, "expert_dtype": card.native_dtypes.expert.value,
+              "activation_dtype": None, "kv_cache_dtype": card.native_dtypes.kv_cache.value}
+    context = request.context_tokens or max(CPU_DEFAULTS.context_tokens if cpu else GPU_DEFAULTS.context_tokens,
+                                            2 * max(sweep.prefill_lengths + (sweep.prompt_tokens,)))
+    served = card.name
+    launch_request = launch = None
+    if request.endpoint is None:
+        launch_request = LaunchRequest(model_path=model_path, served_name=served, port=request.port or free_port(),
+                                       context_tokens=context, threads=request.threads, python=request.python)
+        launch = adapter.launch(config, launch_request, native)
+        launch = replace(launch, argv=launch.argv + tuple(request.extra_args))
+    checks = (check_width(config, cluster.gpus_per_node), check_prefix_cache_lever(config, set(partial)),
+              check_weights(request.endpoint is None, launch.argv if launch else ()))
+    refused = refusals(checks)
+    if refused:
+        raise InputError("harvest", "refused: " + "; ".join(c.message for c in refused),
+                         "an anchor layout with prefix caching off and real weights (METHOD §4)")
+    signature = signature_for(card, cluster, engine, config).model_copy(
+        update={"captured_sizes": adapter.captured_sizes(config)})
+    notes = tuple(f"{k}={format_value(v)}: the only value {engine} accepts" for k, v in engine_defaults.items())
+    return HarvestPlan(request=request, engine=engine, adapter=adapter, card=card, cluster=cluster, config=config,
+                       explicit=frozenset(partial), engine_defaults=engine_defaults, served_name=served,
+                       model_path=model_path, launch_request=launch_request, launch=launch, sweep=sweep,
+                       signature=signature, checks=checks, eos_token_id=eos, notes=notes)

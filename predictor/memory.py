@@ -1,0 +1,357 @@
+"""Per-GPU memory of one replica layout, fully analytical (METHOD §3.9).
+
+Weights, KV cache, linear-attention state, activations/workspace and graph memory on the
+worst GPU of a replica, the KV pool left over and the largest concurrency it holds.
+
+Parallel semantics (PRODUCT.md §3, SGLang's): a replica is `tp * pp` GPUs; attention runs
+as `attention_dp` ranks of attention-TP `tp / attention_dp`; the MoE spans the `tp` GPUs
+of a stage (EP `ep`, MoE-TP `tp / ep`); dense MLP and shared experts use TP `tp`, or the
+attention ranks' TP under attention DP (replicated across the ranks); `dcp` shards the
+per-token KV sequence-wise. Layers split over `pp` stages; each layer kind's count is
+rounded up per stage (the worst stage). Choices where engines differ:
+- input embedding: vocab-parallel over attention-TP (SGLang replicates it per DP rank);
+  LM head: vocab-parallel over the stage's `tp` GPUs. With PP the embedding is on the first
+  stage and the LM head on the last; the worst stage carries the larger of the two;
+- attention weights: shared by attention TP except `replicated_params_per_layer` (MLA/V4
+  down-projections, indexers, compressors), which every rank holds whole;
+- "other" weights (norms, routers, mHC) are replicated; bf16, mHC in fp32.
+
+Bytes per value: bf16 2, fp8 1 (block scales neglected), fp4 the platform format: NVFP4
+4.5 bits (NVIDIA), MXFP4 4.25 bits (AMD). Unset precision levers take the card's dtypes.
+
+KV per token per layer: GQA `2 * kv_heads * head_dim`, heads sharded by attention TP
+until it exceeds the KV heads (then one head per rank); MLA `kv_lora_rank +
+qk_rope_head_dim`, not sharded; DSA/MSA indexer keys 132 B per token (FP8 + fp32 scale per
+128, as vLLM/SGLang store them); DeepSeek-V4 (its record's derived formula, aiconfigurator
+`deepseek_v4`): `head_dim / ratio` per token, FP4 indexer keys `index_head_dim / 2 / 4`
+per token at ratio 4, plus a 128-token window and fp32 compressor state per sequence.
+Sliding-window layers keep `min(context, window)` tokens. Linear layers keep a fixed state
+per sequence (KDA conv `3*H*hd*(k-1)` bf16 + recurrent `H*hd*hd` fp32; GDN conv
+`(2*nk*dk + nv*dv)*(k-1)` bf16 + recurrent `nv*dv*dk` fp32; lightning `H*hd*hd` fp32),
+heads sharded by attention TP. `dcp` divides the per-token KV only. Engine page rounding
+(kv_block_size) and the `S // ratio` floor are ignored. A sequence at `context_tokens`
+occupies `context * kv_bytes_per_token + state_bytes_per_sequence`, where the fixed part
+holds the linear state and the window/compressor bytes (`window_bytes_per_sequence`).
+
+Activations/workspace (an estimate to calibrate, in the spirit of aiconfigurator's
+token-proportional activation term): per token of the step budget on a rank, four
+residual-width bf16 buffers (times the mHC multiplier) plus the widest per-GPU
+intermediate (attention projections, dense MLP, shared experts) in the activation dtype;
+per token of the replica's batch, the MoE workspace of its `top_k / ep` expert copies
+(`2 * moe_intermediate / moe_tp` + expert width); fp32 logits for
+`min(tokens, max_captured_batch)` rows of the vocab shard. Buffers are reused across
+layers. Graph memory: none without capture, else 0.25 GB + 4 MB per captured batch slot
+(an assumption: engines report 0.5-2 GB for 256-512 slots).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from levers.errors import InputError, accepted_list
+from predictor.model_card import COMPONENTS, AttentionGroup, AttentionKind, Dtype, ModelCard
+
+GB = 1e9
+HBM_LEGAL_FRACTION = 0.9
+FP4_BYTES = {"nvidia": 4.5 / 8, "amd": 4.25 / 8, "cpu": 5.0 / 8}  # cpu: GGUF Q4_1 (predictor.harvest.cpu)
+DTYPE_BYTES = {Dtype.BF16: 2.0, Dtype.FP8: 1.0}
+GRAPH_BASE_BYTES = 0.25 * GB
+GRAPH_BYTES_PER_BATCH = 4e6
+GRAPH_CAPTURES = ("none", "piecewise", "full")
+RESIDUAL_BUFFERS = 4
+DSA_INDEX_KEY_BYTES = 132          # 128 FP8 values + one fp32 scale per 128
+STATE_CONV_BYTES, STATE_RECURRENT_BYTES = 2, 4
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per-GPU memory of a replica (bytes unless `_gb`); see the module docstring.
+
+    KV and state sizes are per GPU that holds part of a sequence (its attention-DP rank's
+    GPUs, or every attention-TP GPU), summed over the worst PP stage's layers. `fits` iff
+    weights + activations + graphs + one sequence at `context_tokens` fit in 90% of HBM and
+    the pool left at `kv_memory_fraction` holds that sequence.
+    """
+
+    weights_by_component_bytes: dict[str, int]   # keys of ModelCard.params_by_component
+    weights_bytes: int
+    activations_bytes: int
+    graph_bytes: int
+    kv_bytes_per_token: int
+    state_bytes_per_sequence: int      # every fixed per-sequence byte: linear state + window part
+    hbm_bytes: int
+    usable_bytes: int                  # hbm_bytes * kv_memory_fraction
+    kv_pool_bytes: int                 # usable - weights - activations - graphs (may be negative)
+    max_concurrency: int               # sequences at context_tokens the whole replica holds
+    fits: bool
+    reason: str | None = None
+    window_bytes_per_sequence: int = 0  # of the fixed part: sliding-window KV and V4 compressor state
+    context_tokens: int = 0
+
+    @property
+    def bytes_per_sequence(self) -> int:
+        """Bytes one sequence at `context_tokens` occupies on each GPU holding it."""
+        return self.context_tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence
+
+    def to_json(self) -> dict:
+        gb = lambda value: round(value / GB, 3)  # noqa: E731
+        return {
+            "weights_per_gpu_gb": gb(self.weights_bytes),
+            "weights_by_component_gb": {k: gb(v) for k, v in self.weights_by_component_bytes.items()},
+            "activations_gb": gb(self.activations_bytes), "graph_gb": gb(self.graph_bytes),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            "window_bytes_per_sequence": self.window_bytes_per_sequence,
+            "bytes_per_sequence": self.bytes_per_sequence, "context_tokens": self.context_tokens,
+            "hbm_gb": gb(self.hbm_bytes), "usable_gb": gb(self.usable_bytes),
+            "kv_pool_per_gpu_gb": gb(self.kv_pool_bytes), "max_concurrency": self.max_concurrency,
+            "fits": self.fits, "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    tp: int
+    pp: int
+    ep: int
+    attention_dp: int
+    dcp: int
+
+    @property
+    def attention_tp(self) -> int:
+        return self.tp // self.attention_dp
+
+    @property
+    def dense_tp(self) -> int:
+        return self.attention_tp if self.attention_dp > 1 else self.tp
+
+    def per_stage(self, count: int) -> int:
+        return -(-count // self.pp)
+
+
+def dtype_bytes(dtype: Dtype | str, vendor: str) -> float:
+    """Bytes per stored value of a precision on a vendor's platform."""
+    dtype = Dtype(dtype)
+    return FP4_BYTES[vendor] if dtype is Dtype.FP4 else DTYPE_BYTES[dtype]
+
+
+def memory_breakdown(card: ModelCard, *, hbm_bytes: int, vendor: str, tp: int = 1, pp: int = 1, ep: int = 1,
+                     attention_dp: int = 1, dcp: int = 1, weight_dtype: str | None = None,
+                     expert_dtype: str | None = None, activation_dtype: str | None = None,
+                     kv_cache_dtype: str | None = None, kv_memory_fraction: float = 0.9,
+                     max_batched_tokens: int = 8192, max_captured_batch: int = 256,
+                     graph_capture: str = "full", context_tokens: int = 2048) -> MemoryBreakdown:
+    """The per-GPU memory breakdown of `card` on one replica layout (METHOD §3.9)."""
+    layout = _checked_layout(tp, pp, ep, attention_dp, dcp)
+    _check_inputs(vendor, kv_memory_fraction, graph_capture, context_tokens, max_batched_tokens)
+    native = card.native_dtypes
+    w_bytes = dtype_bytes(_dtype("weight_dtype", weight_dtype, native.weight), vendor)
+    e_bytes = dtype_bytes(_dtype("expert_dtype", expert_dtype, native.expert), vendor)
+    kv_dtype = _dtype("kv_cache_dtype", kv_cache_dtype, native.kv_cache, (Dtype.BF16, Dtype.FP8))
+    act_bytes = dtype_bytes(_dtype("activation_dtype", activation_dtype, Dtype.BF16), vendor)
+    weights = _weights(card, layout, w_bytes, e_bytes, dtype_bytes(native.embedding, vendor))
+    kv_token, window, linear_state = _cache(card.attention, layout, DTYPE_BYTES[kv_dtype], context_tokens)
+    state = linear_state + window
+    activations = _activations(card, layout, act_bytes, max_batched_tokens, max_captured_batch)
+    graph = 0 if graph_capture == "none" else int(GRAPH_BASE_BYTES + GRAPH_BYTES_PER_BATCH * max_captured_batch)
+    weights_bytes = sum(weights.values())
+    per_sequence = context_tokens * kv_token + state
+    usable = int(hbm_bytes * kv_memory_fraction)
+    pool = usable - weights_bytes - activations - graph
+    concurrency = max(0, pool) // per_sequence * layout.attention_dp if per_sequence else 0
+    reason = _reason(hbm_bytes, weights_bytes, activations, graph, per_sequence, context_tokens,
+                     concurrency, kv_memory_fraction)
+    return MemoryBreakdown(
+        weights_by_component_bytes=weights, weights_bytes=weights_bytes, activations_bytes=activations,
+        graph_bytes=graph, kv_bytes_per_token=kv_token, state_bytes_per_sequence=state, hbm_bytes=hbm_bytes,
+        usable_bytes=usable, kv_pool_bytes=pool, max_concurrency=concurrency, fits=reason is None,
+        reason=reason, window_bytes_per_sequence=window, context_tokens=context_tokens)
+
+
+# -- inputs ---------------------------------------------------------------------------
+def _checked_layout(tp: int, pp: int, ep: int, attention_dp: int, dcp: int) -> _Layout:
+    for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("attention_dp", attention_dp), ("dcp", dcp)):
+        if not isinstance(value, int) or value < 1:
+            raise InputError(name, f"{value!r} is not a positive integer", "1, 2, 4, 8, ...")
+    if tp % attention_dp:
+        raise InputError("attention_dp", f"{attention_dp} does not divide tp={tp}", "1 or a divisor of tp")
+    if tp % ep:
+        raise InputError("ep", f"{ep} does not divide tp={tp}", "1 or a divisor of tp")
+    if (tp // attention_dp) % dcp:
+        raise InputError("dcp", f"{dcp} does not divide the attention TP {tp // attention_dp}",
+                         "a divisor of tp / attention_dp")
+    return _Layout(tp, pp, ep, attention_dp, dcp)
+
+
+def _check_inputs(vendor: str, fraction: float, graph_capture: str, context: int, batched: int) -> None:
+    if vendor not in FP4_BYTES:
+        raise InputError("vendor", f"unknown GPU vendor '{vendor}'", accepted_list(FP4_BYTES))
+    if not 0 < fraction <= HBM_LEGAL_FRACTION:
+        raise InputError("kv_memory_fraction", f"{fraction} is outside (0, 0.9]", "0.5 .. 0.90")
+    if graph_capture not in GRAPH_CAPTURES:
+        raise InputError("graph_capture", f"unknown value '{graph_capture}'", accepted_list(GRAPH_CAPTURES))
+    if context < 1 or batched < 1:
+        raise InputError("context_tokens / max_batched_tokens", "must be at least 1 token", "positive integers")
+
+
+def _dtype(lever: str, value: str | None, native: Dtype, allowed: tuple[Dtype, ...] = tuple(Dtype)) -> Dtype:
+    if value is None:
+        return native
+    if value not in allowed:
+        raise InputError(lever, f"unknown precision '{value}'", accepted_list(allowed))
+    return Dtype(value)
+
+
+# -- weights --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _CardConstants:
+    """Per-card numbers every call needs, computed once per card."""
+
+    attention: tuple[tuple[int, int, int], ...]   # (layers, replicated, sharded params per layer)
+    dense_mlp_params: int
+    shared_params: int
+    routed_params: int                           # all routed experts of one MoE layer
+    router_params: int
+    embedding_matrix: int
+    attention_widths: tuple[int, ...]
+
+
+@lru_cache(maxsize=256)
+def _constants(card: ModelCard) -> _CardConstants:
+    return _CardConstants(
+        attention=tuple((g.num_layers, g.replicated_params_per_layer,
+                         g.params_per_layer - g.replicated_params_per_layer) for g in card.attention),
+        dense_mlp_params=card.dense_mlp_params_per_layer(), shared_params=card.shared_params_per_moe_layer(),
+        routed_params=card.num_experts * card.expert_params(), router_params=card.router_params_per_moe_layer(),
+        embedding_matrix=card.vocab_size * card.hidden_size,
+        attention_widths=tuple(_attention_width(g) for g in card.attention))
+
+
+def _weights(card: ModelCard, layout: _Layout, w_bytes: float, e_bytes: float, emb_bytes: float) -> dict[str, int]:
+    const, per_stage, atp = _constants(card), layout.per_stage, layout.attention_tp
+    attention = sum(per_stage(layers) * (replicated + sharded / atp) for layers, replicated, sharded in const.attention)
+    moe_layers = per_stage(card.moe_layers)
+    embed, head = const.embedding_matrix / atp, const.embedding_matrix / layout.tp
+    if card.tie_word_embeddings and layout.pp == 1:
+        embeddings = embed
+    else:
+        embeddings = embed + head if layout.pp == 1 else max(embed, head)
+    hc = per_stage(card.num_layers) * card.hyper_connection_params_per_layer
+    other = (per_stage(card.num_layers) * card.norm_params_per_layer
+             + moe_layers * const.router_params + card.final_params)
+    values = {
+        "attention": attention * w_bytes,
+        "dense_mlp": per_stage(card.dense_layers) * const.dense_mlp_params / layout.dense_tp * w_bytes,
+        "shared_experts": moe_layers * const.shared_params / layout.dense_tp * w_bytes,
+        "routed_experts": moe_layers * const.routed_params / layout.tp * e_bytes,
+        "embeddings": embeddings * emb_bytes,
+        "other": other * DTYPE_BYTES[Dtype.BF16] + hc * 4,
+    }
+    return {key: math.ceil(values[key]) for key in COMPONENTS}
+
+
+# -- KV cache and state ---------------------------------------------------------------
+def _heads_per_rank(heads: int, attention_tp: int) -> int:
+    return max(1, -(-heads // attention_tp))
+
+
+def _cache(groups: tuple[AttentionGroup, ...], layout: _Layout, kv_bytes: float, context: int) -> tuple[int, int, int]:
+    """(KV bytes per token, window bytes per sequence, state bytes per sequence) per GPU."""
+    per_token = window = state = 0.0
+    for group in groups:
+        layers = layout.per_stage(group.num_layers)
+        token, fixed, linear = _group_cache(group, layout.attention_tp, kv_bytes, context)
+        per_token += layers * token
+        window += layers * fixed
+        state += layers * linear
+    return math.ceil(per_token / layout.dcp), math.ceil(window), math.ceil(state)
+
+
+def _group_cache(g: AttentionGroup, atp: int, kv_bytes: float, context: int) -> tuple[float, float, float]:
+    """One layer of a group: (per-token KV, fixed window/compressor bytes, linear state)."""
+    if g.kind is AttentionKind.GQA:
+        token = 2 * _heads_per_rank(g.num_kv_heads, atp) * g.head_dim * kv_bytes
+        index = DSA_INDEX_KEY_BYTES if g.indexer_heads else 0
+        if g.window_tokens:
+            return index, min(context, g.window_tokens) * token, 0.0
+        return token + index, 0.0, 0.0
+    if g.kind is AttentionKind.MLA:
+        index = DSA_INDEX_KEY_BYTES if g.indexer_heads else 0
+        return (g.kv_lora_rank + g.qk_rope_head_dim) * kv_bytes + index, 0.0, 0.0
+    if g.kind is AttentionKind.COMPRESSED:
+        return _compressed_cache(g, kv_bytes, context)
+    return 0.0, 0.0, _linear_state(g, atp)
+
+
+def _compressed_cache(g: AttentionGroup, kv_bytes: float, context: int) -> tuple[float, float, float]:
+    """DeepSeek-V4 per layer: window + 1/ratio compressed entries + fp32 compressor state
+    (+ FP4 indexer keys and the indexer's compressor state at ratio 4)."""
+    entry = g.head_dim * kv_bytes
+    fixed = min(context, g.window_tokens or 0) * entry
+    ratio = g.compress_ratio
+    if not ratio:
+        return 0.0, fixed, 0.0
+    coff = 2 if ratio == 4 else 1
+    token = entry / ratio
+    fixed += 2 * ratio * coff * g.head_dim * 4
+    if g.indexer_head_dim:
+        token += g.indexer_head_dim * 0.5 / ratio
+        fixed += 2 * ratio * coff * g.indexer_head_dim * 4
+    return token, fixed, 0.0
+
+
+def _linear_state(g: AttentionGroup, atp: int) -> float:
+    """Fixed per-sequence state of one linear-attention layer on one attention-TP rank."""
+    nv = _heads_per_rank(g.linear_num_v_heads, atp)
+    dk, dv = g.linear_k_head_dim, g.linear_v_head_dim
+    if g.kind is AttentionKind.GDN:
+        nk = _heads_per_rank(g.linear_num_k_heads, atp)
+        conv = (2 * nk * dk + nv * dv) * (g.conv_kernel - 1)
+    elif g.kind is AttentionKind.KDA:
+        conv = 3 * nv * dk * (g.conv_kernel - 1)
+    else:
+        conv = 0
+    return conv * STATE_CONV_BYTES + nv * dv * dk * STATE_RECURRENT_BYTES
+
+
+# -- activations and verdict ----------------------------------------------------------
+def _attention_width(g: AttentionGroup) -> int:
+    """Elements one token's attention projections produce (whole layer, before TP)."""
+    if g.kind is AttentionKind.MLA:
+        return g.num_heads * (g.head_dim + g.qk_nope_head_dim + g.v_head_dim)
+    if g.kind is AttentionKind.GDN:
+        return 2 * g.linear_num_k_heads * g.linear_k_head_dim + 2 * g.linear_num_v_heads * g.linear_v_head_dim
+    if g.kind in (AttentionKind.KDA, AttentionKind.LIGHTNING):
+        return 4 * g.num_heads * g.head_dim
+    if g.kind is AttentionKind.COMPRESSED:
+        return g.num_heads * g.head_dim
+    return (g.num_heads + 2 * g.num_kv_heads) * g.head_dim
+
+
+def _activations(card: ModelCard, layout: _Layout, act_bytes: float, tokens: int, captured: int) -> int:
+    rank_tokens = -(-tokens // layout.attention_dp)
+    widest = max([width / layout.attention_tp for width in _constants(card).attention_widths]
+                 + [2 * card.dense_intermediate_size / layout.dense_tp,
+                    2 * card.num_shared_experts * card.shared_intermediate_size / layout.dense_tp])
+    dense = rank_tokens * (RESIDUAL_BUFFERS * card.hidden_size * card.hyper_connection_mult * 2 + widest * act_bytes)
+    moe_tp = layout.tp // layout.ep
+    copies = tokens * card.top_k / layout.ep        # expert copies of the batch's tokens on one GPU
+    moe = copies * (2 * card.moe_intermediate_size / moe_tp + card.expert_hidden_size) * act_bytes
+    logits = min(rank_tokens, captured) * -(-card.vocab_size // layout.tp) * 4
+    return math.ceil(dense + moe + logits)
+
+
+def _reason(hbm: int, weights: int, activations: int, graph: int, per_sequence: int, context: int,
+            concurrency: int, fraction: float) -> str | None:
+    needed = weights + activations + graph + per_sequence
+    limit = hbm * HBM_LEGAL_FRACTION
+    if needed > limit:
+        return (f"weights {weights / GB:,.1f} GB + activations {activations / GB:,.1f} GB + graphs "
+                f"{graph / GB:,.1f} GB + one {context}-token sequence {per_sequence / GB:,.2f} GB per GPU "
+                f"exceed 90% of HBM ({limit / GB:,.1f} of {hbm / GB:,.1f} GB)")
+    if concurrency < 1:
+        return (f"kv_memory_fraction={fraction} leaves no room for one {context}-token sequence "
+                f"({per_sequence / GB:,.2f} GB per GPU)")
+    return None

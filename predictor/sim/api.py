@@ -1,0 +1,98 @@
+"""The simulator's entry point: `simulate(target, config, workload, ...)` (METHOD §5).
+
+Callers pass a step-model factory (one step model per replica configuration: the
+predictor passes its own, tests a fake) and a workload: a `predictor.workload.WorkloadSpec`
+(fixed ISL/OSL: closed loop at ``config.concurrency`` clients with zero think time, or
+Poisson at ``config.arrival_rate``; or ``agentic``: the synthetic agentic profile over
+``config.concurrency`` live sessions), or a richer `SyntheticWorkload`, `AgenticWorkload`
+or trace (`load_trace`). The result is deterministic for a given seed: the workload
+and the router draw from separate generators spawned from it.
+
+Steady-state semantics (matched by `predictor.analytical`): closed loop, zero think time,
+each client sends its next request the moment the previous one finishes; prompts are
+prefilled in chunks of ``min(chunked_prefill_size, max_batched_tokens)`` that ride in
+decode steps on mixing engines (vLLM, TRT-LLM); each client's first request is warm-up;
+the window ends when the last request is released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from levers.configuration import Configuration
+from levers.errors import InputError
+from predictor.sim.agentic import AgenticWorkload, load_profile
+from predictor.sim.capacity import CapacityModel, memory_capacity
+from predictor.sim.deployment import BuildInputs, StepModelFactory, build_deployment
+from predictor.sim.prefix_cache import EvictionPolicy
+from predictor.sim.results import Recorder, SimResult
+from predictor.sim.router import Router
+from predictor.sim.simulator import Progress, Simulation
+from predictor.sim.source import SessionSource
+from predictor.sim.trace_base import TraceWorkload
+from predictor.sim.workloads import ArrivalMode, LengthRange, SyntheticWorkload, Workload
+from predictor.workload import WorkloadSpec
+
+if TYPE_CHECKING:
+    from predictor.target import Target
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """Internal knobs (not levers): the eviction policy (to show why leaf-first matters)
+    and whether to keep the per-request table for a CSV."""
+
+    eviction: EvictionPolicy = EvictionPolicy.LEAF_FIRST
+    keep_rows: bool = False
+
+
+def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target: "Target | None") -> Workload:
+    """Turn a named workload into a replayable one; pass richer workloads through."""
+    if isinstance(workload, TraceWorkload):
+        return workload.retimed(config.arrival_rate) if workload.mode is ArrivalMode.OPEN else workload
+    if not isinstance(workload, WorkloadSpec):
+        return workload
+    if workload.is_fixed:
+        open_loop = config.arrival_rate > 0
+        return SyntheticWorkload(LengthRange.fixed(workload.isl), LengthRange.fixed(workload.osl),
+                                 mode=ArrivalMode.OPEN if open_loop else ArrivalMode.CLOSED,
+                                 arrival_rate=config.arrival_rate, warmup_sessions_per_slot=0 if open_loop else 1,
+                                 name=workload.name)
+    profile = load_profile()
+    card_limit = getattr(getattr(target, "card", None), "max_context", None) or profile.max_context_tokens
+    return AgenticWorkload(profile, config.concurrency, min(profile.max_context_tokens, card_limit))
+
+
+def simulate(target: "Target", config: Configuration, workload: WorkloadSpec | Workload, *,
+             step_model_factory: StepModelFactory, num_requests: int | None = None, seed: int = 0,
+             progress: Progress | None = None, capacity_model: CapacityModel | None = None,
+             options: SimOptions | None = None) -> SimResult:
+    """Replay ``workload`` on ``config`` for ``target``; see the module docstring.
+
+    ``capacity_model`` (default: the memory model of ``target``) gives each replica
+    configuration's per-rank KV pool; ``num_requests`` caps the released requests
+    (default: the workload's own: 10 per client for fixed closed loops, 1000 open loop,
+    40 per session slot for agentic, every request of a trace).
+    """
+    options = options or SimOptions()
+    replayable = as_workload(workload, config, target)
+    requests = num_requests if num_requests is not None else replayable.default_num_requests(config.concurrency)
+    if requests < 1:
+        raise InputError("--requests", f"{requests} requests", "at least 1")
+    workload_rng, router_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    recorder = Recorder()
+    cluster = target.cluster
+    inputs = BuildInputs(target.engine, step_model_factory, capacity_model or memory_capacity(target),
+                         replayable.block_tokens, options.eviction, cluster.gpu.host_link_gbps, recorder)
+    deployment = build_deployment(config, inputs, scale_up_gpus=cluster.scale_up_gpus(),
+                                  fabric_gbps=cluster.gpu.intra_node_bw_gbps, nic_gbps=cluster.gpu.nic_bw_gbps)
+    source = SessionSource(replayable, requests, config.concurrency, workload_rng)
+    simulation = Simulation(deployment, source, Router(config.router, router_rng), recorder, progress,
+                            keep_rows=options.keep_rows)
+    result = simulation.run()
+    if isinstance(replayable, TraceWorkload):
+        result.extra["bad_lines_skipped"] = replayable.bad_lines
+    return result

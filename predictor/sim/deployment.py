@@ -1,0 +1,138 @@
+"""Build the simulated deployment: replicas, ranks, KV pools, caches, hand-off links.
+
+Colocated: ``config.replicas`` replicas of the configuration's layout. Disaggregated
+(METHOD §3.11): the pools of `predictor.feasibility.pool_configs`, each with its own
+step model (from the caller's factory), its own KV budget per attention-DP rank and its
+own running cap; prefill ranks keep a prefix cache, decode ranks do not. Host time
+(METHOD §3.12) is added to a colocated request's TTFT and end-to-end; on a split, half
+of the prefill host time is billed on the prefill step that admits the prompt (later
+prompts queue behind it) and half of the decode side's is added to TTFT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from levers.catalog import Engine
+from levers.configuration import Configuration
+from predictor.analytical import host_time_ms
+from predictor.feasibility import pool_configs
+from predictor.handoff import DEFAULT_BACKEND
+from predictor.sim.capacity import CapacityModel, PoolCapacity
+from predictor.sim.handoff import HandoffLaw, HandoffLinks, link_gbps
+from predictor.sim.host_tier import HostLink, dram_capacity_blocks
+from predictor.sim.kv_pool import KvPool, PoolShape
+from predictor.sim.prefix_cache import CACHES, EvictionPolicy
+from predictor.sim.rank import Rank
+from predictor.sim.replica import Replica
+from predictor.sim.request import Request
+from predictor.sim.results import Recorder
+from predictor.sim.scheduler import PROFILES, SCHEDULERS, Limits
+from predictor.step import StepModel
+
+US_PER_MS = 1e3
+StepModelFactory = Callable[[Configuration], StepModel]
+
+
+@dataclass(frozen=True, slots=True)
+class HostTimes:
+    fixed_us: float
+    per_token_us: float
+
+    @staticmethod
+    def of(model: StepModel) -> "HostTimes":
+        fixed = host_time_ms(model, 0) * US_PER_MS
+        return HostTimes(fixed, host_time_ms(model, 1000) - fixed / US_PER_MS)
+
+    def of_prompt(self, prompt_tokens: int) -> float:
+        return self.fixed_us + self.per_token_us * prompt_tokens
+
+
+@dataclass
+class Pool:
+    role: str                    # "colocated", "prefill" or "decode"
+    replicas: list[Replica]
+    units: list[Rank]
+    model: StepModel
+    capacity: PoolCapacity
+    config: Configuration
+    host: HostTimes
+    ttft_host_share: float       # share of the host time added to TTFT / end-to-end
+
+    def host_us(self, request: Request) -> float:
+        return self.ttft_host_share * self.host.of_prompt(request.prompt_tokens)
+
+
+@dataclass
+class Deployment:
+    entry: Pool                  # where requests arrive (colocated or prefill pool)
+    decode: Pool | None          # disaggregated decode pool
+    links: HandoffLinks | None
+    total_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class BuildInputs:
+    engine: Engine
+    step_model_factory: StepModelFactory
+    capacity_model: CapacityModel
+    block_tokens: int
+    eviction: EvictionPolicy
+    host_link_gbps: float
+    recorder: Recorder
+
+
+def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpus: int,
+                     fabric_gbps: float, nic_gbps: float) -> Deployment:
+    pools = pool_configs(config)
+    if pools is None:
+        entry = _pool("colocated", config, inputs)
+        return Deployment(entry, None, None, config.total_gpus)
+    prefill_config, decode_config = pools
+    prefill = _pool("prefill", prefill_config, inputs, bill_host_on_prefill=True)
+    decode = _pool("decode", decode_config, inputs)
+    decode.ttft_host_share = 0.5
+    decode.host = HostTimes(decode.host.fixed_us, 0.0)
+    backend = config.kv_transfer_backend or DEFAULT_BACKEND[inputs.engine]
+    law = HandoffLaw(backend, link_gbps(config.total_gpus, scale_up_gpus, fabric_gbps, nic_gbps),
+                     prefill.capacity.kv_bytes_per_token, prefill.capacity.state_bytes_per_sequence,
+                     prefill.capacity.num_layers)
+    return Deployment(prefill, decode, HandoffLinks(law, len(prefill.units)), config.total_gpus)
+
+
+def _limits(config: Configuration, engine: Engine, role: str) -> Limits:
+    cap = config.max_running_requests
+    quirk = PROFILES[engine].decode_pool_cap
+    if role == "decode" and quirk is not None and config.attention_dp <= 1:
+        cap = min(cap, quirk)
+    speculating = config.spec_method != "none" and config.spec_depth > 0
+    return Limits(cap, config.max_batched_tokens, min(config.chunked_prefill_size, config.max_batched_tokens),
+                  1 + (config.spec_depth if speculating else 0))
+
+
+def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_prefill: bool = False) -> Pool:
+    model = inputs.step_model_factory(config)
+    capacity = inputs.capacity_model(config)
+    profile = PROFILES[inputs.engine]
+    shape = PoolShape(capacity.kv_capacity_tokens, config.kv_block_size or profile.default_page_tokens,
+                      inputs.block_tokens, capacity.state_tokens)
+    caching = config.prefix_cache == "on" and role != "decode"
+    dram_blocks = dram_capacity_blocks(config.host_kv_tier_gb, capacity.kv_bytes_per_token, inputs.block_tokens)
+    limits = _limits(config, inputs.engine, role)
+    host = HostTimes.of(model)
+    tokens_per_step = max(1.0, float(model.tokens_per_step))
+    replicas, units = [], []
+    for r in range(max(1, config.replicas)):
+        ranks = []
+        for _ in range(max(1, config.attention_dp)):
+            cache = CACHES[inputs.eviction](dram_blocks) if caching else None
+            link = HostLink(inputs.host_link_gbps) if caching and dram_blocks else None
+            rank = Rank(len(units), r, KvPool(shape, cache), link, tokens_per_step)
+            ranks.append(rank)
+            units.append(rank)
+        billed = (0.5 * host.fixed_us, 0.5 * host.per_token_us) if bill_host_on_prefill else (0.0, 0.0)
+        replicas.append(Replica(r, ranks, SCHEDULERS[inputs.engine], model, limits, inputs.recorder,
+                                host_us_on_prefill=billed[0], host_us_per_prompt_token=billed[1]))
+    share = 0.0 if bill_host_on_prefill else 1.0
+    return Pool(role, replicas, units, model, capacity, config, host, share)

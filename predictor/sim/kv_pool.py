@@ -1,0 +1,136 @@
+"""The paged KV pool of one scheduler rank (METHOD §3.9, §5).
+
+Capacity comes from the memory model: ``kv_pool_bytes / kv_bytes_per_token`` tokens per
+rank, with each sequence's fixed linear-attention state counted as token equivalents.
+The pool holds the prefix cache's HBM blocks (trace-sized blocks: 512 tokens in Mooncake
+traces, 64 in agentic ones) and every running request's private pages (``kv_block_size``
+pages). Admission reserves a request's whole KV (prompt + output pages): there is no
+preemption (TRT-LLM's GUARANTEED_NO_EVICT, SGLang's conservative admission at steady
+state; vLLM's optimistic admission with recompute is a known gap).
+
+Order of one admission: match, pin the HBM hit (so making room cannot evict it), evict
+cached leaves until the reservation fits, or give up and leave the request waiting.
+After prefill the prompt's blocks move from private pages into the cache (duplicates
+inserted meanwhile by another request are freed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from predictor.sim.prefix_cache import PrefixCache
+from predictor.sim.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class PoolShape:
+    """Per-rank sizes in tokens."""
+
+    capacity_tokens: int
+    page_tokens: int            # kv_block_size
+    block_tokens: int           # prefix-cache block (the trace's block size)
+    state_tokens: int           # per-sequence fixed state, in token equivalents
+
+
+def pages(tokens: int, page_tokens: int) -> int:
+    """Tokens rounded up to whole pages."""
+    return -(-tokens // page_tokens) * page_tokens
+
+
+class KvPool:
+    def __init__(self, shape: PoolShape, cache: PrefixCache | None) -> None:
+        self.shape = shape
+        self.cache = cache
+        self.private_tokens = 0
+
+    @property
+    def used_tokens(self) -> int:
+        cached = self.cache.num_hbm_blocks * self.shape.block_tokens if self.cache else 0
+        return self.private_tokens + cached
+
+    def free_tokens(self) -> int:
+        return self.shape.capacity_tokens - self.used_tokens
+
+    def footprint_tokens(self, request: Request) -> int:
+        """KV one request needs with no cache hit."""
+        return self._private_need(request, 0)
+
+    def match(self, request: Request) -> tuple[int, int]:
+        if self.cache is None or not request.num_blocks:
+            return 0, 0
+        return self.cache.match(request.block_ids, request.num_blocks)
+
+    # -- admission -------------------------------------------------------------------
+    def prefill_need(self, request: Request) -> int:
+        """Tokens the request would compute if admitted now."""
+        hit = self.match(request)[0]
+        return request.prompt_tokens - min(hit * self.shape.block_tokens, max(0, request.prompt_tokens - 1))
+
+    def try_admit(self, request: Request) -> bool:
+        """Reserve the request's KV; set its hit and private pages. False: no room now."""
+        shape, cache = self.shape, self.cache
+        hit = 0
+        if cache is not None and request.num_blocks and not request.is_kv_ready:
+            hit = cache.match(request.block_ids, request.num_blocks)[0]
+            cache.pin(request.block_ids, hit)
+        hit_tokens = min(hit * shape.block_tokens, max(0, request.prompt_tokens - 1))
+        need = self._private_need(request, hit * shape.block_tokens)
+        shortfall = need - self.free_tokens()
+        if shortfall > 0 and cache is not None:
+            cache.evict(-(-shortfall // shape.block_tokens))
+            shortfall = need - self.free_tokens()
+        if shortfall > 0:
+            if cache is not None:
+                cache.unpin(request.block_ids, hit)
+            return False
+        self.private_tokens += need
+        request.private_tokens = need
+        request.pinned_blocks = hit
+        if not request.is_kv_ready:
+            request.hit_blocks = hit
+            request.cached_tokens = hit_tokens
+        return True
+
+    def _private_need(self, request: Request, cached_tokens: int) -> int:
+        prompt = max(request.prompt_tokens, request.num_blocks * self.shape.block_tokens)
+        total = prompt + (request.output_tokens if request.decodes_here else 0)
+        uncached = max(0, total - cached_tokens)
+        return pages(uncached, self.shape.page_tokens) + self.shape.state_tokens
+
+    # -- after prefill / at the end --------------------------------------------------
+    def commit_prompt(self, request: Request) -> None:
+        """Move the prompt's computed blocks into the cache and pin the whole prompt."""
+        cache = self.cache
+        if cache is None or not request.num_blocks or request.is_kv_ready:
+            return
+        start, stop = request.hit_blocks, request.num_blocks
+        cache.insert(request.block_ids, start, stop)
+        moved = min(request.private_tokens, (stop - start) * self.shape.block_tokens)
+        request.private_tokens -= moved
+        self.private_tokens -= moved
+        cache.pin(request.block_ids, stop)
+        cache.unpin(request.block_ids, request.pinned_blocks)
+        request.pinned_blocks = stop
+
+    def release(self, request: Request) -> None:
+        self.private_tokens -= request.private_tokens
+        request.private_tokens = 0
+        if self.cache is not None and request.pinned_blocks:
+            self.cache.unpin(request.block_ids, request.pinned_blocks)
+            request.pinned_blocks = 0
+
+    # -- host tier -------------------------------------------------------------------
+    def promote(self, request: Request, start: int, stop: int) -> int:
+        """Load ids[start:stop] from the host tier into HBM, making room (METHOD §3.10)."""
+        cache = self.cache
+        if cache is None or stop <= start:
+            return 0
+        cache.pin(request.block_ids, start)
+        promoted = cache.promote(request.block_ids, start, stop)
+        cache.pin(request.block_ids, start + promoted)
+        overflow = -self.free_tokens()
+        if overflow > 0:
+            cache.evict(-(-overflow // self.shape.block_tokens))
+        cache.unpin(request.block_ids, start + promoted)
+        cache.unpin(request.block_ids, start)
+        return promoted

@@ -1,0 +1,162 @@
+"""One engine replica: its ranks, its step model and the step it is running (METHOD §5).
+
+The engine step is schedule -> price -> advance (STYLE rule 2): `begin_step` asks the
+engine scheduler for a batch and prices it; the simulator waits until the step ends
+and `end_step` applies it. Attention-DP ranks run in lockstep and a step costs its
+slowest rank: the step model is called with ``dp x`` the largest rank load (the replica
+batch when ranks are balanced). A decode-only stretch (nothing to admit, nothing
+finishing before its end) is advanced as many identical steps at once, priced in a few
+segments at their mid context; a request that reaches the replica mid-stretch cuts it
+at the next step boundary (`truncate`), so skipping steps never delays an admission.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from predictor.sim.rank import Rank
+from predictor.sim.scheduler import Batch, EngineScheduler, Limits, Recorder, StepOutcome, advance
+from predictor.step import StepModel
+
+STRETCH_SEGMENTS = 4        # pricing points per decode-only stretch (decode cost ~ linear in context)
+
+
+class StepKind(StrEnum):
+    DECODE = "decode"
+    PREFILL = "prefill"
+    MIXED = "mixed"
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    batch: Batch
+    kind: StepKind
+    start_us: float
+    segments: tuple[tuple[int, float], ...]   # (steps, step_us)
+    stalls_decoders: bool                      # prefill work while requests were decoding
+
+    @property
+    def num_steps(self) -> int:
+        return sum(n for n, _ in self.segments)
+
+    @property
+    def duration_us(self) -> float:
+        return sum(n * us for n, us in self.segments)
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.duration_us
+
+    def truncated(self, now_us: float) -> "StepPlan":
+        """The same stretch cut at its first step boundary at or after ``now_us``."""
+        elapsed, kept, cut = now_us - self.start_us, [], 0.0
+        for count, step_us in self.segments:
+            remaining = elapsed - cut
+            if kept and remaining <= 1e-9:
+                break
+            need = max(1, math.ceil(remaining / step_us - 1e-9)) if step_us > 0 else count
+            if need < count:
+                kept.append((need, step_us))
+                break
+            kept.append((count, step_us))
+            cut += count * step_us
+        return replace(self, segments=tuple(kept))
+
+
+class Replica:
+    def __init__(self, index: int, ranks: list[Rank], scheduler: EngineScheduler, model: StepModel,
+                 limits: Limits, recorder: Recorder, *, host_us_on_prefill: float = 0.0,
+                 host_us_per_prompt_token: float = 0.0) -> None:
+        self.index = index
+        self.ranks = ranks
+        self.scheduler = scheduler
+        self.model = model
+        self.limits = limits
+        self.recorder = recorder
+        self.dp = len(ranks)
+        self.plan: StepPlan | None = None
+        self.stamp = 0
+        self.kick_pending = False
+        self.host_us_on_prefill = host_us_on_prefill
+        self.host_us_per_prompt_token = host_us_per_prompt_token
+
+    @property
+    def bills_host(self) -> bool:
+        return bool(self.host_us_on_prefill or self.host_us_per_prompt_token)
+
+    @property
+    def is_stretching(self) -> bool:
+        return self.plan is not None and self.plan.num_steps > 1
+
+    def begin_step(self, now_us: float) -> StepPlan | None:
+        """Schedule and price the next step; None when there is nothing to do."""
+        batch = self.scheduler.schedule(self, now_us)
+        if batch is None:
+            self.plan = None
+            return None
+        self.plan = self._price(batch, now_us)
+        self.stamp += 1
+        return self.plan
+
+    def truncate(self, now_us: float) -> StepPlan | None:
+        """Cut a running stretch at the next step boundary; None if nothing changed."""
+        plan = self.plan
+        if plan is None or plan.num_steps <= 1 or now_us >= plan.end_us:
+            return None
+        cut = plan.truncated(now_us)
+        if cut.num_steps == plan.num_steps:
+            return None
+        self.plan = cut
+        self.stamp += 1
+        return cut
+
+    def end_step(self) -> StepOutcome:
+        """Advance the running step (the third part of schedule -> price -> advance)."""
+        plan, self.plan = self.plan, None
+        self.recorder.step(plan.kind, plan.num_steps, plan.duration_us, plan.stalls_decoders)
+        return advance(plan.batch.work, plan.start_us, plan.segments[0][1], plan.segments, self.recorder)
+
+    # -- pricing ---------------------------------------------------------------------------
+    def _price(self, batch: Batch, now_us: float) -> StepPlan:
+        dp, model = self.dp, self.model
+        decoding = [w.rank for w in batch.work if w.decodes]
+        num_decoders = sum(r.num_decoders for r in decoding)
+        decode_batch = dp * max((r.num_decoders for r in decoding), default=0)
+        ctx = sum(r.context_sum() for r in decoding) / num_decoders if num_decoders else 0.0
+        prefill_tokens = dp * max((sum(t for _, t in w.chunks) for w in batch.work), default=0)
+        if not prefill_tokens:
+            segments = self._stretch(decode_batch, ctx, num_decoders, batch.max_steps)
+            return StepPlan(batch, StepKind.DECODE, now_us, segments, False)
+        chunks = [(r, t) for w in batch.work for r, t in w.chunks]
+        num_seqs = dp * max(len(w.chunks) for w in batch.work)
+        prior = sum(r.cached_tokens + r.prefilled for r, _ in chunks) / len(chunks)
+        host_us = sum(self.host_us_on_prefill + self.host_us_per_prompt_token * r.prompt_tokens
+                      for r, _ in chunks if r.prefilled == 0) if self.bills_host else 0.0
+        stalls = any(w.rank.num_decoders for w in batch.work)
+        if decode_batch and any(w.chunks and w.decodes for w in batch.work):
+            step_us = model.mixed_us(prefill_tokens, decode_batch, ctx, prior)
+            kind = StepKind.MIXED
+        else:
+            step_us = model.prefill_us(prefill_tokens, num_seqs, prior)
+            if decode_batch:
+                step_us = max(step_us, model.decode_us(decode_batch, ctx))
+            kind = StepKind.PREFILL
+        return StepPlan(batch, kind, now_us, ((1, step_us + host_us),), stalls)
+
+    def _stretch(self, decode_batch: int, ctx: float, num_decoders: int,
+                 num_steps: int) -> tuple[tuple[int, float], ...]:
+        model = self.model
+        if num_steps <= 1:
+            return ((1, model.decode_us(decode_batch, ctx)),)
+        growth = model.tokens_per_step if num_decoders else 0.0
+        parts = min(STRETCH_SEGMENTS, num_steps)
+        base, extra = divmod(num_steps, parts)
+        segments, done = [], 0
+        for part in range(parts):
+            count = base + (1 if part < extra else 0)
+            mid_ctx = ctx + growth * (done + (count - 1) / 2.0)
+            segments.append((count, model.decode_us(decode_batch, mid_ctx)))
+            done += count
+        return tuple(segments)

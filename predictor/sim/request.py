@@ -1,0 +1,96 @@
+"""What the simulator moves around: a request's static description and its run state.
+
+A :class:`RequestSpec` is frozen workload data (METHOD §5 input). A :class:`Request` is
+the mutable run state of one released spec; only the engine scheduler
+(`predictor.sim.scheduler`) and the KV pool change it once it is routed (STYLE rule 2).
+It is a slotted class, not a dataclass, because the event loop touches it per step.
+Times are microseconds of simulated time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NO_BLOCKS = np.zeros(0, dtype=np.int64)
+NO_BLOCKS.flags.writeable = False
+
+
+def _no_blocks() -> np.ndarray:
+    return NO_BLOCKS
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RequestSpec:
+    """One request of a workload.
+
+    ``block_ids`` are the content hashes of the prompt's fixed-size blocks, prefix-
+    chained (one id names one prefix); empty when the prompt shares nothing.
+    ``deps`` index requests of the same session that must finish first (a session turn
+    waits on its predecessor; a parent turn joins its subagents); ``think_us`` is the
+    delay after the last of them finishes (or, for a session's root under a closed
+    loop, after the client's slot frees). ``arrival_us`` is set for open-loop roots.
+    """
+
+    prompt_tokens: int
+    output_tokens: int
+    block_ids: np.ndarray = field(default_factory=_no_blocks)
+    deps: tuple[int, ...] = ()
+    think_us: float = 0.0
+    arrival_us: float | None = None
+    label: str = ""
+
+
+class Request:
+    """Run state of one released request (see the module docstring)."""
+
+    __slots__ = (
+        "rid", "local_index", "spec", "session", "slot", "is_warmup", "prompt_tokens", "output_tokens",
+        "block_ids", "num_blocks", "arrival_us", "admit_us", "first_token_us", "finish_us",
+        "unit", "hit_blocks", "route_hbm_blocks", "loaded_blocks", "cached_tokens",
+        "dram_tokens", "prefill_target", "prefilled", "private_tokens", "pinned_blocks",
+        "start_step", "finish_step", "steps_needed", "is_kv_ready", "decodes_here",
+        "host_us", "rank",
+    )
+
+    def __init__(self, rid: int, spec: RequestSpec, session: int, slot: int,
+                 arrival_us: float, is_warmup: bool = False, local_index: int = 0) -> None:
+        self.rid = rid
+        self.local_index = local_index   # index within its session
+        self.spec = spec
+        self.session = session
+        self.slot = slot
+        self.is_warmup = is_warmup
+        self.prompt_tokens = spec.prompt_tokens
+        self.output_tokens = spec.output_tokens
+        self.block_ids = spec.block_ids
+        self.num_blocks = len(spec.block_ids)
+        self.arrival_us = arrival_us
+        self.admit_us = -1.0
+        self.first_token_us = -1.0
+        self.finish_us = -1.0
+        self.unit = -1
+        self.hit_blocks = 0          # leading blocks resident in HBM at admission
+        self.route_hbm_blocks = 0    # HBM-resident leading blocks when routed (before loads)
+        self.loaded_blocks = 0       # blocks promoted from the host tier for this request
+        self.cached_tokens = 0
+        self.dram_tokens = 0         # of cached_tokens, those loaded from the host tier
+        self.prefill_target = 0      # tokens to compute
+        self.prefilled = 0
+        self.private_tokens = 0      # KV reserved outside the prefix cache
+        self.pinned_blocks = 0       # leading blocks pinned in the prefix cache
+        self.start_step = 0
+        self.finish_step = 0
+        self.steps_needed = 0
+        self.is_kv_ready = False     # disaggregated decode: KV arrived, no prefill here
+        self.decodes_here = True     # False on a prefill pool
+        self.host_us = 0.0
+        self.rank = None             # the scheduler rank holding it (set when routed)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_us >= 0.0
+
+    def __repr__(self) -> str:
+        return f"Request({self.rid}, isl={self.prompt_tokens}, osl={self.output_tokens})"

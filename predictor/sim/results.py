@@ -1,0 +1,203 @@
+"""What a simulation measured: latency distributions, throughput, hit rates (METHOD §5, §8).
+
+Per request: TTFT from arrival (what users see) and from admission (what engine
+benchmarks report), TPOT = (end - first token) / (output - 1), interactivity =
+1000 / TPOT, end-to-end; host time (METHOD §3.12) is added to TTFT and end-to-end.
+ITL samples are step gaps weighted by the requests that waited them, so a stretch of
+identical steps is one sample. Statistics: mean, p50, p90, p95, p99, p99.9.
+
+Steady state: a closed loop measures requests released after the warm-up and finished
+before the last request was released (the drain, with its shrinking batch, is left out),
+and throughput over that window from token counters; an open loop measures everything
+from the first arrival to the last completion. Metric keys follow
+`objectives.objectives.METRIC_KEYS` so objectives and SLOs read them directly.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from predictor.sim.request import Request
+
+STATS = ("mean", "p50", "p90", "p95", "p99", "p999")
+QUANTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+JSON_STATS = ("mean", "p50", "p90", "p99", "p999")
+US_PER_MS, US_PER_S = 1e3, 1e6
+
+
+class Recorder:
+    """Counters the replicas report into while the simulation runs."""
+
+    def __init__(self) -> None:
+        self.itl_values: list[float] = []
+        self.itl_weights: list[float] = []
+        self.input_tokens = 0.0
+        self.output_tokens = 0.0
+        self.decode_steps = 0
+        self.decode_us = 0.0
+        self.mixed_steps = 0            # steps that advanced decoders while prefilling
+        self.stall_steps = 0            # prefill work while requests were decoding
+        self.stall_us = 0.0
+        self.total_steps = 0
+
+    def itl(self, value_us: float, weight: float) -> None:
+        self.itl_values.append(value_us)
+        self.itl_weights.append(weight)
+
+    def count_tokens(self, input_tokens: float, output_tokens: float) -> None:
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+
+    def step(self, kind: str, num_steps: int, duration_us: float, stalls_decoders: bool) -> None:
+        self.total_steps += num_steps
+        if kind == "decode":
+            self.decode_steps += num_steps
+            self.decode_us += duration_us
+        elif stalls_decoders:
+            self.stall_steps += 1
+            self.stall_us += duration_us
+            self.mixed_steps += kind == "mixed"
+
+    def snapshot(self, now_us: float) -> tuple[float, float, float]:
+        return now_us, self.input_tokens, self.output_tokens
+
+
+def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
+    if values.size == 0:
+        return {stat: float("nan") for stat in STATS}
+    if weights is None:
+        out = {"mean": float(values.mean())}
+        points = np.percentile(values, list(QUANTILES.values()))
+        out.update({k: float(v) for k, v in zip(QUANTILES, points)})
+        return out
+    order = np.argsort(values, kind="stable")
+    sorted_values, cumulative = values[order], np.cumsum(weights[order])
+    total = cumulative[-1]
+    out = {"mean": float(np.dot(values, weights) / total)}
+    for name, q in QUANTILES.items():
+        index = min(int(np.searchsorted(cumulative, q / 100.0 * total)), len(order) - 1)
+        out[name] = float(sorted_values[index])
+    return out
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Distributions (ms), throughputs (tok/s), hit rates, and the per-request table."""
+
+    distributions: dict[str, dict[str, float]]
+    scalars: dict[str, float]
+    hit_rate: dict
+    num_requests: int
+    sim_wall_s: float
+    sim_time_s: float
+    extra: dict = field(default_factory=dict)
+    rows: tuple[dict, ...] = ()
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Flat record in the project's metric-key convention."""
+        flat = {f"{name}_{stat}": value for name, dist in self.distributions.items()
+                for stat, value in dist.items()}
+        flat.update(self.scalars)
+        return flat
+
+    def to_json(self) -> dict:
+        data = {name: {s: _round(dist[s]) for s in JSON_STATS} for name, dist in self.distributions.items()}
+        data.update({k: _round(v) for k, v in self.scalars.items()})
+        data.update(hit_rate=self.hit_rate, num_requests=self.num_requests,
+                    sim_wall_s=round(self.sim_wall_s, 4), sim_time_s=round(self.sim_time_s, 3))
+        data.update(self.extra)
+        return data
+
+    def write_csv(self, path: str | Path) -> None:
+        fields = list(self.rows[0]) if self.rows else list(ROW_FIELDS)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(self.rows)
+
+
+ROW_FIELDS = ("rid", "session", "label", "unit", "is_warmup", "is_measured", "prompt_tokens",
+              "output_tokens", "cached_tokens", "dram_tokens", "arrival_ms", "admit_ms",
+              "first_token_ms", "finish_ms", "ttft_ms", "ttft_admission_ms", "tpot_ms", "e2e_ms")
+
+
+def _round(value: float) -> float | None:
+    return None if value != value else round(float(value), 4)
+
+
+def request_rows(requests: list[Request], measured: set[int]) -> tuple[dict, ...]:
+    rows = []
+    for r in requests:
+        tpot = (r.finish_us - r.first_token_us) / (r.output_tokens - 1) / US_PER_MS if r.output_tokens > 1 else ""
+        rows.append({
+            "rid": r.rid, "session": r.session, "label": r.spec.label, "unit": r.unit,
+            "is_warmup": r.is_warmup, "is_measured": r.rid in measured,
+            "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+            "cached_tokens": r.cached_tokens, "dram_tokens": r.dram_tokens,
+            "arrival_ms": round(r.arrival_us / US_PER_MS, 4), "admit_ms": round(r.admit_us / US_PER_MS, 4),
+            "first_token_ms": round(r.first_token_us / US_PER_MS, 4),
+            "finish_ms": round(r.finish_us / US_PER_MS, 4),
+            "ttft_ms": round((r.first_token_us - r.arrival_us + r.host_us) / US_PER_MS, 4),
+            "ttft_admission_ms": round((r.first_token_us - r.admit_us + r.host_us) / US_PER_MS, 4),
+            "tpot_ms": tpot if tpot == "" else round(tpot, 4),
+            "e2e_ms": round((r.finish_us - r.arrival_us + r.host_us) / US_PER_MS, 4),
+        })
+    return tuple(rows)
+
+
+def latency_distributions(requests: list[Request], recorder: Recorder) -> dict[str, dict[str, float]]:
+    arrival = np.fromiter((r.arrival_us for r in requests), float, len(requests))
+    admit = np.fromiter((r.admit_us for r in requests), float, len(requests))
+    first = np.fromiter((r.first_token_us for r in requests), float, len(requests))
+    finish = np.fromiter((r.finish_us for r in requests), float, len(requests))
+    host = np.fromiter((r.host_us for r in requests), float, len(requests))
+    outputs = np.fromiter((r.output_tokens for r in requests), float, len(requests))
+    decoding = outputs > 1
+    tpot = (finish[decoding] - first[decoding]) / (outputs[decoding] - 1) / US_PER_MS
+    positive = tpot[tpot > 0]
+    itl = np.asarray(recorder.itl_values, float) / US_PER_MS
+    return {
+        "ttft_ms": _stats((first - arrival + host) / US_PER_MS),
+        "ttft_admission_ms": _stats((first - admit + host) / US_PER_MS),
+        "tpot_ms": _stats(tpot),
+        "itl_ms": _stats(itl, np.asarray(recorder.itl_weights, float)) if itl.size else _stats(itl),
+        "e2e_ms": _stats((finish - arrival + host) / US_PER_MS),
+        "interactivity": _stats(1000.0 / positive),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    start: tuple[float, float, float]   # (time_us, input tokens, output tokens)
+    end: tuple[float, float, float]
+
+    @property
+    def seconds(self) -> float:
+        return (self.end[0] - self.start[0]) / US_PER_S
+
+
+def throughput_scalars(window: Window, total_gpus: int, recorder: Recorder) -> dict[str, float]:
+    seconds = max(window.seconds, 1e-12)
+    input_rate = (window.end[1] - window.start[1]) / seconds
+    output_rate = (window.end[2] - window.start[2]) / seconds
+    advancing = recorder.decode_steps + recorder.mixed_steps
+    decode_step_us = recorder.decode_us / recorder.decode_steps if recorder.decode_steps else float("nan")
+    mean_step_us = (recorder.decode_us + recorder.stall_us) / advancing if advancing else float("nan")
+    interfering = recorder.decode_steps + recorder.stall_steps
+    return {
+        "throughput_per_gpu": (input_rate + output_rate) / total_gpus,
+        "output_throughput_per_gpu": output_rate / total_gpus,
+        "input_throughput_per_gpu": input_rate / total_gpus,
+        "throughput_fleet": input_rate + output_rate,
+        "output_throughput_fleet": output_rate,
+        "input_throughput_fleet": input_rate,
+        "mixed_step_fraction": recorder.stall_steps / interfering if interfering else 0.0,
+        "mixed_decode_step_ms": recorder.stall_us / recorder.stall_steps / US_PER_MS
+        if recorder.stall_steps else float("nan"),
+        "tpot_pollution": mean_step_us / decode_step_us if recorder.decode_steps else 1.0,
+    }

@@ -1,0 +1,85 @@
+"""Routing a request to a scheduler rank, chosen before its hit is resolved (METHOD §5).
+
+The units are every (replica, attention-DP rank) of a pool: the replica router and a
+replica's DP load balancer use the same policy. Five policies (`config.router`):
+
+- ``least_loaded``: fewest requests queued or running; ties by outstanding tokens, then
+  index (SGLang's shortest-queue balancing).
+- ``kv_aware``: minimise tokens to prefill plus tokens already outstanding, i.e. prefix
+  overlap traded against load (the cost function of Dynamo's KV router with unit
+  overlap weight).
+- ``prefix_hash``: hash of the prompt's first block (colocates requests that share a
+  leading block, so a session sticks to one rank); prompts without blocks hash their
+  session.
+- ``round_robin``: cycle over the units.
+- ``random``: uniform, from the simulation's seeded generator.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Callable, Sequence
+
+import numpy as np
+
+from levers.errors import InputError, accepted_list
+from predictor.sim.rank import Rank
+from predictor.sim.request import Request
+
+HASH_MULTIPLIER = 0x9E3779B97F4A7C15   # Fibonacci hashing spreads consecutive ids
+HASH_MASK = (1 << 64) - 1
+
+
+class RouterPolicy(StrEnum):
+    LEAST_LOADED = "least_loaded"
+    KV_AWARE = "kv_aware"
+    PREFIX_HASH = "prefix_hash"
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+
+
+class Router:
+    """Picks a unit index for each request; stateful only for round robin."""
+
+    def __init__(self, policy: RouterPolicy | str, rng: np.random.Generator) -> None:
+        try:
+            self.policy = RouterPolicy(policy)
+        except ValueError:
+            raise InputError("router", f"unknown policy '{policy}'", accepted_list(RouterPolicy)) from None
+        self.rng = rng
+        self._next = 0
+        self._choose: Callable[[Request, Sequence[Rank]], int] = {
+            RouterPolicy.LEAST_LOADED: self._least_loaded,
+            RouterPolicy.KV_AWARE: self._kv_aware,
+            RouterPolicy.PREFIX_HASH: self._prefix_hash,
+            RouterPolicy.ROUND_ROBIN: self._round_robin,
+            RouterPolicy.RANDOM: self._random,
+        }[self.policy]
+
+    def choose(self, request: Request, units: Sequence[Rank]) -> int:
+        return 0 if len(units) == 1 else self._choose(request, units)
+
+    @staticmethod
+    def _least_loaded(request: Request, units: Sequence[Rank]) -> int:
+        return min(range(len(units)), key=lambda i: (units[i].num_requests, units[i].outstanding_tokens, i))
+
+    @staticmethod
+    def _kv_aware(request: Request, units: Sequence[Rank]) -> int:
+        def cost(i: int) -> tuple[float, int]:
+            unit = units[i]
+            hit_tokens = unit.pool.match(request)[1] * unit.pool.shape.block_tokens
+            return max(0, request.prompt_tokens - hit_tokens) + unit.outstanding_tokens, i
+        return min(range(len(units)), key=cost)
+
+    @staticmethod
+    def _prefix_hash(request: Request, units: Sequence[Rank]) -> int:
+        key = int(request.block_ids[0]) if request.num_blocks else request.session
+        return ((key * HASH_MULTIPLIER) & HASH_MASK) % len(units)
+
+    def _round_robin(self, request: Request, units: Sequence[Rank]) -> int:
+        index = self._next % len(units)
+        self._next += 1
+        return index
+
+    def _random(self, request: Request, units: Sequence[Rank]) -> int:
+        return int(self.rng.integers(len(units)))

@@ -1,0 +1,265 @@
+"""Engine scheduler models: how each engine fills a step (METHOD §5).
+
+Every engine has a running-request cap (``max_running_requests`` per scheduler rank), a
+token budget (``max_batched_tokens``), a prefill chunk (``chunked_prefill_size``), paged
+KV and an admission policy. They differ in whether prefill rides in decode steps:
+
+| engine | steps | chunking | admission | page | source |
+|---|---|---|---|---|---|
+| vllm | mixed: decodes first, then prefill chunks in the leftover budget | yes | fcfs | 16 | vLLM V1 scheduler |
+| trtllm | mixed (in-flight batching, max tokens per step) | chunked context | fcfs | 32 | TRT-LLM IFB, GUARANTEED_NO_EVICT |
+| sglang | prefill-first: an extend batch of at most ``chunked_prefill_size`` tokens runs alone, decodes wait | yes | lpm | 1 | SGLang, enable_mixed_chunk=False |
+| atom | prefill-first, prefill-only steps of whole prompts | only a prompt larger than the budget | fcfs | 16 | ATOM scheduling guide |
+
+``lpm`` (longest prefix match) orders a backlog of 2..128 waiting requests by resident
+prefix (SGLang falls back to FCFS above 128); FCFS keeps arrival order. Both stop at the
+first request that does not fit (head-of-line). SGLang caps a decode pool without
+attention DP at 128 running requests (METHOD §3.11). Only this module and the KV pool
+change request state (STYLE rule 2): `schedule` admits and picks chunks, `advance`
+applies a priced step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+from levers.catalog import Engine
+from predictor.sim.rank import Rank
+from predictor.sim.request import Request
+
+if TYPE_CHECKING:
+    from predictor.sim.replica import Replica
+
+LPM_MAX_QUEUE = 128                 # SGLang: lpm only while <= 128 requests wait
+SGLANG_DECODE_POOL_CAP = 128        # SGLang decode pool without attention DP (METHOD §3.11)
+
+
+class AdmissionPolicy(StrEnum):
+    FCFS = "fcfs"
+    LPM = "lpm"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    engine: Engine
+    mixes_prefill: bool             # prefill chunks ride in decode steps
+    chunks_prefill: bool            # a prompt may be split across steps at any size
+    prefill_step_uses_chunk: bool   # a prefill-only batch holds at most one chunk's tokens
+    policy: AdmissionPolicy
+    default_page_tokens: int
+    decode_pool_cap: int | None
+
+
+PROFILES: dict[Engine, EngineProfile] = {
+    Engine.VLLM: EngineProfile(Engine.VLLM, True, True, False, AdmissionPolicy.FCFS, 16, None),
+    Engine.TRTLLM: EngineProfile(Engine.TRTLLM, True, True, False, AdmissionPolicy.FCFS, 32, None),
+    Engine.SGLANG: EngineProfile(Engine.SGLANG, False, True, True, AdmissionPolicy.LPM, 1,
+                                 SGLANG_DECODE_POOL_CAP),
+    Engine.ATOM: EngineProfile(Engine.ATOM, False, False, False, AdmissionPolicy.FCFS, 16, None),
+    # llama.cpp's server (predictor.harvest): one request at a time, whole prompts, no paging.
+    Engine.LLAMACPP: EngineProfile(Engine.LLAMACPP, False, False, False, AdmissionPolicy.FCFS, 1, 1),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-rank scheduler limits of one replica."""
+
+    running_cap: int
+    token_budget: int
+    chunk_tokens: int
+    decode_tokens: int              # budget tokens one decoder takes: 1 + draft depth
+
+
+@dataclass(frozen=True, slots=True)
+class RankWork:
+    rank: Rank
+    chunks: tuple[tuple[Request, int], ...]
+    decodes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    work: tuple[RankWork, ...]
+    max_steps: int                  # > 1 only for a decode-only stretch
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    finished: tuple[Request, ...]
+    prefilled: tuple[Request, ...]  # prefill done on a prefill pool: ready for hand-off
+
+
+class Recorder(Protocol):
+    """Where `advance` reports what happened (implemented by `results.Recorder`)."""
+
+    def itl(self, value_us: float, weight: float) -> None: ...
+
+    def count_tokens(self, input_tokens: float, output_tokens: float) -> None: ...
+
+    def step(self, kind: str, num_steps: int, duration_us: float, stalls_decoders: bool) -> None: ...
+
+
+class EngineScheduler(Protocol):
+    profile: EngineProfile
+
+    def schedule(self, replica: "Replica", now_us: float) -> Batch | None: ...
+
+
+def admission_order(rank: Rank, policy: AdmissionPolicy) -> list[Request]:
+    waiting = list(rank.waiting)
+    if policy is AdmissionPolicy.LPM and 1 < len(waiting) <= LPM_MAX_QUEUE:
+        waiting.sort(key=lambda r: -rank.pool.match(r)[0])
+    return waiting
+
+
+def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int,
+                 now_us: float) -> list[tuple[Request, int]]:
+    """Continue admitted prompts, then admit waiting requests while budget, cap and KV allow."""
+    chunks: list[tuple[Request, int]] = []
+    for request in rank.prefilling:
+        take = min(request.prefill_target - request.prefilled, limits.chunk_tokens, budget)
+        if take <= 0:
+            break
+        chunks.append((request, take))
+        budget -= take
+    for request in admission_order(rank, profile.policy) if rank.waiting else ():
+        if rank.num_running >= limits.running_cap:
+            break
+        if not request.is_kv_ready:
+            if budget <= 0:
+                break
+            if not profile.chunks_prefill and chunks and rank.pool.prefill_need(request) > budget:
+                break
+        if not rank.pool.try_admit(request):
+            break
+        admit(rank, request, now_us)
+        if request.is_kv_ready:
+            continue
+        limit = limits.chunk_tokens if profile.chunks_prefill else budget
+        take = min(request.prefill_target, limit, budget)
+        chunks.append((request, take))
+        budget -= take
+    return chunks
+
+
+def admit(rank: Rank, request: Request, now_us: float) -> None:
+    """Waiting -> running. A disaggregated decode admission stamps the first token."""
+    rank.waiting.remove(request)
+    if request.is_kv_ready:
+        rank.add_decoder(request, now_us)
+        return
+    request.admit_us = now_us
+    block_tokens = rank.pool.shape.block_tokens
+    loaded_hit = max(0, min(request.loaded_blocks, request.hit_blocks - request.route_hbm_blocks))
+    request.dram_tokens = min(request.cached_tokens, loaded_hit * block_tokens)
+    rank.record_admission(request)
+    request.prefill_target = request.prompt_tokens - request.cached_tokens
+    request.prefilled = 0
+    rank.prefilling.append(request)
+
+
+def _decode_stretch(work: list[RankWork]) -> int:
+    steps = [w.rank.steps_to_next_finish() for w in work if w.decodes and not w.chunks]
+    return max(1, min(steps)) if steps and all(not w.chunks for w in work) else 1
+
+
+class MixedScheduler:
+    """vLLM / TRT-LLM: decodes first, prefill chunks fill the rest of the budget."""
+
+    def __init__(self, profile: EngineProfile) -> None:
+        self.profile = profile
+
+    def schedule(self, replica: "Replica", now_us: float) -> Batch | None:
+        limits, work = replica.limits, []
+        for rank in replica.ranks:
+            budget = limits.token_budget - rank.num_decoders * limits.decode_tokens
+            chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
+            work.append(RankWork(rank, tuple(chunks), rank.num_decoders > 0))
+        if not any(w.chunks or w.decodes for w in work):
+            return None
+        return Batch(tuple(work), _decode_stretch(work))
+
+
+class PrefillFirstScheduler:
+    """SGLang / ATOM: a rank with prefill work runs a prefill-only step; decodes wait."""
+
+    def __init__(self, profile: EngineProfile) -> None:
+        self.profile = profile
+
+    def schedule(self, replica: "Replica", now_us: float) -> Batch | None:
+        limits, work = replica.limits, []
+        budget = limits.token_budget
+        if self.profile.prefill_step_uses_chunk:
+            budget = min(budget, limits.chunk_tokens)
+        for rank in replica.ranks:
+            chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
+            work.append(RankWork(rank, tuple(chunks), not chunks and rank.num_decoders > 0))
+        if not any(w.chunks or w.decodes for w in work):
+            return None
+        return Batch(tuple(work), _decode_stretch(work))
+
+
+SCHEDULERS: dict[Engine, EngineScheduler] = {
+    engine: (MixedScheduler if profile.mixes_prefill else PrefillFirstScheduler)(profile)
+    for engine, profile in PROFILES.items()
+}
+
+
+def advance(work: tuple[RankWork, ...], start_us: float, first_step_us: float,
+            segments: tuple[tuple[int, float], ...], recorder: Recorder) -> StepOutcome:
+    """Apply a priced step (or stretch) that ran from ``start_us``: decoders emit tokens,
+    chunks progress, finished prompts get their first token, finished requests leave."""
+    end_us = start_us + sum(n * step_us for n, step_us in segments)
+    finished: list[Request] = []
+    prefilled: list[Request] = []
+    for w in work:
+        rank = w.rank
+        if w.decodes:
+            finished.extend(_advance_decoders(rank, start_us + first_step_us, end_us, segments, recorder))
+        for request, take in w.chunks:
+            request.prefilled += take
+            if request.prefilled < request.prefill_target:
+                continue
+            rank.prefilling.remove(request)
+            rank.pool.commit_prompt(request)
+            recorder.count_tokens(request.prompt_tokens, 0.0)
+            if not request.decodes_here:
+                prefilled.append(request)
+            elif request.output_tokens <= 1:
+                request.first_token_us = end_us
+                recorder.count_tokens(0.0, request.output_tokens)
+                finished.append(request)
+            else:
+                recorder.count_tokens(0.0, 1.0)
+                rank.add_decoder(request, end_us)
+    for request in finished:
+        request.finish_us = end_us
+    return StepOutcome(tuple(finished), tuple(prefilled))
+
+
+def _advance_decoders(rank: Rank, first_end_us: float, end_us: float,
+                      segments: tuple[tuple[int, float], ...], recorder: Recorder) -> list[Request]:
+    established = rank.num_measured - len(rank.fresh)
+    if established:
+        recorder.itl(first_end_us - rank.last_decode_end_us, established)
+    for request in rank.fresh:
+        recorder.itl(first_end_us - request.first_token_us, 1)
+    rank.fresh.clear()
+    steps = 0
+    for index, (count, step_us) in enumerate(segments):
+        later = count - 1 if index == 0 else count
+        if later and rank.num_measured:
+            recorder.itl(step_us, later * rank.num_measured)
+        steps += count
+    tokens_per_step = rank.tokens_per_step
+    recorder.count_tokens(0.0, steps * tokens_per_step * rank.num_decoders)
+    rank.step += steps
+    rank.last_decode_end_us = end_us
+    done = rank.pop_finished()
+    for request in done:
+        excess = request.steps_needed * tokens_per_step - (request.output_tokens - 1)
+        recorder.count_tokens(0.0, -excess)
+    return done

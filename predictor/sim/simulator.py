@@ -1,0 +1,226 @@
+"""The event loop of the discrete-event simulator (METHOD §5, timed simulation).
+
+The simulator owns the virtual clock (microseconds), the heap and the seeded
+generators; handlers return new events. A request arrives, is routed to a scheduler
+rank (`router`), waits for its DRAM-resident prefix to load if it has one (`host_tier`),
+queues, is admitted and prefilled and decoded by its replica's engine steps
+(`replica`: schedule -> price -> advance), and on completion tells its workload source,
+which may release the next turn. Under disaggregation a prefilled request's KV is
+handed off (`handoff`) to the least-loaded decode rank.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from typing import Callable
+
+from levers.errors import InputError
+from predictor.sim.deployment import Deployment, Pool
+from predictor.sim.events import PRIORITY, Arrival, Event, HandoffDone, Kick, LoadDone, StepEnd
+from predictor.sim.rank import Rank
+from predictor.sim.request import Request
+from predictor.sim.results import (Recorder, SimResult, Window, latency_distributions, request_rows,
+                                   throughput_scalars)
+from predictor.sim.router import Router, RouterPolicy
+from predictor.sim.source import SessionSource
+from predictor.sim.workloads import ArrivalMode
+
+Progress = Callable[[int, int], None]
+PROGRESS_STEPS = 100
+US_PER_MS = 1e3
+
+
+class Simulation:
+    def __init__(self, deployment: Deployment, source: SessionSource, router: Router,
+                 recorder: Recorder, progress: Progress | None = None, keep_rows: bool = False) -> None:
+        self.deployment = deployment
+        self.source = source
+        self.router = router
+        self.decode_router = Router(RouterPolicy.LEAST_LOADED, router.rng)
+        self.recorder = recorder
+        self.progress = progress
+        self.keep_rows = keep_rows
+        self.now_us = 0.0
+        self.finished: list[Request] = []
+        self._heap: list[tuple[float, int, int, Event]] = []
+        self._seq = 0
+        self._warmup_left = 0
+        self._window_start: tuple[float, float, float] | None = None
+        self._window_end: tuple[float, float, float] | None = None
+        self._handlers = {Arrival: self._on_arrival, LoadDone: self._on_load_done,
+                          HandoffDone: self._on_handoff_done, StepEnd: self._on_step_end, Kick: self._on_kick}
+
+    # -- loop ------------------------------------------------------------------------------
+    def _push(self, at_us: float, event: Event) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at_us, PRIORITY[type(event)], self._seq, event))
+
+    def run(self) -> SimResult:
+        started = time.perf_counter()
+        for at_us, request in self.source.start():
+            self._warmup_left += request.is_warmup
+            self._push(at_us, Arrival(request))
+        if self._warmup_left == 0:
+            self._window_start = (0.0, 0.0, 0.0)
+        heap, handlers = self._heap, self._handlers
+        while heap:
+            at_us, _, _, event = heapq.heappop(heap)
+            self.now_us = at_us
+            for when, new in handlers[type(event)](event):
+                self._push(when, new)
+        return self._result(time.perf_counter() - started)
+
+    # -- handlers ----------------------------------------------------------------------------
+    def _on_arrival(self, event: Arrival) -> list[tuple[float, Event]]:
+        request, pool = event.request, self.deployment.entry
+        request.decodes_here = self.deployment.decode is None
+        request.host_us = pool.host_us(request)
+        if self.deployment.decode is not None:
+            request.host_us += self.deployment.decode.host_us(request)
+        rank = pool.units[self.router.choose(request, pool.units)]
+        self._check_fits(request, rank, pool)
+        self._assign(request, rank)
+        hbm, resident = rank.pool.match(request)
+        request.route_hbm_blocks = hbm
+        if resident > hbm and rank.host_link is not None:
+            num_bytes = (resident - hbm) * rank.pool.shape.block_tokens * pool.capacity.kv_bytes_per_token
+            rank.num_loading += 1
+            return [(rank.host_link.load(self.now_us, num_bytes), LoadDone(request, rank))]
+        return self._enqueue(request, rank, pool)
+
+    def _on_load_done(self, event: LoadDone) -> list[tuple[float, Event]]:
+        request, rank = event.request, event.rank
+        rank.num_loading -= 1
+        hbm, resident = rank.pool.match(request)
+        request.loaded_blocks = rank.pool.promote(request, hbm, resident)
+        return self._enqueue(request, rank, self.deployment.entry)
+
+    def _on_handoff_done(self, event: HandoffDone) -> list[tuple[float, Event]]:
+        request, decode = event.request, self.deployment.decode
+        request.rank.forget(request)
+        request.is_kv_ready = True
+        request.decodes_here = True
+        rank = decode.units[self.decode_router.choose(request, decode.units)]
+        self._check_fits(request, rank, decode)
+        self._assign(request, rank)
+        return self._enqueue(request, rank, decode)
+
+    def _on_kick(self, event: Kick) -> list[tuple[float, Event]]:
+        replica = event.replica
+        replica.kick_pending = False
+        if replica.plan is not None:
+            return []
+        plan = replica.begin_step(self.now_us)
+        return [] if plan is None else [(plan.end_us, StepEnd(replica, replica.stamp))]
+
+    def _on_step_end(self, event: StepEnd) -> list[tuple[float, Event]]:
+        replica = event.replica
+        if event.stamp != replica.stamp or replica.plan is None:
+            return []
+        outcome = replica.end_step()
+        out: list[tuple[float, Event]] = []
+        for request in outcome.finished:
+            out.extend(self._finish(request))
+        links = self.deployment.links
+        for request in outcome.prefilled:
+            out.append((links.schedule(request.rank.index, self.now_us, request.prompt_tokens),
+                        HandoffDone(request)))
+        replica.kick_pending = True
+        out.append((self.now_us, Kick(replica)))
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _assign(self, request: Request, rank: Rank) -> None:
+        request.rank = rank
+        request.unit = rank.index
+        rank.outstanding_tokens += request.prompt_tokens + request.output_tokens
+
+    def _enqueue(self, request: Request, rank: Rank, pool: Pool) -> list[tuple[float, Event]]:
+        rank.waiting.append(request)
+        replica = pool.replicas[rank.replica_index]
+        if replica.plan is None:
+            if replica.kick_pending:
+                return []
+            replica.kick_pending = True
+            return [(self.now_us, Kick(replica))]
+        if rank.num_running >= replica.limits.running_cap:
+            return []
+        plan = replica.truncate(self.now_us)
+        return [] if plan is None else [(plan.end_us, StepEnd(replica, replica.stamp))]
+
+    def _finish(self, request: Request) -> list[tuple[float, Event]]:
+        request.rank.forget(request)
+        self.finished.append(request)
+        if request.is_warmup:
+            self._warmup_left -= 1
+            if self._warmup_left == 0:
+                self._window_start = self.recorder.snapshot(self.now_us)
+        releases = self.source.on_finish(request, self.now_us)
+        for _, new in releases:
+            self._warmup_left += new.is_warmup
+        if self.source.is_exhausted and self._window_end is None and self.source.mode is ArrivalMode.CLOSED:
+            self._window_end = self.recorder.snapshot(self.now_us)
+        if self.progress is not None:
+            done, total = len(self.finished), self.source.budget
+            if done % max(1, total // PROGRESS_STEPS) == 0 or done == total:
+                self.progress(done, total)
+        return [(at_us, Arrival(new)) for at_us, new in releases]
+
+    def _check_fits(self, request: Request, rank: Rank, pool: Pool) -> None:
+        need = rank.pool.footprint_tokens(request)
+        capacity = rank.pool.shape.capacity_tokens
+        if need > capacity:
+            raise InputError("--config", f"request {request.rid} ({request.prompt_tokens} prompt + "
+                             f"{request.output_tokens} output tokens) needs {need} KV tokens but one "
+                             f"{pool.role} rank's pool holds {capacity}",
+                             "a layout, KV dtype or memory fraction with a larger KV pool, or shorter requests")
+
+    # -- result ----------------------------------------------------------------------------
+    def _window(self) -> Window:
+        end = self.recorder.snapshot(self.now_us)
+        first_arrival = min((r.arrival_us for r in self.finished), default=0.0)
+        if self.source.mode is ArrivalMode.OPEN or self._window_start is None or self._window_end is None \
+                or self._window_end[0] <= self._window_start[0]:
+            return Window((first_arrival, 0.0, 0.0), end)
+        return Window(self._window_start, self._window_end)
+
+    def _measured(self) -> list[Request]:
+        done = [r for r in self.finished if not r.is_warmup] or self.finished
+        if self.source.mode is ArrivalMode.CLOSED and self._window_end is not None:
+            steady = [r for r in done if r.finish_us <= self._window_end[0]]
+            return steady or done
+        return done
+
+    def _result(self, wall_s: float) -> SimResult:
+        if not self.finished:
+            raise InputError("workload", "no request was served", "a workload with at least one request")
+        measured = self._measured()
+        recorder, deployment = self.recorder, self.deployment
+        scalars = throughput_scalars(self._window(), deployment.total_gpus, recorder)
+        distributions = latency_distributions(measured, recorder)
+        decode_pool = deployment.decode or deployment.entry
+        mean_prompt = sum(r.prompt_tokens for r in measured) / len(measured)
+        scalars["uncontended_step_ms"] = decode_pool.model.decode_us(1, mean_prompt) / US_PER_MS
+        scalars["generation_rate"] = distributions["interactivity"]["mean"]
+        rows = request_rows(self.finished, {r.rid for r in measured}) if self.keep_rows else ()
+        extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished)}
+        return SimResult(distributions, scalars, hit_rates(deployment), len(measured), wall_s,
+                         self.now_us / 1e6, extra, rows)
+
+
+def hit_rates(deployment: Deployment) -> dict:
+    """Token-weighted prefix hit rate: overall, per replica of the entry pool, per tier."""
+    units = deployment.entry.units
+    prompt = sum(u.prompt_tokens for u in units)
+    cached = sum(u.cached_tokens for u in units)
+    dram = sum(u.dram_tokens for u in units)
+    per_replica: dict[int, list[int]] = {}
+    for unit in units:
+        tally = per_replica.setdefault(unit.replica_index, [0, 0])
+        tally[0] += unit.cached_tokens
+        tally[1] += unit.prompt_tokens
+    ratio = lambda a, b: round(a / b, 6) if b else 0.0  # noqa: E731
+    return {"overall": ratio(cached, prompt),
+            "per_replica": [ratio(c, p) for _, (c, p) in sorted(per_replica.items())],
+            "per_tier": {"hbm": ratio(cached - dram, prompt), "dram": ratio(dram, prompt)}}

@@ -1,0 +1,149 @@
+"""What every trace reader shares (METHOD §5 input), and the request-length CSV reader.
+
+Block ids must name whole prefixes (a block's hash covers its whole prefix): an id seen
+after a different predecessor is rejected as out of order (`PrefixChecker`). The block
+size is inferred from the records (`infer_block_tokens`). A set ``config.arrival_rate``
+re-times an open-loop trace's session roots as a Poisson process (lengths from the
+trace, arrivals synthetic: `TraceWorkload.retimed`).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from levers.errors import InputError
+from predictor.sim.request import RequestSpec
+from predictor.sim.workloads import ArrivalMode, Session
+
+US_PER_S = 1e6
+ROOT = -1
+CANDIDATE_BLOCK_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+BLOCK_SIZE_AGREEMENT = 0.99      # share of records a candidate block size must explain
+CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+
+
+@dataclass(frozen=True)
+class TraceWorkload:
+    name: str
+    mode: ArrivalMode
+    block_tokens: int
+    trace_sessions: tuple[Session, ...]
+    bad_lines: int = 0
+    poisson_rate: float = 0.0
+    warmup_sessions_per_slot: int = 0
+
+    @property
+    def num_requests(self) -> int:
+        return sum(len(s.requests) for s in self.trace_sessions)
+
+    def default_num_requests(self, concurrency: int) -> int:
+        return self.num_requests
+
+    def retimed(self, rate_per_s: float) -> "TraceWorkload":
+        return replace(self, mode=ArrivalMode.OPEN, poisson_rate=rate_per_s) if rate_per_s > 0 else self
+
+    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
+        if self.poisson_rate <= 0:
+            yield from self.trace_sessions
+            return
+        clock_us = 0.0
+        for session in self.trace_sessions:
+            clock_us += float(rng.exponential(US_PER_S / self.poisson_rate))
+            yield Session(tuple(replace(spec, arrival_us=clock_us) if not spec.deps else spec
+                                for spec in session.requests), session.label)
+
+
+class BadLines:
+    """Collects or raises per-record errors (PRODUCT.md §5 traces)."""
+
+    def __init__(self, path: Path, skip: bool) -> None:
+        self.path, self.skip, self.count = path, skip, 0
+
+    def report(self, where: str, reason: str) -> None:
+        if not self.skip:
+            raise InputError("--trace", f"{self.path.name} {where}: {reason}",
+                             "fix the record, or pass --skip-bad-lines to skip and count bad lines")
+        self.count += 1
+
+
+class PrefixChecker:
+    """Checks that every block id always follows the same predecessor."""
+
+    def __init__(self) -> None:
+        self.predecessor: dict[int, int] = {}
+
+    def problem(self, ids: Sequence[int], start: int = 0) -> str | None:
+        """Check ids[start:]; return the reason they are out of order, else record them."""
+        seen = self.predecessor
+        fresh: list[tuple[int, int]] = []
+        previous = int(ids[start - 1]) if start else ROOT
+        for position in range(start, len(ids)):
+            key = int(ids[position])
+            known = seen.get(key)
+            if known is None:
+                fresh.append((key, previous))
+            elif known != previous:
+                return (f"hash ids out of order: id {key} at block {position} follows "
+                        f"{'the start' if previous == ROOT else previous} here but "
+                        f"{'the start' if known == ROOT else known} earlier (a block's hash covers its whole prefix)")
+            previous = key
+        keys = [key for key, _ in fresh]
+        if len(set(keys)) != len(keys):
+            return "hash ids out of order: an id repeats within one prompt"
+        seen.update(fresh)
+        return None
+
+
+def infer_block_tokens(pairs: Sequence[tuple[int, int]], what: str) -> int:
+    """The block size that explains (input tokens, number of blocks) for the records."""
+    usable = [(tokens, blocks) for tokens, blocks in pairs if blocks > 0]
+    if not usable:
+        return CANDIDATE_BLOCK_TOKENS[2]
+    tokens = np.array([t for t, _ in usable], dtype=np.int64)
+    blocks = np.array([b for _, b in usable], dtype=np.int64)
+    best, best_share = None, 0.0
+    for size in CANDIDATE_BLOCK_TOKENS:
+        fits = (-(-tokens // size) == blocks) | (tokens // size == blocks)
+        share = float(fits.mean())
+        if share > best_share:
+            best, best_share = size, share
+    if best is None or best_share < BLOCK_SIZE_AGREEMENT:
+        raise InputError("--trace", f"{what}: cannot infer the block size: no size in "
+                         f"{CANDIDATE_BLOCK_TOKENS} matches len(hash_ids) for {BLOCK_SIZE_AGREEMENT:.0%} "
+                         "of the records", "hash_ids with one id per fixed-size block of the prompt")
+    return best
+
+
+def empty_trace(path: Path) -> InputError:
+    return InputError("--trace", f"{path.name}: the trace has no requests",
+                      "a Mooncake JSONL/JSON trace, an agentic session file or a request-length CSV")
+
+
+def read_length_csv(path: Path, skip_bad_lines: bool) -> TraceWorkload:
+    """A Vidur/Splitwise request-length CSV: open loop at ``arrived_at`` seconds."""
+    bad = BadLines(path, skip_bad_lines)
+    sessions: list[Session] = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError("--trace", f"{path.name}: missing columns {missing}", ", ".join(CSV_COLUMNS))
+        for line, row in enumerate(reader, start=2):
+            try:
+                arrival, prompt, output = float(row["arrived_at"]), int(row["num_prefill_tokens"]), \
+                    int(row["num_decode_tokens"])
+            except (TypeError, ValueError):
+                bad.report(f"line {line}", "arrived_at must be a number, token counts integers")
+                continue
+            if arrival < 0 or prompt < 1 or output < 1:
+                bad.report(f"line {line}", "needs arrived_at >= 0 and token counts >= 1")
+                continue
+            sessions.append(Session((RequestSpec(prompt, output, arrival_us=arrival * US_PER_S),)))
+    if not sessions:
+        raise empty_trace(path)
+    return TraceWorkload(path.name, ArrivalMode.OPEN, CANDIDATE_BLOCK_TOKENS[2], tuple(sessions), bad.count)

@@ -1,0 +1,190 @@
+"""Mooncake-format traces (METHOD §5): JSON lines or one JSON array of records.
+
+Each record: ``timestamp`` (ms, arrival), ``input_length``, ``output_length``,
+``hash_ids`` (ordered hashes of the prompt's fixed-size blocks; the block size is
+inferred, 512 tokens in the public Mooncake traces). Optional fields:
+
+- ``id``: a name other records can refer to (default: the record's 0-based position);
+- ``session_id``: records of one session run in file order, each waiting on the one
+  before (unless it names its own ``waits_on``/``joins``);
+- ``waits_on`` (an id) / ``joins`` (ids): requests that must finish first;
+- ``think_time`` (s) or ``delay`` (ms): the gap after they finish (default 0);
+- compact form: ``prefix_from`` (an earlier id) + ``prefix_blocks`` n: the prompt's
+  blocks are that record's first n blocks followed by this record's ``hash_ids``.
+
+A record that waits on another takes its arrival from that dependency; only a session
+root needs ``timestamp``. ``output_length`` 0 is served as one token. Timestamps are
+shifted so the trace starts at 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from levers.errors import InputError
+from predictor.sim.request import RequestSpec
+from predictor.sim.trace_base import BadLines, PrefixChecker, TraceWorkload, empty_trace, infer_block_tokens
+from predictor.sim.workloads import ArrivalMode, Session
+
+US_PER_MS, US_PER_S = 1e3, 1e6
+Key = int | str
+
+
+class MooncakeRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timestamp: float | None = Field(None, ge=0)
+    input_length: int = Field(ge=1)
+    output_length: int = Field(ge=0)
+    hash_ids: list[int] = []
+    id: Key | None = None
+    session_id: Key | None = None
+    think_time: float | None = Field(None, ge=0)
+    delay: float | None = Field(None, ge=0)
+    waits_on: Key | None = None
+    joins: list[Key] = []
+    prefix_from: Key | None = None
+    prefix_blocks: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MooncakeRecord":
+        if (self.prefix_from is None) != (self.prefix_blocks is None):
+            raise ValueError("prefix_from and prefix_blocks go together")
+        if self.think_time is not None and self.delay is not None:
+            raise ValueError("give think_time (s) or delay (ms), not both")
+        return self
+
+    @property
+    def think_us(self) -> float:
+        if self.think_time is not None:
+            return self.think_time * US_PER_S
+        return (self.delay or 0.0) * US_PER_MS
+
+
+def _records(path: Path, bad: BadLines) -> Iterator[tuple[str, int, dict]]:
+    """(where, position, raw record) for each record of a JSONL file or a JSON array."""
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InputError("--trace", f"{path.name} line {error.lineno}: not valid JSON ({error.msg})",
+                             "a JSON array of records or one JSON record per line") from None
+        for position, item in enumerate(items):
+            yield f"record {position}", position, item
+        return
+    position = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            bad.report(f"line {number}", f"not valid JSON ({error.msg})")
+            position += 1
+            continue
+        yield f"line {number}", position, item
+        position += 1
+
+
+def _reason(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+class _Builder:
+    """Turns validated records into sessions of dependent requests."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Key, tuple[int, int, np.ndarray]] = {}   # id -> (session, local index, blocks)
+        self.sessions: list[list[tuple[MooncakeRecord, np.ndarray, tuple[int, ...]]]] = []
+        self.session_of: dict[Key, int] = {}
+        self.checker = PrefixChecker()
+        self.timestamps: list[float] = []
+
+    def add(self, record: MooncakeRecord, position: int) -> str | None:
+        blocks, problem = self._blocks(record)
+        if problem:
+            return problem
+        session, deps, problem = self._placement(record)
+        if problem:
+            return problem
+        problem = self.checker.problem(blocks)
+        if problem:
+            return problem
+        if session is None:
+            session = len(self.sessions)
+            self.sessions.append([])
+            if record.session_id is not None:
+                self.session_of[record.session_id] = session
+        local = len(self.sessions[session])
+        self.sessions[session].append((record, blocks, deps))
+        self.ids[record.id if record.id is not None else position] = (session, local, blocks)
+        if record.timestamp is not None:
+            self.timestamps.append(record.timestamp)
+        return None
+
+    def _blocks(self, record: MooncakeRecord) -> tuple[np.ndarray, str | None]:
+        try:
+            own = np.asarray(record.hash_ids, dtype=np.int64)
+        except OverflowError:
+            return own, "a hash id does not fit in 64 bits"
+        if record.prefix_from is None:
+            return own, None
+        earlier = self.ids.get(record.prefix_from)
+        if earlier is None:
+            return own, f"prefix_from {record.prefix_from!r} names no earlier record"
+        if record.prefix_blocks > len(earlier[2]):
+            return own, f"prefix_blocks {record.prefix_blocks} > {len(earlier[2])} blocks of {record.prefix_from!r}"
+        return np.concatenate([earlier[2][: record.prefix_blocks], own]), None
+
+    def _placement(self, record: MooncakeRecord) -> tuple[int | None, tuple[int, ...], str | None]:
+        named = ([record.waits_on] if record.waits_on is not None else []) + list(record.joins)
+        session = self.session_of.get(record.session_id) if record.session_id is not None else None
+        if not named:
+            if session is not None:
+                return session, (len(self.sessions[session]) - 1,), None
+            return None, (), None if record.timestamp is not None else "a session root needs a timestamp"
+        found = [self.ids.get(key) for key in named]
+        if any(f is None for f in found):
+            return None, (), f"waits on unknown or later request {named[found.index(None)]!r}"
+        sessions = {f[0] for f in found} | ({session} if session is not None else set())
+        if len(sessions) > 1:
+            return None, (), "waits on requests of different sessions"
+        return sessions.pop(), tuple(f[1] for f in found), None
+
+    def workload(self, path: Path, bad_lines: int) -> TraceWorkload:
+        start_ms = min(self.timestamps, default=0.0)
+        block_tokens = infer_block_tokens([(r.input_length, len(b)) for s in self.sessions for r, b, _ in s],
+                                          path.name)
+        sessions = []
+        for entries in self.sessions:
+            specs = tuple(RequestSpec(r.input_length, max(1, r.output_length), b, deps, r.think_us,
+                                      None if deps else (r.timestamp - start_ms) * US_PER_MS)
+                          for r, b, deps in entries)
+            sessions.append(Session(specs))
+        sessions.sort(key=lambda s: s.requests[0].arrival_us or 0.0)
+        return TraceWorkload(path.name, ArrivalMode.OPEN, block_tokens, tuple(sessions), bad_lines)
+
+
+def read_mooncake(path: Path, skip_bad_lines: bool = False) -> TraceWorkload:
+    bad = BadLines(path, skip_bad_lines)
+    builder = _Builder()
+    for where, position, raw in _records(path, bad):
+        try:
+            record = MooncakeRecord.model_validate(raw)
+        except ValidationError as error:
+            bad.report(where, _reason(error))
+            continue
+        problem = builder.add(record, position)
+        if problem:
+            bad.report(where, problem)
+    if not builder.sessions:
+        raise empty_trace(path)
+    return builder.workload(path, bad.count)

@@ -1,0 +1,174 @@
+"""Agentic coding session traces (METHOD §5; shared/data/README.md traces/).
+
+One session per file (or per line of a JSONL file, or a folder of session files):
+``block_size`` (64), ``hash_id_scope`` ("local": ids scoped per session; subagents share
+the parent's namespace) and ``requests``, each either a request (``t``, ``in``, ``out``,
+``hash_ids``, ``think_time`` = seconds since the previous request of its stream ended)
+or a subagent entry (``type: "subagent"``, ``t``, ``duration_ms`` and its own nested
+``requests``). Replay rules:
+
+- the parent stream is a chain; a run of consecutive subagent entries is one group that
+  starts after the parent request before it (delay: the entry's ``t`` minus that
+  request's end) and the parent's next request waits for the whole group (join), after
+  the gap the trace shows past the group's end (usually none);
+- subagent requests chain with their own ``think_time``;
+- idle gaps are capped at 300 s (the AgentX replay rule); ``out`` 0 is served as one token;
+- closed loop: ``concurrency`` live sessions, the next session starts when one ends.
+Descriptive fields (models, types, stop reasons, totals) are not needed and ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from levers.errors import InputError
+from predictor.sim.request import RequestSpec
+from predictor.sim.trace_base import BadLines, PrefixChecker, TraceWorkload, empty_trace
+from predictor.sim.workloads import ArrivalMode, Session
+
+US_PER_S, MS_PER_S = 1e6, 1e3
+IDLE_GAP_CAP_S = 300.0
+SESSION_ID_SHIFT = 36          # local scope: session index << 36 | id
+LOCAL_ID_LIMIT = 1 << SESSION_ID_SHIFT
+SNIFF_BYTES = 4096
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TraceRequest(_Loose):
+    t: float = Field(ge=0)
+    type: Literal["n", "s"] = "n"
+    in_tokens: int = Field(alias="in", ge=1)
+    out: int = Field(ge=0)
+    hash_ids: list[int] = []
+    think_time: float = Field(0.0, ge=0)
+    api_time: float = Field(0.0, ge=0)
+
+
+class SubagentEntry(_Loose):
+    t: float = Field(ge=0)
+    type: Literal["subagent"]
+    duration_ms: float = Field(0.0, ge=0)
+    requests: list[TraceRequest] = Field(min_length=1)
+
+
+class SessionTrace(_Loose):
+    id: str | int = ""
+    block_size: int = Field(64, ge=1)
+    hash_id_scope: Literal["local", "global"] = "local"
+    requests: list[Union[SubagentEntry, TraceRequest]] = Field(min_length=1)
+
+
+def looks_like_sessions(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        head = handle.read(SNIFF_BYTES)
+    return head.lstrip().startswith("{") and '"requests"' in head
+
+
+def _raw_sessions(path: Path, bad: BadLines) -> Iterator[tuple[str, object]]:
+    files = sorted(p for p in path.iterdir() if p.suffix == ".json") if path.is_dir() else [path]
+    for file in files:
+        text = file.read_text(encoding="utf-8")
+        try:
+            yield file.name, json.loads(text)
+            continue
+        except json.JSONDecodeError:
+            pass
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{file.name} line {number}", json.loads(line)
+            except json.JSONDecodeError as error:
+                bad.report(f"line {number}", f"not valid JSON ({error.msg})")
+
+
+class _SessionBuilder:
+    def __init__(self, trace: SessionTrace, index: int, checker: PrefixChecker) -> None:
+        self.trace = trace
+        self.offset = index << SESSION_ID_SHIFT if trace.hash_id_scope == "local" else 0
+        self.checker = checker
+        self.specs: list[RequestSpec] = []
+        self.last_ids: dict[int, np.ndarray] = {}      # stream -> previous prompt's ids
+
+    def _ids(self, request: TraceRequest, stream: int) -> np.ndarray:
+        ids = np.asarray(request.hash_ids, dtype=np.int64)
+        if self.offset and ids.size and (ids.min() < 0 or ids.max() >= LOCAL_ID_LIMIT):
+            raise ValueError(f"local hash ids must be in [0, 2^{SESSION_ID_SHIFT})")
+        ids = ids + self.offset
+        previous = self.last_ids.get(stream)
+        start = 0
+        if previous is not None:
+            n = min(len(previous), len(ids))
+            mismatch = np.flatnonzero(previous[:n] != ids[:n])
+            start = int(mismatch[0]) if mismatch.size else n
+        problem = self.checker.problem(ids, start)
+        if problem:
+            raise ValueError(problem)
+        self.last_ids[stream] = ids
+        return ids
+
+    def _add(self, request: TraceRequest, stream: int, deps: tuple[int, ...], gap_s: float) -> int:
+        think = min(max(0.0, gap_s), IDLE_GAP_CAP_S) * US_PER_S
+        self.specs.append(RequestSpec(request.in_tokens, max(1, request.out), self._ids(request, stream),
+                                      deps, think, label=f"{self.trace.id}#{len(self.specs)}"))
+        return len(self.specs) - 1
+
+    def build(self) -> Session:
+        entries, index, parent_end = self.trace.requests, 0, 0.0
+        deps: tuple[int, ...] = ()
+        streams, after_group = 0, False
+        while index < len(entries):
+            entry = entries[index]
+            if isinstance(entry, TraceRequest):
+                gap = 0.0 if not deps else max(0.0, entry.t - parent_end) if after_group else entry.think_time
+                deps = (self._add(entry, 0, deps, gap),)
+                parent_end, after_group = entry.t + entry.api_time, False
+                index += 1
+                continue
+            finals, group_end = [], parent_end
+            while index < len(entries) and isinstance(entries[index], SubagentEntry):
+                sub = entries[index]
+                streams += 1
+                dep, gap = deps, sub.t - parent_end
+                for request in sub.requests:
+                    dep = (self._add(request, streams, dep, gap),)
+                    gap = request.think_time
+                finals.append(dep[0])
+                group_end = max(group_end, sub.t + sub.duration_ms / MS_PER_S)
+                index += 1
+            deps, parent_end, after_group = tuple(finals), group_end, True
+        return Session(tuple(self.specs), str(self.trace.id))
+
+
+def read_sessions(path: Path, skip_bad_lines: bool = False) -> TraceWorkload:
+    bad = BadLines(path, skip_bad_lines)
+    checker = PrefixChecker()
+    sessions: list[Session] = []
+    block_sizes: set[int] = set()
+    for where, raw in _raw_sessions(path, bad):
+        try:
+            trace = SessionTrace.model_validate(raw)
+            session = _SessionBuilder(trace, len(sessions), checker).build()
+        except ValidationError as error:
+            first = error.errors()[0]
+            bad.report(where, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+            continue
+        except ValueError as error:
+            bad.report(where, str(error))
+            continue
+        block_sizes.add(trace.block_size)
+        sessions.append(session)
+    if not sessions:
+        raise empty_trace(path)
+    if len(block_sizes) > 1:
+        raise InputError("--trace", f"{path.name}: sessions use different block sizes {sorted(block_sizes)}",
+                         "one block size per trace")
+    return TraceWorkload(path.name, ArrivalMode.CLOSED, block_sizes.pop(), tuple(sessions), bad.count)

@@ -1,0 +1,139 @@
+"""Workloads the simulator replays (METHOD §5 input), as streams of sessions.
+
+Everything is a *session*: a small DAG of requests (a fixed-length request is a session
+of one; a multi-turn conversation a chain; an agentic session a chain with subagent
+fan-outs and joins). Under a closed loop each of ``concurrency`` client slots runs one
+session at a time and starts the next when it ends (a client's next request refills its
+slot); under an open loop session roots arrive at their own times (Poisson or trace).
+
+:class:`SyntheticWorkload` draws prompt and output lengths fixed or uniform in a range,
+optionally prepends one of ``num_prefixes`` shared prefixes (uniform or Zipf popularity),
+and runs closed loop with think time or open loop Poisson. Prompts carry block ids only
+when a prefix pool is configured (random-token prompts share nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Iterator, Protocol
+
+import numpy as np
+
+from levers.errors import InputError
+from predictor.sim.request import RequestSpec
+
+US_PER_S = 1e6
+PREFIX_ID_BASE = 1 << 40          # synthetic block-id ranges (prefix pool, unique blocks)
+PREFIX_ID_STRIDE = 1 << 24
+UNIQUE_ID_BASE = 1 << 50
+DEFAULT_BLOCK_TOKENS = 64
+FIXED_CLOSED_REQUESTS_PER_CLIENT = 10   # default replay length: 10 requests per client
+OPEN_LOOP_DEFAULT_REQUESTS = 1000
+
+
+class ArrivalMode(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+
+
+class Popularity(StrEnum):
+    UNIFORM = "uniform"
+    ZIPF = "zipf"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    requests: tuple[RequestSpec, ...]
+    label: str = ""
+
+
+class Workload(Protocol):
+    """A replayable workload: its arrival mode, block size and a session stream."""
+
+    name: str
+    mode: ArrivalMode
+    block_tokens: int
+    warmup_sessions_per_slot: int
+
+    def sessions(self, rng: np.random.Generator) -> Iterator[Session]: ...
+
+    def default_num_requests(self, concurrency: int) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LengthRange:
+    """Tokens, fixed (``low == high``) or uniform in [low, high]."""
+
+    low: int
+    high: int
+
+    @staticmethod
+    def fixed(tokens: int) -> "LengthRange":
+        return LengthRange(tokens, tokens)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.low <= self.high:
+            raise InputError("--workload", f"bad length range {self.low}..{self.high}",
+                             "1 <= low <= high tokens")
+
+    def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        if self.low == self.high:
+            return np.full(size, self.low, dtype=np.int64)
+        return rng.integers(self.low, self.high + 1, size=size)
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticWorkload:
+    prompt: LengthRange
+    output: LengthRange
+    mode: ArrivalMode = ArrivalMode.CLOSED
+    arrival_rate: float = 0.0              # requests/s (open loop)
+    think_s: float = 0.0                   # closed loop: client think time between requests
+    num_prefixes: int = 0
+    prefix_tokens: int = 0
+    popularity: Popularity = Popularity.UNIFORM
+    zipf_exponent: float = 1.0
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
+    warmup_sessions_per_slot: int = 0      # 1: a closed loop's first request per client is warm-up
+    name: str = "synthetic"
+    batch_size: int = 4096                 # requests drawn per RNG call
+
+    def default_num_requests(self, concurrency: int) -> int:
+        if self.mode is ArrivalMode.OPEN:
+            return OPEN_LOOP_DEFAULT_REQUESTS
+        return FIXED_CLOSED_REQUESTS_PER_CLIENT * concurrency
+
+    def _prefix_weights(self) -> np.ndarray:
+        ranks = np.arange(1, self.num_prefixes + 1, dtype=float)
+        weights = ranks ** -self.zipf_exponent if self.popularity is Popularity.ZIPF else np.ones_like(ranks)
+        return weights / weights.sum()
+
+    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
+        next_unique = UNIQUE_ID_BASE
+        clock_us = 0.0
+        weights = self._prefix_weights() if self.num_prefixes else None
+        while True:
+            prompts = self.prompt.draw(rng, self.batch_size)
+            outputs = self.output.draw(rng, self.batch_size)
+            gaps = rng.exponential(US_PER_S / self.arrival_rate, self.batch_size) \
+                if self.mode is ArrivalMode.OPEN else None
+            picks = rng.choice(self.num_prefixes, self.batch_size, p=weights) if weights is not None else None
+            for i in range(self.batch_size):
+                prompt = int(prompts[i]) + (self.prefix_tokens if picks is not None else 0)
+                ids = np.zeros(0, dtype=np.int64)
+                if picks is not None:
+                    ids, next_unique = self._block_ids(int(picks[i]), prompt, next_unique)
+                arrival = None
+                if gaps is not None:
+                    clock_us += float(gaps[i])
+                    arrival = clock_us
+                think = 0.0 if gaps is not None else self.think_s * US_PER_S
+                yield Session((RequestSpec(prompt, int(outputs[i]), ids, (), think, arrival),))
+
+    def _block_ids(self, prefix: int, prompt: int, next_unique: int) -> tuple[np.ndarray, int]:
+        prefix_blocks = self.prefix_tokens // self.block_tokens
+        own_blocks = prompt // self.block_tokens - prefix_blocks
+        shared = PREFIX_ID_BASE + prefix * PREFIX_ID_STRIDE + np.arange(prefix_blocks, dtype=np.int64)
+        own = next_unique + np.arange(max(0, own_blocks), dtype=np.int64)
+        return np.concatenate([shared, own]), next_unique + max(0, own_blocks)

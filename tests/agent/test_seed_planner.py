@@ -1,0 +1,66 @@
+"""The seed planner: safe baseline, one lever at a time in METHOD §6 order, deterministic."""
+
+import pytest
+
+from agent.seed_planner import LeverGroup, SeedPlanner, baseline, is_legal
+from levers.configuration import Configuration
+from levers.errors import InputError
+from tests.agent.tune_fakes import make_context
+
+DEFAULT_MODEL = "kimi-k3"
+MIN_SEEDS = 50
+GROUP_ORDER = ["baseline", *[str(g) for g in LeverGroup]]
+
+
+def _round_zero(context):
+    start = baseline(context)
+    return start, list(SeedPlanner(context).seeds(start))
+
+
+def test_default_run_yields_at_least_50_legal_distinct_seeds_from_a_fitting_baseline():
+    context = make_context(DEFAULT_MODEL, workload="agentic")
+    start, seeds = _round_zero(context)
+    assert start == Configuration(tp=8)  # Kimi-K3 on 8 MI355X: only tp=8 fits, native dtypes
+    assert len(seeds) >= MIN_SEEDS
+    configs = [seed.config for seed in seeds]
+    assert len(set(configs)) == len(configs)
+    assert all(is_legal(context, config) for config in configs)
+
+
+def test_seeds_follow_the_fixed_group_order_and_change_one_lever_group_each():
+    context = make_context(DEFAULT_MODEL, workload="agentic")
+    start, seeds = _round_zero(context)
+    positions = [GROUP_ORDER.index(seed.group) for seed in seeds]
+    assert positions == sorted(positions)
+    for seed in seeds[1:]:
+        assert seed.proposed and seed.proposed == seed.config.diff(start)
+        assert len(seed.proposed) <= 6, seed  # the lever plus the repairs it forces
+
+
+def test_seeds_are_deterministic():
+    context = make_context(DEFAULT_MODEL, workload="agentic")
+    assert [s.config for s in _round_zero(context)[1]] == [s.config for s in _round_zero(context)[1]]
+
+
+def test_validated_precisions_shape_the_baseline_and_the_offers():
+    context = make_context(DEFAULT_MODEL, workload="agentic", precisions="fp8,fp4")
+    start, seeds = _round_zero(context)
+    assert start.weight_dtype == "fp8" and start.expert_dtype is None  # checkpoint experts are fp4
+    assert all(seed.config.weight_dtype in ("fp8", "fp4") for seed in seeds)
+
+
+def test_later_rounds_move_around_the_incumbent():
+    context = make_context()
+    start = baseline(context)
+    incumbent = start.with_changes({"kv_cache_dtype": "fp8"})
+    seeds = list(SeedPlanner(context).seeds(start, incumbent=lambda: incumbent))
+    first_round = [s for s in seeds if s.config.kv_cache_dtype != "fp8"]
+    second_round = [s for s in seeds if s.config.kv_cache_dtype == "fp8" and s.config != incumbent]
+    assert first_round and second_round
+    assert all(s.proposed == s.config.diff(incumbent) for s in second_round)
+
+
+def test_a_model_that_fits_nowhere_is_an_input_error():
+    context = make_context(DEFAULT_MODEL, cluster="h100x1")
+    with pytest.raises(InputError, match="does not fit on h100x1"):
+        baseline(context)

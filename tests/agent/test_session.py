@@ -1,0 +1,61 @@
+"""Session bookkeeping: ranking (SLO-meeting first), duplicates, both stop rules."""
+
+import math
+
+from agent.ranking import nearest_misses
+from agent.scoring import Phase
+from agent.search import SearchSettings, run_search
+from agent.session import STALE_FRACTION
+from tests.agent.tune_fakes import make_session
+
+
+def test_an_slo_meeting_trial_beats_a_faster_one_that_misses():
+    session = make_session(slos=("tpot<=14",))
+    fast = session.propose({"concurrency": 1024}, Phase.SEED)   # load 128: tpot 18 ms, throughput 1000
+    slow = session.propose({"concurrency": 256}, Phase.SEED)    # load 32: tpot 12 ms, throughput 500
+    assert fast.objective_value > slow.objective_value
+    assert fast.slo_met is False and slow.slo_met is True
+    assert session.best() is slow and session.leader is slow
+
+
+def test_when_nothing_meets_the_slos_best_is_none_and_misses_are_ranked_by_distance():
+    session = make_session(slos=("tpot<=5",))
+    far = session.propose({"concurrency": 1024}, Phase.SEED)    # tpot 18: miss 2.6
+    near = session.propose({"concurrency": 8}, Phase.SEED)      # tpot 10.06: miss 1.0125
+    assert session.best() is None
+    assert [t.index for t in nearest_misses(session.trials, 5)] == [near.index, far.index]
+    assert near.miss_distance < far.miss_distance
+
+
+def test_a_duplicate_is_recorded_not_repriced():
+    session = make_session()
+    predictor = session.context.predict_fn
+    first = session.propose({"kv_cache_dtype": "fp8"}, Phase.PLANNER)
+    again = session.propose({"kv_cache_dtype": "fp8"}, Phase.INVESTIGATOR)
+    assert again.duplicate_of == first.index and again.metrics == first.metrics
+    assert len(predictor.calls) == 1 and len(session.trials) == 2
+
+
+def test_budget_stop_rule():
+    session = make_session(budget=12)
+    outcome = run_search(session, SearchSettings(budget=12, no_llm=True), None)
+    assert len(session.trials) == 12
+    assert outcome.stop_reason == "budget: all 12 trials spent"
+
+
+def test_stale_stop_rule_fires_after_70_percent_of_the_budget_without_a_new_best():
+    session = make_session(budget=40, objective="gpus_per_replica")  # metric absent: nothing is priced
+    outcome = run_search(session, SearchSettings(budget=40, no_llm=True), None)
+    assert len(session.trials) == math.ceil(STALE_FRACTION * 40) == 28
+    assert outcome.stop_reason.startswith("stale: the best trial has not changed for 28 trials")
+    assert outcome.best is None
+
+
+def test_stale_counts_from_the_last_change_of_the_leader():
+    session = make_session(budget=10)
+    session.propose({"concurrency": 512}, Phase.SEED)            # the leader: throughput 1000
+    for concurrency in (8, 16, 24, 32, 40, 48):
+        session.propose({"concurrency": concurrency}, Phase.SEED)  # all worse
+    assert session.stop_reason() is None                          # 6 unchanged < 7
+    session.propose({"concurrency": 56}, Phase.SEED)
+    assert session.stop_reason().startswith("stale: the best trial has not changed for 7 trials")

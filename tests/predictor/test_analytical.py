@@ -1,0 +1,92 @@
+"""The analytical steady state (predictor/analytical.py) on a linear fake step model,
+where every quantity can be computed by hand."""
+
+import pytest
+
+from predictor.analytical import Load, PoolLoad, chunks, disaggregated_state, steady_state
+from predictor.step import Mode, StepCost
+
+
+class LinearModel:
+    """decode = 5 ms + 0.05 ms per request; a prefill chunk adds 0.1 us per token."""
+
+    mode = Mode.RANK_ONLY
+    anchor_id = None
+    flags = ()
+
+    def __init__(self, tokens_per_step: float = 1.0) -> None:
+        self.tokens_per_step = tokens_per_step
+
+    def decode_us(self, batch, context_tokens):
+        return 5000.0 + 50.0 * batch
+
+    def prefill_us(self, num_tokens, num_seqs=1, context_tokens=0.0):
+        return 2000.0 + 0.1 * num_tokens
+
+    def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0):
+        return self.decode_us(decode_batch, context_tokens) + 0.1 * prefill_tokens
+
+    def decode(self, batch, context_tokens):
+        return StepCost.of(fixed=self.decode_us(batch, context_tokens))
+
+    def prefill(self, num_tokens, num_seqs=1, context_tokens=0.0):
+        return StepCost.of(fixed=self.prefill_us(num_tokens))
+
+    def mixed(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0):
+        return StepCost.of(fixed=self.mixed_us(prefill_tokens, decode_batch, context_tokens))
+
+
+def test_chunks_split_a_prompt():
+    assert chunks(1000, 512) == [(512, 0), (488, 512)]
+    assert chunks(100, 8192) == [(100, 0)]
+
+
+def test_closed_loop_obeys_littles_law_and_the_step_formula():
+    load = Load(isl=1024, osl=1025, concurrency=64, running_cap=256, chunk_tokens=8192)
+    state = steady_state(LinearModel(), load)
+    # Little's law: clients = rate x end-to-end latency.
+    assert state.requests_per_s * state.e2e_ms / 1000 == pytest.approx(64, rel=1e-6)
+    # Mean step = decode(batch) + each replaced request's prefill marginal spread over
+    # its 1024 decode steps: running/1024 requests x 0.1 us x 1024 tokens.
+    batch = round(state.running)
+    expected_step_ms = (5000 + 50 * batch + 0.1 * 1024 * state.running / 1024) / 1000
+    assert state.step_ms == pytest.approx(expected_step_ms, rel=1e-9)
+    assert state.tpot_ms == state.step_ms
+    # TTFT: one chunk of 1024 tokens riding in a decode step of the running batch.
+    assert state.ttft_ms == pytest.approx((5000 + 50 * batch + 102.4) / 1000, rel=1e-9)
+    assert 63 < state.running < 64
+
+
+def test_clients_beyond_the_running_cap_queue():
+    capped = steady_state(LinearModel(), Load(1024, 1025, concurrency=128, running_cap=32))
+    free = steady_state(LinearModel(), Load(1024, 1025, concurrency=32, running_cap=32))
+    assert capped.requests_per_s == pytest.approx(free.requests_per_s, rel=1e-6)
+    # 96 clients wait; by Little's law each waits 96 / rate.
+    wait_ms = 96 / capped.requests_per_s * 1000
+    assert capped.ttft_ms == pytest.approx(free.ttft_ms + wait_ms, rel=1e-6)
+    assert capped.ttft_admission_ms == pytest.approx(free.ttft_admission_ms, rel=1e-6)
+
+
+def test_speculation_commits_several_tokens_per_step():
+    plain = steady_state(LinearModel(1.0), Load(1024, 1025, concurrency=8))
+    spec = steady_state(LinearModel(2.5), Load(1024, 1025, concurrency=8))
+    assert spec.tpot_ms == pytest.approx(spec.step_ms / 2.5)
+    assert spec.tpot_ms < 0.5 * plain.tpot_ms
+
+
+def test_open_loop_below_capacity_serves_the_offered_rate():
+    state = steady_state(LinearModel(), Load(1024, 257, concurrency=0, arrival_rate=2.0))
+    assert state.requests_per_s == 2.0
+    assert not state.overloaded
+    # ~ rate x decode time requests are decoding.
+    assert state.running == pytest.approx(2.0 * 256 * state.step_ms / 1000, rel=1e-6)
+
+
+def test_disaggregated_pools_have_no_prefill_interference():
+    model = LinearModel()
+    pools = PoolLoad(prefill=Load(1024, 1025, 0, replicas=1), decode=Load(1024, 1025, 64, running_cap=256),
+                     prefill_budget_tokens=8192, handoff_us=500.0)
+    state, rate = disaggregated_state(model, model, pools, 64)
+    assert state.step_ms == pytest.approx(state.decode_step_ms)
+    assert rate * state.e2e_ms / 1000 == pytest.approx(64, rel=0.02)
+    assert state.ttft_ms > (2000 + 102.4 + 500) / 1000
