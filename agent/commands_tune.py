@@ -17,6 +17,7 @@ from rich.table import Table
 
 from agent.briefing import describe
 from agent.cli_app import app, cli_errors, console, print_json
+from agent.lm import DEFAULT_TIMEOUT_S
 from agent.scoring import Trial
 from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, TuneResult, tune
 
@@ -39,6 +40,7 @@ def tune_command(
     lm_base_url: Optional[str] = typer.Option(None, "--lm-base-url", help="Endpoint of an OpenAI-compatible server."),
     lm_json_schema: bool = typer.Option(False, "--lm-json-schema",
                                         help="Send the output schema in response_format (llama.cpp servers)."),
+    lm_timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--lm-timeout", help="Seconds per LM request."),
     budget: Optional[int] = typer.Option(None, "--budget", help="Trials, seed + LLM (default 300)."),
     seed: int = typer.Option(0, "--seed", help="Fixes every random choice."),
     no_llm: bool = typer.Option(False, "--no-llm", help="Seed phase only."),
@@ -53,7 +55,8 @@ def tune_command(
     request = TuneRequest(
         model=model, cluster=cluster, engine=engine, workload=workload, objective=objective,
         slos=tuple(slo or ()), lm=lm, lm_base_url=lm_base_url, lm_json_schema=lm_json_schema,
-        budget=budget, seed=seed, no_llm=no_llm, guidance=guidance, precisions=precisions,
+        lm_timeout_s=lm_timeout, budget=budget, seed=seed, no_llm=no_llm, guidance=guidance,
+        precisions=precisions,
         resume=resume, top=top, command_line=tuple(["inferasim", *sys.argv[1:]]))
     if json_out or not console.is_terminal:
         result = tune(request)

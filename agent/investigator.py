@@ -41,7 +41,8 @@ class Investigate(dspy.Signature):
     plan: str = dspy.InputField(desc="the planner's rationale, hypotheses and polish plan")
     incumbent: str = dspy.InputField(desc="the best trial so far (configuration relative to the baseline)")
     budget: str = dspy.InputField(desc="trials left")
-    best_config: dict[str, Any] = dspy.OutputField(desc="levers of the best configuration found (changes from the baseline)")
+    best_config: dict[str, Any] = dspy.OutputField(
+        desc="levers of the best configuration found (changes from the baseline)")
     what_worked: str = dspy.OutputField(desc="one or two sentences")
     follow_ups: list[str] = dspy.OutputField(desc="short suggestions for a next search")
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 from agent.guards import parse_precisions
 from agent.harvest_hints import harvest_plan
-from agent.lm import LmRuntime, LmSettings, resolve_lm_settings
+from agent.lm import DEFAULT_TIMEOUT_S, LmRuntime, LmSettings, resolve_lm_settings
 from agent.recorder import LedgerRecorder, ledger_header, new_search_id, resume_header, trial_from_record
 from agent.scoring import CheckFn, PredictFn, SearchContext, Trial
 from agent.search import DEFAULT_BUDGET, SearchOutcome, SearchSettings, run_search
@@ -53,6 +53,7 @@ class TuneRequest:
     lm: str | None = None
     lm_base_url: str | None = None
     lm_json_schema: bool = False
+    lm_timeout_s: float = DEFAULT_TIMEOUT_S
     budget: int | None = None
     seed: int = 0
     no_llm: bool = False
@@ -126,7 +127,8 @@ def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn:
          runtime: LmRuntime | None = None, listeners: list[TrialListener] | None = None,
          ledger_dir: Path | None = None, store=None) -> TuneResult:
     """Run (or resume) a search and persist its ledger."""
-    lm = resolve_lm_settings(request.lm, request.lm_base_url, json_schema=request.lm_json_schema)
+    lm = resolve_lm_settings(request.lm, request.lm_base_url, json_schema=request.lm_json_schema,
+                             timeout_s=request.lm_timeout_s)
     if request.resume:
         session, recorder, budget, lm, no_llm = _resumed(request, lm, predict_fn, check_fn, store)
         request = replace(request, no_llm=no_llm)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from levers.errors import InputError
 from ledgers.model import Ledger, TrialRecord
 from ledgers.store import list_ledgers, load_ledger
+from levers.errors import InputError
 
 QUESTION_FIELDS = ("model", "cluster", "engine", "objective", "slos", "workload", "budget", "seed")
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from levers.errors import InputError
 from ledgers.model import Ledger
+from levers.errors import InputError
 
 LEDGERS_SUBDIR = "ledgers"
 SUFFIX = ".json"

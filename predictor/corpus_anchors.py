@@ -29,8 +29,9 @@ before scoring (`RULE_VERSION`) and is the same for the shipped default anchors
    TPOT is what every corpus records.) The context of a point is the run's mean decode
    context `isl + osl / 2` (what the analytical predictor prices), recorded as the
    sweep's `prompt_tokens`; a second context gives the slope (METHOD §3.4): the one with
-   the most batches is primary, the next the second; each array is completed on the
-   union of batches by holding the nearest measured slope.
+   the most batches is primary, the one farthest from it the second (other contexts fall
+   between them and are read off the linear law); each array is completed on the union
+   of batches by holding the nearest measured slope.
 4. **Prefill.** Per prompt length `n`, the runs at the layout's lowest per-replica
    concurrency split their TTFT into the GPU prefill marginal `M(n)` and host time
    (`predictor.corpus_points`): `M` from the prefill interference of per-token-streaming
@@ -215,7 +216,7 @@ def decode_sweep(points: dict[tuple[int, int], list[float]]) -> DecodeSweep:
         batches = tuple(sorted(first))
         return DecodeSweep(prompt_tokens=ranked[0], batch_sizes=batches, itl_ms=tuple(first[b] for b in batches),
                            is_full_sweep=False)
-    second_ctx = ranked[1]
+    second_ctx = max(ranked[1:], key=lambda c: (abs(c - ranked[0]), len(by_ctx[c])))
     second = by_ctx[second_ctx]
     batches = tuple(sorted(set(first) | set(second)))
     primary = [_complete(first, second, b, ranked[0], second_ctx) for b in batches]

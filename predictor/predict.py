@@ -41,13 +41,28 @@ class ProjectedStepModel:
 
     def __init__(self, inner: StepModel, reason: str) -> None:
         self.inner = inner
+        self.reason = reason
         self.anchor_id = inner.anchor_id
-        self.flags = tuple(dict.fromkeys((*inner.flags, "rank-only", f"not-covered: {reason}")))
         self.tokens_per_step = inner.tokens_per_step
         self.host_time_ms = getattr(inner, "host_time_ms", None)
         self.host_us_per_prompt_token = getattr(inner, "host_us_per_prompt_token", None)
         self.decode, self.prefill, self.mixed = inner.decode, inner.prefill, inner.mixed
         self.decode_us, self.prefill_us, self.mixed_us = inner.decode_us, inner.prefill_us, inner.mixed_us
+        self.communication_us = getattr(inner, "communication_us", None)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Read after pricing: the inner model adds flags as calls reveal them."""
+        return tuple(dict.fromkeys((*self.inner.flags, "rank-only", f"not-covered: {self.reason}")))
+
+
+def communication_ms(model: StepModel, step: StepCost, tokens: float) -> float:
+    """The step's modelled communication. Anchored steps already contain theirs, so
+    they report the target's modelled collectives instead of a term of the step."""
+    modelled = getattr(model, "communication_us", None)
+    if modelled is not None:
+        return modelled(tokens) / 1000.0
+    return step.get("communication") / 1000.0
 
 
 def step_model_for(target: Target, config: Configuration, store: AnchorStore | None = None) -> StepModel:
@@ -111,8 +126,8 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
     prefill_step = model.prefill(workload.isl, 1, 0.0)
     metrics.update(_memory_metrics(memory, config))
     metrics["uncontended_step_ms"] = model.decode_us(1, workload.isl) / 1000.0
-    metrics["decode_comm_ms"] = decode_step.get("communication") / 1000.0
-    metrics["prefill_comm_ms"] = prefill_step.get("communication") / 1000.0
+    metrics["decode_comm_ms"] = communication_ms(model, decode_step, batch)
+    metrics["prefill_comm_ms"] = communication_ms(model, prefill_step, workload.isl)
     flags = list(model.flags)
     if state.overloaded:
         flags.append("overloaded")
@@ -159,8 +174,8 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     metrics.update(_memory_metrics(memory, decode_config))
     metrics["gpus_per_replica"] = float(total_gpus)
     metrics["uncontended_step_ms"] = decode_model.decode_us(1, workload.isl) / 1000.0
-    metrics["decode_comm_ms"] = decode_step.get("communication") / 1000.0
-    metrics["prefill_comm_ms"] = prefill_step.get("communication") / 1000.0
+    metrics["decode_comm_ms"] = communication_ms(decode_model, decode_step, batch)
+    metrics["prefill_comm_ms"] = communication_ms(prefill_model, prefill_step, workload.isl)
     modes = {prefill_model.mode, decode_model.mode}
     mode = Mode.ANCHORED if modes == {Mode.ANCHORED} else Mode.RANK_ONLY
     flags = tuple(dict.fromkeys([*(f"prefill: {f}" for f in prefill_model.flags),

@@ -27,7 +27,8 @@ Flag names (checked against each engine's documentation / argument parser):
   --gpu-memory-utilization, --block-size, --server-port. ATOM leaves prefix caching off
   unless --enable_prefix_caching is given (the measured reuse probe verifies it).
 - llama.cpp (`python -m llama_cpp.server`): --model FILE.gguf --model_alias NAME --host
-  --port --n_ctx --n_threads; it keeps no prefix cache across requests except the
+  --port --n_ctx --n_threads, and --interrupt_requests False (by default a new request
+  cuts the stream being served short; queued, the requests run one at a time); it keeps no prefix cache across requests except the
   previous prompt's tokens, which unique prompts defeat (see `checks`).
 """
 
@@ -301,7 +302,7 @@ class LlamaCppAdapter:
             raise _refuse(self.engine, "kv_cache_dtype", config.kv_cache_dtype, "bf16 (llama.cpp's f16 cache)")
         argv = [request.python, "-m", "llama_cpp.server", "--model", request.model_path,
                 "--model_alias", request.served_name, "--host", request.host, "--port", str(request.port),
-                "--n_ctx", str(request.context_tokens)]
+                "--n_ctx", str(request.context_tokens), "--interrupt_requests", "False"]
         if request.threads:
             argv += ["--n_threads", str(request.threads)]
         return LaunchCommand(tuple(argv), {})

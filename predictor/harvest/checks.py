@@ -9,8 +9,8 @@ a flag is written into the anchor and carried by every prediction made from it.
 - weights real: an engine launched with dummy/random weights is refused (random weights
   spread MoE tokens evenly and make an anchor too fast); weights behind an endpoint
   cannot be seen and are flagged unverified;
-- prefix caching off: asking for it on is refused; timed prompts that share a prefix are
-  refused; a repeated prompt that comes back faster than `REUSE_RATIO` of its first
+- prefix caching off: asking for it on is refused; timed prompts that share their
+  unique prefix are refused; a repeated prompt that comes back faster than `REUSE_RATIO` of its first
   time shows the engine reuses prefixes: refused when the timed prompts could have
   reused anything, flagged otherwise (they were unique from their first words);
 - width: an anchor is one replica on at most one node (no PP, replicas, disaggregation);
@@ -31,6 +31,7 @@ from enum import StrEnum
 from typing import Sequence
 
 from levers.configuration import Configuration
+from predictor.harvest.prompts import UNIQUE_PREFIX_WORDS
 from predictor.harvest.sweeps import ProbeResult, WaveResult
 
 PROMPT_LENGTH_TOLERANCE = 0.10
@@ -93,7 +94,7 @@ def check_prefix_cache_lever(config: Configuration, explicit: set[str]) -> Check
     if "prefix_cache" in explicit and config.prefix_cache == "on":
         return Check("prefix-caching", Outcome.REFUSE,
                      "prefix_cache=on was asked for: a length sweep would reuse its own prefix (2-9x too fast)")
-    return _ok("prefix-caching", "launched with prefix caching off")
+    return _ok("prefix-caching", "prefix caching not requested (launch flags turn it off where the engine has one)")
 
 
 def check_weights(launched: bool, argv: Sequence[str] = ()) -> Check:
@@ -130,7 +131,9 @@ def check_prompt_length(recorded: int, counted: Sequence[int | None], reported: 
 
 
 def check_prompts_unique(shared_prefix_words: int) -> Check:
-    if shared_prefix_words > 0:
+    """Two timed prompts may share at most their first word (one token of a long prompt);
+    sharing the whole unique prefix means the prompt factory's guarantee broke."""
+    if shared_prefix_words >= UNIQUE_PREFIX_WORDS:
         return Check("unique-prompts", Outcome.REFUSE,
                      f"timed prompts share a {shared_prefix_words}-word prefix: a cache could reuse it")
     return _ok("unique-prompts", "every timed prompt starts differently")

@@ -45,7 +45,8 @@ class RequestTrace:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and bool(self.token_times_s)
+        """Streamed text and ended with a finish reason (a stream cut short has none)."""
+        return self.error is None and bool(self.token_times_s) and self.finish_reason is not None
 
     @property
     def first_token_s(self) -> float:
@@ -205,7 +206,13 @@ def failed(traces: Sequence[RequestTrace], what: str) -> None:
     bad = [t for t in traces if not t.ok]
     if bad:
         raise InputError("engine", f"{len(bad)} of {len(traces)} requests failed during {what}: "
-                         f"{bad[0].error or 'no tokens streamed'}", "a healthy OpenAI-compatible /v1/completions")
+                         f"{bad[0].error or _why(bad[0])}", "a healthy OpenAI-compatible /v1/completions")
+
+
+def _why(trace: RequestTrace) -> str:
+    if not trace.token_times_s:
+        return "no tokens streamed"
+    return f"the stream ended after {len(trace.token_times_s)} tokens without a finish reason (interrupted)"
 
 
 class ReplayClient:

@@ -39,7 +39,7 @@ from predictor.harvest.checks import (
 from predictor.harvest.client import OpenAIStreamClient, RequestTrace, StreamClient
 from predictor.harvest.plan import HarvestPlan
 from predictor.harvest.process import EngineProcess
-from predictor.harvest.prompts import PromptFactory, shared_prefix_words
+from predictor.harvest.prompts import UNIQUE_PREFIX_WORDS, PromptFactory, shared_prefix_words
 from predictor.harvest.sweeps import (
     PrefillResult, ProbeResult, WaveResult, host_time_ms, host_us_per_prompt_token, run_decode_sweep,
     run_packed_probe, run_prefill_sweep, run_reuse_probe, warm_up,
@@ -154,9 +154,10 @@ def result_checks(plan: HarvestPlan, m: Measurements) -> list[Check]:
     """The checks that need measurements (METHOD §4)."""
     counted = [c for w in m.waves for c in w.counted_prompt_tokens]
     reported = [r for w in m.waves for r in w.reported_prompt_tokens]
-    unique = shared_prefix_words(list(m.prompt_texts)) == 0
+    shared = shared_prefix_words(list(m.prompt_texts))
+    unique = shared < UNIQUE_PREFIX_WORDS
     checks = [check_prompt_length(plan.sweep.prompt_tokens, counted, reported),
-              check_prompts_unique(shared_prefix_words(list(m.prompt_texts))),
+              check_prompts_unique(shared),
               check_decode_waves(m.waves), check_packed_probe(m.probe), check_engine_build(m.engine_version)]
     if m.reuse_ms is not None:
         checks.append(check_prefix_reuse(m.reuse_ms[0], m.reuse_ms[1], unique))

@@ -142,6 +142,10 @@ class LeafFirstCache:
                 self._raise_tier(block)
                 added += 1
             parent_key = key
+        if parent_key is not None and stop > start:
+            last = blocks[parent_key]
+            self._stamp(last)
+            self._push_hbm_candidate(parent_key, last)
         return added
 
     def promote(self, ids: Sequence[int], start: int, stop: int) -> int:
@@ -190,6 +194,8 @@ class LeafFirstCache:
             self._drop_from_hbm(key, block)
             freed += 1
             key = self._next_in_chain(parent_key, block.stamp)
+        if key is not None:                      # a candidate taken from the chain, not used
+            heapq.heappush(heap, (blocks[key].stamp, key))
         if self.num_dram_blocks > self.dram_capacity_blocks:
             self._evict_dram(self.num_dram_blocks - self.dram_capacity_blocks)
         return freed

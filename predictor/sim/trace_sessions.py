@@ -137,10 +137,10 @@ class _SessionBuilder:
             while index < len(entries) and isinstance(entries[index], SubagentEntry):
                 sub = entries[index]
                 streams += 1
-                dep, gap = deps, sub.t - parent_end
-                for request in sub.requests:
+                dep = deps
+                for position, request in enumerate(sub.requests):
+                    gap = sub.t - parent_end if position == 0 else request.think_time
                     dep = (self._add(request, streams, dep, gap),)
-                    gap = request.think_time
                 finals.append(dep[0])
                 group_end = max(group_end, sub.t + sub.duration_ms / MS_PER_S)
                 index += 1

@@ -1,5 +1,6 @@
 """Guards: untrusted proposals are validated like user input; the best is always legal and priced."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -8,8 +9,6 @@ from agent.scoring import Phase, Stage
 from levers.catalog import LEVER_NAMES
 from levers.errors import InputError
 from tests.agent.tune_fakes import make_context, make_session
-
-import pytest
 
 
 def _guard(proposal, **options):

@@ -36,7 +36,8 @@ def test_percentile_slo_asks_for_the_distribution_and_a_miss_is_legal_with_reaso
 def test_structural_memory_guard_and_predictor_failures_are_rejected_with_stage():
     predictor = FakePredictor(fail_on="concurrency=3")
     context = make_context(predictor=predictor, precisions="fp8")
-    structural = evaluate(context, Configuration(tp=16, weight_dtype="fp8", expert_dtype="fp8"), phase=Phase.INVESTIGATOR)
+    too_wide = Configuration(tp=16, weight_dtype="fp8", expert_dtype="fp8")
+    structural = evaluate(context, too_wide, phase=Phase.INVESTIGATOR)
     assert structural.stage is Stage.STRUCTURE and not structural.legal
     assert any("cluster has 8" in r or "scale-up" in r for r in structural.reasons)
     unvalidated = evaluate(context, Configuration(weight_dtype="fp8"), phase=Phase.PLANNER)  # bf16 experts
