@@ -7,10 +7,12 @@ import sys
 
 from agent import commands_info, commands_predict, commands_stubs  # noqa: F401  (register commands)
 from agent import commands_anchors  # noqa: F401  (register `anchors`)
+from agent import commands_harvest  # noqa: F401  (register `harvest`)
 from agent import commands_mix  # noqa: F401  (register `plan-mix`)
 from agent import commands_pareto  # noqa: F401  (register `pareto`)
 from agent import commands_ledger, commands_tune  # noqa: F401  (register `ledger`, `tune`)
 from agent import commands_simulate  # noqa: F401  (register `simulate`)
+from agent import commands_score  # noqa: F401  (register `score`)
 from agent.cli_app import app
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from agent.cli_app import app, cli_errors, console, print_json
 from ledgers.review import best_record, compare, overview, rows
 from ledgers.store import load_ledger, resolve_ledger
+from levers.configuration import configuration_from_dict
 
 ledger_app = typer.Typer(help="Review persisted ledgers (one per search).", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
@@ -63,8 +64,7 @@ def show_command(ledger: str = LedgerArg, top: int = typer.Option(DEFAULT_SHOWN,
     for column in ("#", "phase", "objective", "SLOs", "mode", "configuration"):
         table.add_column(column, overflow="fold")
     for trial in data["top"]:
-        config = ",".join(f"{k}={v}" for k, v in (trial["configuration"] or {}).items()
-                          if k in ("tp", "ep", "attention_dp", "weight_dtype", "kv_cache_dtype", "concurrency"))
+        config = configuration_from_dict(trial["configuration"]).describe()
         table.add_row(str(trial["index"]), trial["phase"], f"{trial['objective_value']:.4g}",
                       str(trial["slo_met"]), str(trial["mode"]), config)
     console.print(table)

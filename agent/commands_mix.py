@@ -28,7 +28,8 @@ from rich.table import Table
 from agent.cli_app import app, cli_errors, console, err_console, print_json
 from agent.commands_info import JsonOpt
 from agent.mix_config import Tier, load_mix_file
-from agent.mix_planner import DEFAULT_REQUESTS, MixReport, Slot, plan_mix
+from agent.mix_candidates import DEFAULT_MAX_REQUESTS
+from agent.mix_planner import MixReport, Slot, plan_mix
 from agent.mix_selection import Scored
 from ledgers.store import atomic_write_text
 
@@ -40,13 +41,14 @@ def plan_mix_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON report to this file."),
     json_out: bool = JsonOpt,
     seed: int = typer.Option(0, "--seed", help="Seed of every DES run."),
-    requests: int = typer.Option(DEFAULT_REQUESTS, "--requests", min=1, help="DES requests per candidate."),
+    requests: int = typer.Option(DEFAULT_MAX_REQUESTS, "--requests", min=1,
+                                 help="At most this many DES requests per candidate (else 40 per client)."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes (default: all cores)."),
 ) -> None:
     """Pick one configuration per model and tier; print a table per tier and a short list."""
     spec = load_mix_file(models_yaml)
     with _progress_bar() as progress:
-        report = plan_mix(spec, seed=seed, num_requests=requests, workers=workers, progress=progress,
+        report = plan_mix(spec, seed=seed, max_requests=requests, workers=workers, progress=progress,
                           command_line=[Path(sys.argv[0]).name, *sys.argv[1:]])
     data = report.to_json()
     if out is not None:
@@ -85,7 +87,7 @@ def render_report(report: MixReport, out: Path | None) -> None:
     data = report.to_json()
     _say(f"{data['candidates_evaluated']} candidates evaluated ({data['candidates_legal']} legal) "
          f"in {data['wall_s']:.1f} s on {report.settings['workers']} workers, "
-         f"{report.settings['num_requests']} DES requests each")
+         f"at most {report.settings['max_requests']} DES requests each")
     if data["excluded_by_max_gpus"]:
         _say(f"{data['excluded_by_max_gpus']} candidates over max_gpus were not priced")
     for path in report.ledger_paths:

@@ -37,7 +37,8 @@ def pareto_command(
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default ./pareto-MODEL-CLUSTER-ENGINE)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: 'auto' (Ray's default instance) or ADDRESS."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Local processes (default: every core)."),
-    max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Cap on predictions (whole families sampled)."),
+    max_points: Optional[int] = typer.Option(None, "--max-points", min=1,
+                                             help="Cap on predictions (whole families sampled, seeded)."),
     max_spec_depth: int = typer.Option(DEFAULT_MAX_SPEC_DEPTH, "--max-spec-depth", min=0, max=8,
                                        help="Deepest speculative depth tried (best kept per concurrency)."),
     disaggregated: bool = typer.Option(True, "--disaggregated/--no-disaggregated", help="Sweep prefill/decode splits."),
@@ -95,24 +96,36 @@ def render_sweep(result: SweepResult, paths: dict[str, Path]) -> None:
         console.print(f"--max-points: {result.num_sampled_out:,} predictions sampled out", highlight=False)
     frontier = result.frontier
     if not frontier:
-        console.print(f"[red]no legal point[/red] for {target['model']} on {target['cluster']} ({target['engine']})")
-        for reason, count in result.illegal_reasons:
-            console.print(f"  - {count} x {reason}", markup=False)
+        _render_empty(result)
         return
     table = Table(title=f"Pareto frontier: {target['model']} on {target['cluster']} ({target['engine']}), "
                         f"{result.workload.name}")
-    for column in ("tok/s/user", "tok/s/GPU", "TTFT ms", "TPOT ms", "GPUs", "mode", "configuration"):
-        table.add_column(column, justify="left" if column in ("mode", "configuration") else "right")
+    for column in ("tok/s/user", "tok/s/GPU", "TTFT ms", "GPUs", "mode"):
+        table.add_column(column, justify="left" if column == "mode" else "right", no_wrap=True)
+    table.add_column("configuration", overflow="fold")
     for point in _spread(frontier, MAX_TABLE_ROWS):
         metrics = point.metrics
         table.add_row(f"{point.interactivity:,.1f}", f"{point.throughput_per_gpu:,.0f}",
-                      _ms(metrics.get("ttft_ms_mean")), _ms(metrics.get("tpot_ms_mean")),
-                      str(point.config.total_gpus), str(point.mode), point.config.describe())
+                      _ms(metrics.get("ttft_ms_mean")), str(point.config.total_gpus), str(point.mode),
+                      point.config.describe())
     console.print(table)
     if len(frontier) > MAX_TABLE_ROWS:
         console.print(f"{MAX_TABLE_ROWS} of {len(frontier)} frontier points shown; all in {paths['frontier']}",
                       highlight=False)
     console.print("files: " + ", ".join(str(path) for path in paths.values()), highlight=False)
+
+
+def _render_empty(result: SweepResult) -> None:
+    target = result.target
+    where = f"{target['model']} on {target['cluster']} ({target['engine']})"
+    if result.num_excluded_by_mode:
+        console.print(f"[red]no point in modes {', '.join(result.modes)}[/red] for {where}: "
+                      f"{result.num_excluded_by_mode:,} points excluded by --modes "
+                      f"(the others are rank-only or anchored: see --modes)", highlight=False)
+        return
+    console.print(f"[red]no legal point[/red] for {where}")
+    for reason, count in result.illegal_reasons:
+        console.print(f"  - {count} x {reason}", markup=False)
 
 
 def _spread(items: tuple, limit: int) -> list:

@@ -43,6 +43,8 @@ def tune_command(
     lm_timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--lm-timeout", help="Seconds per LM request."),
     budget: Optional[int] = typer.Option(None, "--budget", help="Trials, seed + LLM (default 300)."),
     seed: int = typer.Option(0, "--seed", help="Fixes every random choice."),
+    des_requests: Optional[int] = typer.Option(None, "--des-requests", min=1,
+                                               help="Requests per DES run (default: the simulator's)."),
     no_llm: bool = typer.Option(False, "--no-llm", help="Seed phase only."),
     guidance: Optional[str] = typer.Option(None, "--guidance", help="Free-form operator guidance for the planner."),
     precisions: Optional[str] = typer.Option(None, "--precisions",
@@ -56,8 +58,8 @@ def tune_command(
         model=model, cluster=cluster, engine=engine, workload=workload, objective=objective,
         slos=tuple(slo or ()), lm=lm, lm_base_url=lm_base_url, lm_json_schema=lm_json_schema,
         lm_timeout_s=lm_timeout, budget=budget, seed=seed, no_llm=no_llm, guidance=guidance,
-        precisions=precisions,
-        resume=resume, top=top, command_line=tuple(["inferasim", *sys.argv[1:]]))
+        precisions=precisions, num_requests=des_requests, resume=resume, top=top,
+        command_line=tuple(["inferasim", *sys.argv[1:]]))
     if json_out or not console.is_terminal:
         result = tune(request)
     else:

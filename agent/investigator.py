@@ -54,13 +54,14 @@ class InvestigatorTools:
         self.session = session
         self.runtime = runtime
 
-    def evaluate_config(self, changes: dict[str, Any]) -> str:
+    def evaluate_config(self, changes: dict[str, Any] | None = None, **levers: Any) -> str:
         """Price one configuration: `changes` maps lever -> value (only the levers to change,
         applied to the incumbent). Returns the objective, SLO verdict and key metrics, or why
         it was rejected. Spends one trial."""
         if self.session.stop_reason():
             raise StopAgent(self.session.stop_reason())
-        trial = self.session.propose(changes, Phase.INVESTIGATOR)
+        proposal = {**levers, **changes} if isinstance(changes, dict) else (changes if changes else levers)
+        trial = self.session.propose(proposal, Phase.INVESTIGATOR)
         score = "" if trial.score is None else f" (signed score {trial.score:.6g})"
         return briefing.trial_line(trial, self.session.baseline) + score
 

@@ -25,11 +25,14 @@ from objectives.objectives import resolve_objective
 from predictor.feasibility import check_configuration
 from predictor.hardware import Cluster
 from predictor.predict import AGENTIC_CONTEXT_TOKENS
+from predictor.sim.agentic import AGENTIC_REQUESTS_PER_CLIENT
+from predictor.sim.workloads import FIXED_CLOSED_REQUESTS_PER_CLIENT
 from predictor.target import Target, resolve_target
-from predictor.workload import WorkloadSpec, parse_workload
+from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
 
 RANKING_OBJECTIVE = "throughput_per_gpu"  # METHOD §7 ranks qualifiers by throughput per GPU
-MAX_AUTO_CONCURRENCY = 256               # keeps a DES run per candidate to seconds
+MAX_AUTO_CONCURRENCY = 128               # past it agentic runs are saturated and take tens of seconds
+DEFAULT_MAX_REQUESTS = 1536              # DES requests per candidate at most (full 40/client up to 38 clients)
 AUTO_QUOTAS: dict[str, int] = {          # seeds kept per seed-planner group (METHOD §6 order)
     "baseline": 1, "tp": 3, "attention_dp": 1, "precision": 2, "load": 5,
     "speculation": 1, "moe": 1, "disaggregation": 3,
@@ -55,9 +58,18 @@ class CandidateTask:
 
 @dataclass(frozen=True, slots=True)
 class EvalSettings:
+    """How every candidate is priced: the DES gets the predictor's requests per
+    closed-loop client (enough to pass its warm-up), capped at ``max_requests`` so a
+    heavily loaded candidate costs seconds, not minutes."""
+
     predict_fn: Callable[..., Any]
     seed: int = 0
-    num_requests: int | None = None
+    max_requests: int = DEFAULT_MAX_REQUESTS
+
+    def requests_for(self, task: CandidateTask) -> int:
+        per_client = (AGENTIC_REQUESTS_PER_CLIENT if task.workload == AGENTIC.name
+                      else FIXED_CLOSED_REQUESTS_PER_CLIENT)
+        return min(self.max_requests, per_client * max(1, task.config.concurrency))
 
 
 class WithDistribution:
@@ -88,7 +100,7 @@ def evaluate_task(task: CandidateTask, settings: EvalSettings) -> Trial:
     """Price one candidate (runs in a worker process): rebuild the target, then score."""
     target = resolve_target(task.model, task.cluster, task.engine)
     context = search_context(target, parse_workload(task.workload), settings.predict_fn,
-                             settings.seed, settings.num_requests)
+                             settings.seed, settings.requests_for(task))
     proposed = task.config.diff(Configuration()) if task.origin == "listed" else None
     return evaluate(context, task.config, phase=Phase.SEED, proposed=proposed)
 

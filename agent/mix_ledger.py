@@ -65,7 +65,7 @@ def _header(search_id: str, stamp: str, command_line: Sequence[str], first: Cand
         "direction": str(objective.direction), "slos": [], "workload": first.workload,
         "budget": max(1, len(trials)), "seed": report.settings.get("seed", 0), "lm": None,
         "no_llm": True, "guidance": f"plan-mix {report.spec.source}", "precisions": None,
-        "num_requests": report.settings.get("num_requests"), "baseline": first.config.to_dict(),
+        "num_requests": report.settings.get("max_requests"), "baseline": first.config.to_dict(),
     }
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.mix_candidates import (
+    DEFAULT_MAX_REQUESTS,
     CandidateTask,
     EvalSettings,
     auto_candidates,
@@ -38,7 +39,6 @@ from agent.scoring import Trial
 from predictor.predict import default_store, predict
 from predictor.target import AnchorLookup, resolve_target
 
-DEFAULT_REQUESTS = 64   # DES requests per candidate: a whole example plan in minutes on 2 cores
 Progress = Callable[[int, int], None]
 
 
@@ -106,7 +106,7 @@ def default_predict_fn() -> Callable[..., Any]:
 
 
 def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, seed: int = 0,
-             num_requests: int | None = DEFAULT_REQUESTS, workers: int | None = None,
+             max_requests: int = DEFAULT_MAX_REQUESTS, workers: int | None = None,
              progress: Progress | None = None, has_anchor: AnchorLookup | None = None,
              write_ledger: bool = True, command_line: Sequence[str] = ()) -> MixReport:
     """Price every entry's candidates once and choose per tier (METHOD §7)."""
@@ -114,7 +114,7 @@ def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, see
     lookup = has_anchor if has_anchor is not None else default_store().has_anchor
     per_entry, excluded = build_tasks(spec, lookup)
     unique = tuple(dict.fromkeys(task for tasks in per_entry.values() for task in tasks))
-    settings = EvalSettings(predict_fn or default_predict_fn(), seed, num_requests)
+    settings = EvalSettings(predict_fn or default_predict_fn(), seed, max_requests)
     workers = workers or default_workers()
     trials = evaluate_all(unique, settings, workers, progress)
     slots = tuple(
@@ -123,7 +123,7 @@ def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, see
         for entry in spec.models for name in entry.tiers
     )
     report = MixReport(spec, slots, unique, per_entry, trials, excluded, time.perf_counter() - started,
-                       {"seed": seed, "num_requests": num_requests, "workers": workers})
+                       {"seed": seed, "max_requests": max_requests, "workers": workers})
     if write_ledger:
         report = _with_ledger(report, command_line)
     return report

@@ -26,7 +26,8 @@ from predictor.workload import parse_workload
 from bench_predict import machine  # noqa: I001  (same folder)
 
 
-def run_backend(name: str, target, workload, options: SpaceOptions, cores: int, num_requests=None) -> tuple[SweepResult, float]:
+def run_backend(name: str, target, workload, options: SpaceOptions, cores: int,
+                num_requests: int | None = None) -> tuple[SweepResult, float]:
     """(result, seconds spent starting Ray, 0 otherwise)."""
     if name == "serial":
         return run_sweep(target, workload, options=options, executor=SerialExecutor(), num_requests=num_requests), 0.0
@@ -59,7 +60,8 @@ def main() -> None:
     parser.add_argument("--engine", default="vllm")
     parser.add_argument("--points", type=int, default=10_000)
     parser.add_argument("--backends", default="serial,local,ray")
-    parser.add_argument("--des-points", type=int, default=0, help="also time an agentic (DES) sweep of this many points")
+    parser.add_argument("--des-points", type=int, default=0,
+                        help="also time an agentic (DES) sweep of this many points")
     parser.add_argument("--des-requests", type=int, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -260,15 +260,29 @@ def running_cap(per_replica_clients: float) -> int:
 
 # --- reading -----------------------------------------------------------------------------
 
-def read_corpus(path: str | Path, fmt: str) -> CorpusRead:
+AUTO = "auto"
+_SIGNATURE_COLUMNS = {Format.INFERENCEX: "framework", Format.AICONFIGURATOR: "silicon_tpot_ms"}
+
+
+def detect_format(header: list[str]) -> str:
+    """`auto`: InferenceX has `framework`, AIConfigurator `silicon_tpot_ms`; else native."""
+    for fmt, column in _SIGNATURE_COLUMNS.items():
+        if column in header:
+            return fmt
+    return Format.NATIVE
+
+
+def read_corpus(path: str | Path, fmt: str = AUTO) -> CorpusRead:
     """Read one corpus file; unknown format, unreadable file or missing required columns
     raise InputError; a row that cannot be mapped becomes a RowFailure."""
     from predictor.corpus_formats import READERS
 
     fmt = str(fmt).strip().lower()
-    if fmt not in READERS:
-        raise InputError("--format", f"unknown corpus format '{fmt}'", ", ".join(FORMATS))
+    if fmt not in READERS and fmt != AUTO:
+        raise InputError("--format", f"unknown corpus format '{fmt}'", ", ".join([AUTO, *FORMATS]))
     file = Path(path)
+    if file.is_dir():
+        raise InputError(f"corpus {file}", "is a directory", "a CSV file")
     try:
         handle = file.open(newline="", encoding="utf-8")
     except OSError as error:
@@ -277,6 +291,9 @@ def read_corpus(path: str | Path, fmt: str) -> CorpusRead:
         try:
             reader = csv.DictReader(handle)
             header = [h.strip() for h in (reader.fieldnames or [])]
+            if not header:
+                raise InputError(f"corpus {file}", "is empty (no header row)", "a CSV file with a header row")
+            fmt = detect_format(header) if fmt == AUTO else fmt
             READERS[fmt].check_columns(header, str(file))
             rows, failures = [], []
             for raw in reader:

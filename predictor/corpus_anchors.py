@@ -28,10 +28,11 @@ before scoring (`RULE_VERSION`) and is the same for the shipped default anchors
    (Median ITL is not a step time in general: engines stream in chunks of 10-50 tokens;
    TPOT is what every corpus records.) The context of a point is the run's mean decode
    context `isl + osl / 2` (what the analytical predictor prices), recorded as the
-   sweep's `prompt_tokens`; a second context gives the slope (METHOD §3.4): the one with
-   the most batches is primary, the one farthest from it the second (other contexts fall
-   between them and are read off the linear law); each array is completed on the union
-   of batches by holding the nearest measured slope.
+   sweep's `prompt_tokens`. Several contexts give the slope (METHOD §3.4): the one with
+   the most batches is primary, the one farthest from it the second; a slope
+   `gamma * b` per token of context (KV reads grow with batch x context) is fitted on
+   every point of the other contexts and fills the batches a context did not measure
+   (measured points are kept as they are).
 4. **Prefill.** Per prompt length `n`, the runs at the layout's lowest per-replica
    concurrency split their TTFT into the GPU prefill marginal `M(n)` and host time
    (`predictor.corpus_points`): `M` from the prefill interference of per-token-streaming
@@ -206,23 +207,55 @@ def group_rows(rows: list[CorpusRow]) -> tuple[dict[GroupKey, Group], list[RowFa
 # --- assembling sweeps ------------------------------------------------------------------------
 
 def decode_sweep(points: dict[tuple[int, int], list[float]]) -> DecodeSweep:
-    """Step 3's primary and second context on the union of their batches."""
+    """Step 3's sweep: the primary context's points, the farthest context as the second,
+    and a slope `gamma * b` per token of context (KV reads grow with batch x context)
+    fitted on every other point; it fills batches a context did not measure."""
     by_ctx: dict[int, dict[int, float]] = defaultdict(dict)
     for (ctx, batch), steps in points.items():
         by_ctx[ctx][batch] = statistics.median(steps)
     ranked = sorted(by_ctx, key=lambda c: (-len(by_ctx[c]), c))
-    first = by_ctx[ranked[0]]
+    primary_ctx = ranked[0]
+    first = by_ctx[primary_ctx]
     if len(ranked) == 1:
         batches = tuple(sorted(first))
-        return DecodeSweep(prompt_tokens=ranked[0], batch_sizes=batches, itl_ms=tuple(first[b] for b in batches),
+        return DecodeSweep(prompt_tokens=primary_ctx, batch_sizes=batches, itl_ms=tuple(first[b] for b in batches),
                            is_full_sweep=False)
-    second_ctx = max(ranked[1:], key=lambda c: (abs(c - ranked[0]), len(by_ctx[c])))
-    second = by_ctx[second_ctx]
-    batches = tuple(sorted(set(first) | set(second)))
-    primary = [_complete(first, second, b, ranked[0], second_ctx) for b in batches]
-    other = [_complete(second, first, b, second_ctx, ranked[0]) for b in batches]
-    return DecodeSweep(prompt_tokens=ranked[0], batch_sizes=batches, itl_ms=tuple(primary),
-                       second_prompt_tokens=second_ctx, second_itl_ms=tuple(other), is_full_sweep=False)
+    second_ctx = max(ranked[1:], key=lambda c: (abs(c - primary_ctx), len(by_ctx[c])))
+    gamma = context_gamma(by_ctx, primary_ctx)
+    batches = tuple(sorted({b for values in by_ctx.values() for b in values}))
+    primary = [_primary_at(by_ctx, primary_ctx, b, gamma) for b in batches]
+    second = [by_ctx[second_ctx].get(b, p + gamma * b * (second_ctx - primary_ctx)) for b, p in zip(batches, primary)]
+    return DecodeSweep(prompt_tokens=primary_ctx, batch_sizes=batches, itl_ms=tuple(primary),
+                       second_prompt_tokens=second_ctx, second_itl_ms=tuple(max(v, 1e-3) for v in second),
+                       is_full_sweep=False)
+
+
+def context_gamma(by_ctx: dict[int, dict[int, float]], primary_ctx: int) -> float:
+    """Least-squares `gamma` in `s(b, ctx) - s(b, ctx0) = gamma * b * (ctx - ctx0)` over the
+    points of other contexts whose batch lies inside the primary context's range; >= 0."""
+    first = by_ctx[primary_ctx]
+    num = den = 0.0
+    for ctx, values in by_ctx.items():
+        if ctx == primary_ctx:
+            continue
+        for batch, step in values.items():
+            base = _interp(first, batch)
+            if base is None:
+                continue
+            x = batch * (ctx - primary_ctx)
+            num, den = num + x * (step - base), den + x * x
+    return max(0.0, num / den) if den > 0 else 0.0
+
+
+def _primary_at(by_ctx: dict[int, dict[int, float]], primary_ctx: int, batch: int, gamma: float) -> float:
+    """The primary context's step at `batch`: measured, interpolated, else carried from
+    the other contexts' points at that batch by the slope."""
+    value = _interp(by_ctx[primary_ctx], batch)
+    if value is not None:
+        return value
+    carried = [values[batch] - gamma * batch * (ctx - primary_ctx)
+               for ctx, values in by_ctx.items() if batch in values and ctx != primary_ctx]
+    return max(statistics.median(carried), 1e-3)
 
 
 def _interp(points: dict[int, float], batch: int) -> float | None:
@@ -234,20 +267,6 @@ def _interp(points: dict[int, float], batch: int) -> float | None:
     high = next(x for x in xs if x > batch)
     low = max(x for x in xs if x < batch)
     return points[low] + (points[high] - points[low]) * (batch - low) / (high - low)
-
-
-def _complete(own: dict[int, float], other: dict[int, float], batch: int, own_ctx: int, other_ctx: int) -> float:
-    """`own` at `batch`: measured or interpolated, else `other` plus the nearest slope."""
-    value = _interp(own, batch)
-    if value is not None:
-        return value
-    edge = min(own, key=lambda b: abs(math.log(b / batch)))
-    reference = _interp(other, edge)
-    slope = (own[edge] - reference) / (own_ctx - other_ctx) if reference is not None else 0.0
-    base = _interp(other, batch)
-    if base is None:
-        return own[edge]
-    return max(base + slope * (own_ctx - other_ctx), 0.05 * own[edge])
 
 
 def prefill_sweep(points: dict[int, float], fixed_ms: float) -> PrefillSweep:

@@ -24,9 +24,10 @@ Parallel conventions mapped to PRODUCT.md §3 (SGLang: a replica uses `tp * pp` 
 Precision rule (`dtypes_for`): the label (or AIConfigurator's GEMM/MoE quant modes) names
 the quantisation applied, and a weight class is never wider than the checkpoint ships it:
 - MoE models: routed experts take the label (fp8, fp4; int4 is stored as a 4-bit format);
-  the other weights take it too unless it is fp4 (FP4 checkpoints of MoE models quantise
-  the experts; attention keeps the checkpoint's dtype). AIConfigurator's
-  `gemm_quant_mode` / `moe_quant_mode` set the two classes directly when given.
+  the other weights take it too unless it is fp4 or weight-only int4 (those checkpoints
+  quantise the experts; attention keeps the checkpoint's dtype). AIConfigurator's
+  `gemm_quant_mode` / `moe_quant_mode` set the two classes directly when given (a
+  weight-only int4 GEMM mode on a MoE model again means the experts only).
 - Dense models: the weights take the label.
 - Activations: fp8 for fp8 GEMMs; fp4 for FP4 GEMMs on GPUs with FP4 tensor cores (bf16
   elsewhere); bf16 for weight-only int4 and for bf16.
@@ -132,16 +133,17 @@ def dtypes_for(card: ModelCard, gpu: str, precision: str, gemm: str = "", moe: s
     label = _label(precision, "precision")
     gemm_dtype, moe_dtype = _label(gemm, "gemm_quant_mode"), _label(moe, "moe_quant_mode")
     native = card.native_dtypes
+    weight_only = precision.strip().lower() in _WEIGHT_ONLY or gemm.strip().lower() in _WEIGHT_ONLY
     if card.is_moe:
         expert = moe_dtype or label or native.expert.value
-        weight = gemm_dtype or (label if label and label != "fp4" else None) or native.weight.value
+        dense = None if weight_only else gemm_dtype
+        weight = dense or (label if label and label != "fp4" else None) or native.weight.value
         expert = _narrower(expert, native.expert.value)
     else:
         expert = None
         weight = gemm_dtype or label or native.weight.value
     weight = _narrower(weight, native.weight.value)
     quant = gemm_dtype or label or weight
-    weight_only = precision.strip().lower() in _WEIGHT_ONLY or gemm.strip().lower() in _WEIGHT_ONLY
     if weight_only or quant == "bf16":
         activation = "bf16"
     elif quant == "fp4":
@@ -245,6 +247,15 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
                    levers, isl, osl, conc, measured, raw.get("run_date", ""))
 
 
+def chart_precision(precision: str, card: ModelCard) -> str:
+    """The precision label of a chart: synonyms merged (nvfp4/mxfp4 -> fp4, fp8_block ->
+    fp8, int4_wo -> int4), weight-only int4 kept apart from fp4, empty -> the checkpoint's."""
+    key = precision.strip().lower()
+    if key in _WEIGHT_ONLY:
+        return "int4"
+    return _label(precision, "precision") or card.native_dtypes.weight.value
+
+
 def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version: str, precision: str,
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
             notes: tuple[str, ...] = ()) -> CorpusRow:
@@ -252,7 +263,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
         raise MappingError("isl, osl and concurrency must be positive")
     if not measured.has_any():
         raise MappingError("no measured metric")
-    label = _label(precision, "precision") or card.native_dtypes.weight.value
+    label = chart_precision(precision, card)
     return CorpusRow(id=row_id, source=str(source), model=card.name, gpu=gpu, engine=str(engine),
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),
                      isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes)

@@ -3,7 +3,10 @@
 Both axes are maximised. A point is *dominated* when another point is at least as good
 on both axes and strictly better on one; the frontier is every point that is not
 dominated. Two points with identical coordinates do not dominate each other, so both
-stay on the frontier. Points with a missing or non-finite coordinate are never on it.
+stay on the frontier, unless the caller passes ``prefer`` (a sort key per point): then
+each frontier coordinate keeps one point, the one with the smallest key (a sweep prefers
+the shorter TTFT and fewer GPUs among configurations that tie on both axes). Points with
+a missing or non-finite coordinate are never on it.
 
 One sort and one pass: order by the first axis descending (the second descending
 within ties); a point is on the frontier when its second coordinate beats every point
@@ -14,13 +17,16 @@ first-coordinate group. O(n log n), so a 10^5-point sweep costs milliseconds.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 
-def pareto_indices(first: Sequence[float | None], second: Sequence[float | None]) -> list[int]:
-    """Indices (ascending) of the non-dominated points, maximising both coordinates."""
-    if len(first) != len(second):
-        raise ValueError(f"coordinate lengths differ: {len(first)} vs {len(second)}")
+def pareto_indices(first: Sequence[float | None], second: Sequence[float | None],
+                   prefer: Sequence[Any] | None = None) -> list[int]:
+    """Indices (ascending) of the non-dominated points, maximising both coordinates;
+    with ``prefer``, one point per frontier coordinate (smallest key, then index)."""
+    if len(first) != len(second) or (prefer is not None and len(prefer) != len(first)):
+        raise ValueError(f"coordinate lengths differ: {len(first)}, {len(second)}"
+                         + ("" if prefer is None else f", {len(prefer)}"))
     finite = [i for i in range(len(first)) if _finite(first[i]) and _finite(second[i])]
     order = sorted(finite, key=lambda i: (-first[i], -second[i]))
     chosen: list[int] = []
@@ -33,7 +39,10 @@ def pareto_indices(first: Sequence[float | None], second: Sequence[float | None]
             group_end += 1
         group_best = second[order[position]]  # sorted descending within the group
         if group_best > best_before:
-            chosen.extend(i for i in order[position:group_end] if second[i] == group_best)
+            tied = [i for i in order[position:group_end] if second[i] == group_best]
+            if prefer is not None:
+                tied = [min(tied, key=lambda i: (prefer[i], i))]
+            chosen.extend(tied)
             best_before = group_best
         position = group_end
     return sorted(chosen)

@@ -164,7 +164,10 @@ def _points(plan: SweepPlan, results: list[GroupResult], modes: frozenset[Mode])
 
 
 def _mark_frontier(points: list[SweepPoint]) -> tuple[SweepPoint, ...]:
-    on = set(pareto_indices([p.throughput_per_gpu for p in points], [p.interactivity for p in points]))
+    """METHOD §8; among configurations tying on both axes (e.g. concurrency beyond the
+    running cap only queues), the frontier keeps the shortest TTFT, then fewest GPUs."""
+    prefer = [(p.metrics.get("ttft_ms_mean", math.inf), p.config.total_gpus, p.config.concurrency) for p in points]
+    on = set(pareto_indices([p.throughput_per_gpu for p in points], [p.interactivity for p in points], prefer))
     return tuple(SweepPoint(p.group, p.config, p.mode, p.source, p.metrics, i in on) for i, p in enumerate(points))
 
 

@@ -229,22 +229,38 @@ def _groups(families: list[Family] | tuple[Family, ...], ladder: tuple[int, ...]
 
 
 def _capped(plan: SweepPlan, options: SpaceOptions) -> SweepPlan:
-    """Sample whole families (seeded) until ``max_points`` predictions are reached."""
+    """Sample whole families (seeded) until ``max_points`` predictions are reached; the
+    first family that no longer fits contributes the rungs that still do (spread over its
+    ladder), so a small cap still prices something."""
     if options.max_points is None or plan.num_points <= options.max_points:
         return plan
-    per_family = Counter(group.family for group in plan.groups)
-    order = list(range(len(plan.families)))
+    by_family: dict[int, list[int]] = {}
+    for group in plan.groups:
+        by_family.setdefault(group.family, []).append(group.concurrency)
+    order = sorted(by_family)
     random.Random(options.seed).shuffle(order)
-    kept, budget = [], options.max_points
+    chosen: dict[int, list[int]] = {}
+    budget = options.max_points
     for index in order:
-        cost = per_family[index] * len(plan.families[index].variants)
-        if 0 < cost <= budget:
-            kept.append(index)
-            budget -= cost
-    families = tuple(plan.families[i] for i in sorted(kept))
-    groups = _groups(families, options.concurrency_ladder)
-    sampled = replace(plan, families=families, groups=groups)
+        rungs, width = by_family[index], len(plan.families[index].variants)
+        fitting = min(len(rungs), budget // width)
+        if fitting:
+            chosen[index] = rungs if fitting == len(rungs) else _spread(rungs, fitting)
+            budget -= fitting * width
+        if fitting < len(rungs):
+            break
+    kept = sorted(chosen)
+    groups = tuple(Group(position, c) for position, index in enumerate(kept) for c in chosen[index])
+    sampled = replace(plan, families=tuple(plan.families[i] for i in kept), groups=groups)
     return replace(sampled, num_sampled_out=plan.num_points - sampled.num_points)
+
+
+def _spread(items: list[int], count: int) -> list[int]:
+    """``count`` items evenly spread over ``items`` (first and last included)."""
+    if count == 1:
+        return [items[0]]
+    step = (len(items) - 1) / (count - 1)
+    return [items[round(i * step)] for i in range(count)]
 
 
 def _reason_kind(reason: str) -> str:

@@ -27,7 +27,7 @@ Flag names (checked against each engine's documentation / argument parser):
   --gpu-memory-utilization, --block-size, --server-port. ATOM leaves prefix caching off
   unless --enable_prefix_caching is given (the measured reuse probe verifies it).
 - llama.cpp (`python -m llama_cpp.server`): --model FILE.gguf --model_alias NAME --host
-  --port --n_ctx --n_threads, and --interrupt_requests False (by default a new request
+  --port --n_ctx --n_threads --n_threads_batch (prefill threads), and --interrupt_requests False (by default a new request
   cuts the stream being served short; queued, the requests run one at a time); it keeps no prefix cache across requests except the
   previous prompt's tokens, which unique prompts defeat (see `checks`).
 """
@@ -35,8 +35,10 @@ Flag names (checked against each engine's documentation / argument parser):
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from levers.catalog import Engine
@@ -71,8 +73,6 @@ class LaunchCommand:
 
     def display(self) -> str:
         """For provenance and --dry-run: quoted for reading, never executed by a shell."""
-        import shlex
-
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         return (prefix + " " if prefix else "") + shlex.join(self.argv)
 
@@ -153,13 +153,13 @@ class _GpuAdapter:
 class VllmAdapter(_GpuAdapter):
     engine = Engine.VLLM
     package = "vllm"
-    _ATTENTION = {"triton": "TRITON_ATTN", "flashinfer": "FLASHINFER", "flashmla": "FLASHMLA",
-                  "flash_attn": "FLASH_ATTN", "aiter": "ROCM_AITER_FA"}
-    _CAPTURE = {"piecewise": "PIECEWISE", "full": "FULL_AND_PIECEWISE"}
-    _A2A = {"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori"}
-    _MOE_ENV = {"aiter": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "1"},
+    _ATTENTION = MappingProxyType({"triton": "TRITON_ATTN", "flashinfer": "FLASHINFER", "flashmla": "FLASHMLA",
+                  "flash_attn": "FLASH_ATTN", "aiter": "ROCM_AITER_FA"})
+    _CAPTURE = MappingProxyType({"piecewise": "PIECEWISE", "full": "FULL_AND_PIECEWISE"})
+    _A2A = MappingProxyType({"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori"})
+    _MOE_ENV = MappingProxyType({"aiter": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "1"},
                 "deepgemm": {"VLLM_USE_DEEP_GEMM": "1"}, "flashinfer": {"VLLM_USE_FLASHINFER_MOE_FP8": "1"},
-                "triton": {}, "cutlass": {}}
+                "triton": {}, "cutlass": {}})
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         weight = self._check_dtypes(config, native)
@@ -202,8 +202,9 @@ class VllmAdapter(_GpuAdapter):
 class SglangAdapter(_GpuAdapter):
     engine = Engine.SGLANG
     package = "sglang"
-    _MOE = {"triton": "triton", "deepgemm": "deep_gemm", "cutlass": "cutlass", "flashinfer": "flashinfer_cutlass"}
-    _SPEC = {"mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"}
+    _MOE = MappingProxyType({"triton": "triton", "deepgemm": "deep_gemm", "cutlass": "cutlass",
+                             "flashinfer": "flashinfer_cutlass"})
+    _SPEC = MappingProxyType({"mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"})
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         weight = self._check_dtypes(config, native)
@@ -304,7 +305,7 @@ class LlamaCppAdapter:
                 "--model_alias", request.served_name, "--host", request.host, "--port", str(request.port),
                 "--n_ctx", str(request.context_tokens), "--interrupt_requests", "False"]
         if request.threads:
-            argv += ["--n_threads", str(request.threads)]
+            argv += ["--n_threads", str(request.threads), "--n_threads_batch", str(request.threads)]
         return LaunchCommand(tuple(argv), {})
 
     def request_extras(self, eos_token_id: int | None) -> dict:

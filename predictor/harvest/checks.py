@@ -26,9 +26,9 @@ a flag is written into the anchor and carried by every prediction made from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Sequence
 
 from levers.configuration import Configuration
 from predictor.harvest.prompts import UNIQUE_PREFIX_WORDS
@@ -39,7 +39,8 @@ REUSE_RATIO = 0.5
 NOT_BATCHED_RATIO = 0.9
 PACKED_RATIO_BAND = (0.63, 1.39)       # METHOD §4
 PACKED_SPREAD_LIMIT = 0.5
-RANDOM_WEIGHT_ARGS = ("dummy", "--load_dummy", "--load-format=dummy")
+RANDOM_WEIGHT_FLAGS = ("--load_dummy", "--load-format=dummy", "--load_format=dummy")   # ATOM; vLLM/SGLang
+LOAD_FORMAT_FLAGS = ("--load-format", "--load_format")
 
 
 class Outcome(StrEnum):
@@ -97,8 +98,18 @@ def check_prefix_cache_lever(config: Configuration, explicit: set[str]) -> Check
     return _ok("prefix-caching", "prefix caching not requested (launch flags turn it off where the engine has one)")
 
 
+def loads_random_weights(argv: Sequence[str]) -> bool:
+    """`--load-format dummy` (vLLM, SGLang) or `--load_dummy` (ATOM) anywhere in argv."""
+    for index, arg in enumerate(argv):
+        if arg in RANDOM_WEIGHT_FLAGS:
+            return True
+        if arg in LOAD_FORMAT_FLAGS and index + 1 < len(argv) and argv[index + 1] == "dummy":
+            return True
+    return False
+
+
 def check_weights(launched: bool, argv: Sequence[str] = ()) -> Check:
-    if launched and any(arg in RANDOM_WEIGHT_ARGS for arg in argv):
+    if launched and loads_random_weights(argv):
         return Check("real-weights", Outcome.REFUSE,
                      "the launch loads dummy (random) weights: MoE routing is even and the anchor too fast")
     if not launched:

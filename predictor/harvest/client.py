@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
@@ -66,7 +67,7 @@ class RequestTrace:
                 "finish_reason": self.finish_reason, "error": self.error}
 
     @classmethod
-    def from_json(cls, data: dict) -> "RequestTrace":
+    def from_json(cls, data: dict) -> RequestTrace:
         return cls(sent_s=float(data["sent_s"]), token_times_s=tuple(float(t) for t in data["token_times_s"]),
                    prompt_tokens=data.get("prompt_tokens"), completion_tokens=data.get("completion_tokens"),
                    finish_reason=data.get("finish_reason"), error=data.get("error"))
@@ -105,7 +106,7 @@ class OpenAIStreamClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "OpenAIStreamClient":
+    def __enter__(self) -> OpenAIStreamClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -166,6 +167,13 @@ class OpenAIStreamClient:
             return data["count"]
         tokens = data.get("tokens")
         return len(tokens) if isinstance(tokens, list) else None
+
+    def is_up(self, path: str) -> bool:
+        """One readiness probe (the caller polls): HTTP 200 on `path`."""
+        try:
+            return self._http.get(path).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def get_json(self, path: str) -> dict | None:
         try:

@@ -13,7 +13,10 @@ affinity, `/proc/meminfo`) or given (keyword arguments, or the environment varia
   extensions (`_FLOPS_PER_CYCLE`: two FMA pipes of the widest vector, fp32; bf16 doubles
   it when `avx512_bf16` / `amx_bf16` is present); the clock from "cpu MHz" or
   `DEFAULT_CLOCK_GHZ`. No CPU has fp8 units: the fp8 rate is the bf16 rate;
-- memory: MemTotal (the "HBM" a CPU engine uses for weights and KV).
+- memory: MemTotal (the "HBM" a CPU engine uses for weights and KV);
+- collectives: a CPU anchor has width 1 and communicates nothing; every collective is
+  listed (the step model precomputes them) as a memory copy at the memory bandwidth
+  with no latency, so a width-1 target prices zero communication.
 
 A CPU anchor's accelerator is "cpu"; the CPU model and thread count are kept in the
 anchor's provenance (`CpuFacts.describe`).
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from levers.errors import InputError
+from predictor.comm import Collective, CollectiveFit
 from predictor.hardware import Cluster, GpuProfile
 
 CPU_PROFILE_NAME = "cpu"
@@ -142,6 +146,11 @@ def _env_number(name: str) -> float | None:
     return value
 
 
+def _memory_copy_collectives(bandwidth_gbps: float) -> dict[str, dict[int, CollectiveFit]]:
+    fit = CollectiveFit(alpha_us=0.0, bandwidth_gbps=bandwidth_gbps, source="cpu: a memory copy (no interconnect)")
+    return {c.value: {2: fit} for c in Collective}
+
+
 def cpu_profile(facts: CpuFacts | None = None, *, bandwidth_gbps: float | None = None,
                 peak_tflops: float | None = None) -> GpuProfile:
     """The `cpu` profile (module docstring); given numbers beat the environment, which
@@ -158,7 +167,8 @@ def cpu_profile(facts: CpuFacts | None = None, *, bandwidth_gbps: float | None =
         bf16_tflops=tflops, fp8_tflops=tflops, fp4_tflops=None, gpus_per_node=1, scale_up_domain=1,
         fabric="switched", intra_node_bw_gbps=bandwidth, nic_bw_gbps=CPU_NIC_GBPS, host_link_gbps=bandwidth,
         host_dram_per_gpu_gb=facts.memory_gb, kernel_launch_us=CPU_KERNEL_LAUNCH_US, pp_hop_overhead_us=0.0,
-        custom_allreduce_switch_bytes=1, large_collective_eta={}, collectives={},
+        custom_allreduce_switch_bytes=1, large_collective_eta={},
+        collectives=_memory_copy_collectives(bandwidth),
         sources={"cpu": facts.describe(), "memory_bandwidth": bandwidth_source, "peak_tflops": tflops_source,
                  "memory": "/proc/meminfo MemTotal"},
     )

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from levers.errors import InputError
-from predictor.cards import CardSource, Dtype, ModelCard, NativeDtypes, card_from_hf_config
+from predictor.cards import (
+    CardSource,
+    Dtype,
+    ModelCard,
+    NativeDtypes,
+    card_from_hf_config,
+)
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (1, 2, 3)

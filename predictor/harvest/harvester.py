@@ -21,28 +21,50 @@ import json
 import platform
 import random
 import subprocess
+import sys
 import tempfile
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
-from levers.catalog import Engine
 from levers.errors import InputError
 from predictor.anchor import Anchor, DecodeSweep, PackedProbe, PrefillSweep, Provenance
 from predictor.anchor_store import anchor_id_for, save_anchor, user_anchors_dir
 from predictor.cards import register_card_file
 from predictor.harvest.checks import (
-    Check, Outcome, check_decode_waves, check_engine_build, check_packed_probe, check_prefix_reuse,
-    check_prompt_length, check_prompts_unique, flags_of, refusals, serialised_batches,
+    Check,
+    Outcome,
+    check_decode_waves,
+    check_engine_build,
+    check_packed_probe,
+    check_prefix_reuse,
+    check_prompt_length,
+    check_prompts_unique,
+    flags_of,
+    refusals,
+    serialised_batches,
 )
 from predictor.harvest.client import OpenAIStreamClient, RequestTrace, StreamClient
 from predictor.harvest.plan import HarvestPlan
 from predictor.harvest.process import EngineProcess
-from predictor.harvest.prompts import UNIQUE_PREFIX_WORDS, PromptFactory, shared_prefix_words
+from predictor.harvest.prompts import (
+    UNIQUE_PREFIX_WORDS,
+    PromptFactory,
+    shared_prefix_words,
+)
 from predictor.harvest.sweeps import (
-    PrefillResult, ProbeResult, WaveResult, host_time_ms, host_us_per_prompt_token, run_decode_sweep,
-    run_packed_probe, run_prefill_sweep, run_reuse_probe, warm_up,
+    PrefillResult,
+    ProbeResult,
+    WaveResult,
+    host_time_ms,
+    host_us_per_prompt_token,
+    run_decode_sweep,
+    run_packed_probe,
+    run_prefill_sweep,
+    run_reuse_probe,
+    warm_up,
 )
 
 VERSION_TIMEOUT_S = 30.0
@@ -90,10 +112,13 @@ class RecordingClient:
     def __init__(self, inner: StreamClient) -> None:
         self.inner = inner
         self.records: list[dict] = []
+        self.phase = ""
+        self._lock = threading.Lock()
 
     def stream(self, prompt: str, max_tokens: int) -> RequestTrace:
         trace = self.inner.stream(prompt, max_tokens)
-        self.records.append({"prompt": prompt, "max_tokens": max_tokens, **trace.to_json()})
+        with self._lock:
+            self.records.append({"phase": self.phase, "prompt": prompt, "max_tokens": max_tokens, **trace.to_json()})
         return trace
 
     def tokenize_count(self, text: str) -> int | None:
@@ -111,23 +136,32 @@ def measure(plan: HarvestPlan, client: StreamClient, *, rng: random.Random | Non
     sweep = plan.sweep
     recorder = RecordingClient(client)
     factory = PromptFactory(rng or random.Random(plan.request.seed), recorder.tokenize_count)
+    recorder.phase = "warm-up"
     warm_up(recorder, factory, sweep.prompt_tokens, sweep.decode_tokens)
     warm_records = len(recorder.records)
-    waves = run_decode_sweep(recorder, factory, sweep.batches, sweep.prompt_tokens, sweep.decode_tokens, progress)
+    waves = []
+    for batch in sweep.batches:
+        recorder.phase = f"decode b={batch} prompt={sweep.prompt_tokens}"
+        waves += run_decode_sweep(recorder, factory, (batch,), sweep.prompt_tokens, sweep.decode_tokens, progress)
     second: list[WaveResult] = []
     if sweep.second_prompt_tokens:
-        valid = [b for b in sweep.batches if b not in serialised_batches(waves)]
-        second = run_decode_sweep(recorder, factory, valid, sweep.second_prompt_tokens, sweep.decode_tokens, progress)
+        for batch in [b for b in sweep.batches if b not in serialised_batches(waves)]:
+            recorder.phase = f"decode b={batch} prompt={sweep.second_prompt_tokens}"
+            second += run_decode_sweep(recorder, factory, (batch,), sweep.second_prompt_tokens, sweep.decode_tokens,
+                                       progress)
+    recorder.phase = "prefill"
     prefill, _ = run_prefill_sweep(recorder, factory, sweep.prefill_lengths, sweep.repeats, progress)
     probe = None
     if sweep.probe:
         if progress:
             progress(f"packed-prefill probe {sweep.probe[0]}x{sweep.probe[1]}")
+        recorder.phase = f"probe {sweep.probe[0]}x{sweep.probe[1]}"
         probe = run_packed_probe(recorder, factory, sweep.probe[0], sweep.probe[1], prefill.fit)
     timed = recorder.records[warm_records:]
     texts = tuple(r["prompt"] for r in timed)
     if progress:
         progress("prefix-reuse probe and host time")
+    recorder.phase = "reuse probe"
     reuse = run_reuse_probe(recorder, factory, sweep.prefill_lengths[-1])
     host = host_us_per_prompt_token(recorder, factory, sweep.prefill_lengths[0], sweep.prefill_lengths[-1])
     return Measurements(waves=tuple(waves), second_waves=tuple(second), prefill=prefill, probe=probe, reuse_ms=reuse,
@@ -189,7 +223,7 @@ def build_anchor(plan: HarvestPlan, m: Measurements, *, timestamp: str | None = 
     if m.host_us_per_token is None:
         notes.append("host time per prompt token not measured (no tokenize API)")
     provenance = Provenance(
-        source="harvest", timestamp=timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        source="harvest", timestamp=timestamp or datetime.now(UTC).isoformat(timespec="seconds"),
         node=node or _node(plan), real_weights=True, prefix_caching_off=not reuse_flagged,
         command_line=plan.launch.display() if launched else f"endpoint {plan.request.endpoint}",
         notes=tuple(notes))
@@ -213,8 +247,8 @@ def engine_version(plan: HarvestPlan, client: StreamClient) -> str:
     package = plan.adapter.package
     if plan.launch is not None:
         try:
-            return f"{package}=={importlib.metadata.version(package)}" if plan.request.python == _python() else \
-                _version_in(plan.request.python, package)
+            return f"{package}=={importlib.metadata.version(package)}" if plan.request.python == sys.executable \
+                else _version_in(plan.request.python, package)
         except importlib.metadata.PackageNotFoundError:
             return "unknown"
     data = client.get_json("/version") or {}
@@ -222,16 +256,11 @@ def engine_version(plan: HarvestPlan, client: StreamClient) -> str:
     return f"{package}=={version}" if isinstance(version, str) and version else "unknown"
 
 
-def _python() -> str:
-    import sys
-
-    return sys.executable
-
-
 def _version_in(python: str, package: str) -> str:
     code = f"import importlib.metadata as m; print(m.version({package!r}))"
     try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S)
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return f"{package}=={done.stdout.strip()}" if done.returncode == 0 and done.stdout.strip() else "unknown"
@@ -242,14 +271,6 @@ def _client(plan: HarvestPlan, base_url: str) -> OpenAIStreamClient:
     return OpenAIStreamClient(base_url, plan.served_name, extras=adapter.request_extras(plan.eos_token_id),
                               tokenize_path=adapter.tokenize_path, tokenize_body=adapter.tokenize_body)
 
-
-def _ready(client: OpenAIStreamClient, path: str) -> Callable[[], bool]:
-    def probe() -> bool:
-        try:
-            return client._http.get(path).status_code == 200
-        except Exception:  # connection refused while starting
-            return False
-    return probe
 
 
 def _register_gguf_card(plan: HarvestPlan) -> None:
@@ -277,7 +298,7 @@ def run_harvest(plan: HarvestPlan, *, directory: str | Path | None = None, progr
         with client:
             if progress:
                 progress(f"starting {plan.engine} (log {log})")
-            with EngineProcess(plan.launch.argv, env=plan.launch.env, ready=_ready(client, plan.adapter.health_path),
+            with EngineProcess(plan.launch.argv, env=plan.launch.env, ready=lambda: client.is_up(plan.adapter.health_path),
                                timeout_s=plan.request.ready_timeout_s, log_path=log):
                 measured = _measure_with_version(plan, client, progress)
     if record_path:
@@ -291,10 +312,6 @@ def run_harvest(plan: HarvestPlan, *, directory: str | Path | None = None, progr
 
 
 def _measure_with_version(plan: HarvestPlan, client: StreamClient, progress: Progress | None) -> Measurements:
-    from dataclasses import replace
-
     measured = measure(plan, client, progress=progress)
     return replace(measured, engine_version=engine_version(plan, client))
 
-
-__all__ = ["HarvestReport", "Measurements", "build_anchor", "measure", "run_harvest", "Engine"]

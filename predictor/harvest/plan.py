@@ -24,9 +24,20 @@ from levers.legality import structural_reasons
 from predictor.anchor import Signature
 from predictor.anchor_store import signature_for
 from predictor.cards import ModelCard, load_card
-from predictor.hardware import Cluster, parse_cluster
-from predictor.harvest.adapters import EngineAdapter, LaunchCommand, LaunchRequest, adapter_for
-from predictor.harvest.checks import Check, check_prefix_cache_lever, check_weights, check_width, refusals
+from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
+from predictor.harvest.adapters import (
+    EngineAdapter,
+    LaunchCommand,
+    LaunchRequest,
+    adapter_for,
+)
+from predictor.harvest.checks import (
+    Check,
+    check_prefix_cache_lever,
+    check_weights,
+    check_width,
+    refusals,
+)
 from predictor.harvest.cpu import cpu_cluster, is_cpu_cluster
 from predictor.harvest.gguf import card_from_gguf, eos_token_id, read_gguf_header
 
@@ -161,7 +172,7 @@ def _engine_only_values(partial: dict, engine: Engine) -> dict[str, object]:
     defaults = Configuration()
     chosen = {}
     for lever in LEVERS:
-        if lever.name in partial or lever.values is None or lever.is_ranged:
+        if lever.name in partial or lever.values is None or lever.is_ranged or lever.optional:
             continue
         legal = lever.legal_values(engine)
         if len(legal) == 1 and getattr(defaults, lever.name) not in legal:
@@ -172,7 +183,7 @@ def _engine_only_values(partial: dict, engine: Engine) -> dict[str, object]:
 def _cluster(text: str | None, engine: Engine) -> Cluster:
     if is_cpu_cluster(text) or (text is None and engine == Engine.LLAMACPP):
         return cpu_cluster()
-    return parse_cluster(text) if text else parse_cluster("mi355x")
+    return parse_cluster(text or DEFAULT_CLUSTER)
 
 
 def _positive(name: str, values: tuple[int, ...]) -> tuple[int, ...]:

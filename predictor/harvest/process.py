@@ -20,10 +20,17 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
-from tenacity import RetryError, Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_delay,
+    wait_fixed,
+)
 
 from levers.errors import InputError
 
@@ -44,7 +51,7 @@ class _EngineDied(Exception):
     pass
 
 
-_LIVE: set["EngineProcess"] = set()
+_LIVE: set[EngineProcess] = set()
 _LOCK = threading.Lock()
 _PREVIOUS_HANDLERS: dict[int, object] = {}
 
@@ -179,7 +186,7 @@ class EngineProcess:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "EngineProcess":
+    def __enter__(self) -> EngineProcess:
         self.start()
         try:
             self.wait_ready()

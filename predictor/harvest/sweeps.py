@@ -22,10 +22,17 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from itertools import pairwise
 
-from predictor.harvest.client import S_PER_MS, RequestTrace, StreamClient, failed, run_wave
+from predictor.harvest.client import (
+    S_PER_MS,
+    RequestTrace,
+    StreamClient,
+    failed,
+    run_wave,
+)
 from predictor.harvest.prompts import Prompt, PromptFactory
 from predictor.transfer import fit_prefill, prefill_time
 
@@ -61,7 +68,7 @@ def wave_gaps_s(traces: Sequence[RequestTrace]) -> tuple[list[float], float, flo
     gaps = []
     for trace in traces:
         times = trace.token_times_s
-        for before, after in zip(times, times[1:]):
+        for before, after in pairwise(times):
             if before >= start and after <= end:
                 gaps.append(after - before)
     return gaps, start, end

@@ -102,10 +102,10 @@ def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpu
 
 
 def _limits(config: Configuration, engine: Engine, role: str) -> Limits:
-    cap = config.max_running_requests
-    quirk = PROFILES[engine].decode_pool_cap
-    if role == "decode" and quirk is not None and config.attention_dp <= 1:
-        cap = min(cap, quirk)
+    profile = PROFILES[engine]
+    cap = min(config.max_running_requests, profile.running_cap or config.max_running_requests)
+    if role == "decode" and profile.decode_pool_cap is not None and config.attention_dp <= 1:
+        cap = min(cap, profile.decode_pool_cap)
     speculating = config.spec_method != "none" and config.spec_depth > 0
     return Limits(cap, config.max_batched_tokens, min(config.chunked_prefill_size, config.max_batched_tokens),
                   1 + (config.spec_depth if speculating else 0))

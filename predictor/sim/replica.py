@@ -13,14 +13,15 @@ at the next step boundary (`truncate`), so skipping steps never delays an admiss
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 
 from predictor.sim.rank import Rank
 from predictor.sim.scheduler import Batch, EngineScheduler, Limits, Recorder, StepOutcome, advance
 from predictor.step import StepModel
 
-STRETCH_SEGMENTS = 4        # pricing points per decode-only stretch (decode cost ~ linear in context)
+STRETCH_SEGMENTS = 4        # at most this many pricing points per decode-only stretch ...
+STEPS_PER_SEGMENT = 256     # ... one per this many steps (decode cost ~ linear in context)
 
 
 class StepKind(StrEnum):
@@ -36,14 +37,8 @@ class StepPlan:
     start_us: float
     segments: tuple[tuple[int, float], ...]   # (steps, step_us)
     stalls_decoders: bool                      # prefill work while requests were decoding
-
-    @property
-    def num_steps(self) -> int:
-        return sum(n for n, _ in self.segments)
-
-    @property
-    def duration_us(self) -> float:
-        return sum(n * us for n, us in self.segments)
+    num_steps: int = 0                         # derived from segments by `plan`
+    duration_us: float = 0.0
 
     @property
     def end_us(self) -> float:
@@ -62,7 +57,16 @@ class StepPlan:
                 break
             kept.append((count, step_us))
             cut += count * step_us
-        return replace(self, segments=tuple(kept))
+        return plan(self.batch, self.kind, self.start_us, tuple(kept), self.stalls_decoders)
+
+
+def plan(batch: Batch, kind: StepKind, start_us: float, segments: tuple[tuple[int, float], ...],
+         stalls_decoders: bool) -> StepPlan:
+    steps, duration = 0, 0.0
+    for count, step_us in segments:
+        steps += count
+        duration += count * step_us
+    return StepPlan(batch, kind, start_us, segments, stalls_decoders, steps, duration)
 
 
 class Replica:
@@ -121,29 +125,43 @@ class Replica:
     # -- pricing ---------------------------------------------------------------------------
     def _price(self, batch: Batch, now_us: float) -> StepPlan:
         dp, model = self.dp, self.model
-        decoding = [w.rank for w in batch.work if w.decodes]
-        num_decoders = sum(r.num_decoders for r in decoding)
-        decode_batch = dp * max((r.num_decoders for r in decoding), default=0)
-        ctx = sum(r.context_sum() for r in decoding) / num_decoders if num_decoders else 0.0
-        prefill_tokens = dp * max((sum(t for _, t in w.chunks) for w in batch.work), default=0)
-        if not prefill_tokens:
+        num_decoders = max_decoders = max_tokens = max_seqs = 0
+        ctx_sum = prior_sum = host_us = 0.0
+        num_chunks, stalls, mixes = 0, False, False
+        for w in batch.work:
+            rank = w.rank
+            stalls = stalls or rank.num_decoders > 0
+            if w.decodes:
+                num_decoders += rank.num_decoders
+                max_decoders = max(max_decoders, rank.num_decoders)
+                ctx_sum += rank.context_sum()
+            if not w.chunks:
+                continue
+            mixes = mixes or w.decodes
+            tokens = 0
+            for request, take in w.chunks:
+                tokens += take
+                prior_sum += request.cached_tokens + request.prefilled
+                if self.bills_host and request.prefilled == 0:
+                    host_us += self.host_us_on_prefill + self.host_us_per_prompt_token * request.prompt_tokens
+            max_tokens = max(max_tokens, tokens)
+            max_seqs = max(max_seqs, len(w.chunks))
+            num_chunks += len(w.chunks)
+        decode_batch = dp * max_decoders
+        ctx = ctx_sum / num_decoders if num_decoders else 0.0
+        if not num_chunks:
             segments = self._stretch(decode_batch, ctx, num_decoders, batch.max_steps)
-            return StepPlan(batch, StepKind.DECODE, now_us, segments, False)
-        chunks = [(r, t) for w in batch.work for r, t in w.chunks]
-        num_seqs = dp * max(len(w.chunks) for w in batch.work)
-        prior = sum(r.cached_tokens + r.prefilled for r, _ in chunks) / len(chunks)
-        host_us = sum(self.host_us_on_prefill + self.host_us_per_prompt_token * r.prompt_tokens
-                      for r, _ in chunks if r.prefilled == 0) if self.bills_host else 0.0
-        stalls = any(w.rank.num_decoders for w in batch.work)
-        if decode_batch and any(w.chunks and w.decodes for w in batch.work):
+            return plan(batch, StepKind.DECODE, now_us, segments, False)
+        prefill_tokens, prior = dp * max_tokens, prior_sum / num_chunks
+        if decode_batch and mixes:
             step_us = model.mixed_us(prefill_tokens, decode_batch, ctx, prior)
             kind = StepKind.MIXED
         else:
-            step_us = model.prefill_us(prefill_tokens, num_seqs, prior)
+            step_us = model.prefill_us(prefill_tokens, dp * max_seqs, prior)
             if decode_batch:
                 step_us = max(step_us, model.decode_us(decode_batch, ctx))
             kind = StepKind.PREFILL
-        return StepPlan(batch, kind, now_us, ((1, step_us + host_us),), stalls)
+        return plan(batch, kind, now_us, ((1, step_us + host_us),), stalls)
 
     def _stretch(self, decode_batch: int, ctx: float, num_decoders: int,
                  num_steps: int) -> tuple[tuple[int, float], ...]:
@@ -151,7 +169,7 @@ class Replica:
         if num_steps <= 1:
             return ((1, model.decode_us(decode_batch, ctx)),)
         growth = model.tokens_per_step if num_decoders else 0.0
-        parts = min(STRETCH_SEGMENTS, num_steps)
+        parts = min(STRETCH_SEGMENTS, -(-num_steps // STEPS_PER_SEGMENT))
         base, extra = divmod(num_steps, parts)
         segments, done = [], 0
         for part in range(parts):

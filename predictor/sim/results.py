@@ -40,7 +40,7 @@ class Recorder:
         self.decode_steps = 0
         self.decode_us = 0.0
         self.mixed_steps = 0            # steps that advanced decoders while prefilling
-        self.stall_steps = 0            # prefill work while requests were decoding
+        self.stall_steps = 0            # prefill work while requests were decoding (mixed or not)
         self.stall_us = 0.0
         self.total_steps = 0
 
@@ -189,6 +189,9 @@ def throughput_scalars(window: Window, total_gpus: int, recorder: Recorder) -> d
     decode_step_us = recorder.decode_us / recorder.decode_steps if recorder.decode_steps else float("nan")
     mean_step_us = (recorder.decode_us + recorder.stall_us) / advancing if advancing else float("nan")
     interfering = recorder.decode_steps + recorder.stall_steps
+    # a prefill-only step that stalls decoders delays them by itself plus their next decode step
+    prefill_only = recorder.stall_steps - recorder.mixed_steps
+    stalled_us = recorder.stall_us + (prefill_only * decode_step_us if recorder.decode_steps else 0.0)
     return {
         "throughput_per_gpu": (input_rate + output_rate) / total_gpus,
         "output_throughput_per_gpu": output_rate / total_gpus,
@@ -197,7 +200,7 @@ def throughput_scalars(window: Window, total_gpus: int, recorder: Recorder) -> d
         "output_throughput_fleet": output_rate,
         "input_throughput_fleet": input_rate,
         "mixed_step_fraction": recorder.stall_steps / interfering if interfering else 0.0,
-        "mixed_decode_step_ms": recorder.stall_us / recorder.stall_steps / US_PER_MS
+        "mixed_decode_step_ms": stalled_us / recorder.stall_steps / US_PER_MS
         if recorder.stall_steps else float("nan"),
         "tpot_pollution": mean_step_us / decode_step_us if recorder.decode_steps else 1.0,
     }

@@ -10,6 +10,7 @@ KV and an admission policy. They differ in whether prefill rides in decode steps
 | trtllm | mixed (in-flight batching, max tokens per step) | chunked context | fcfs | 32 | TRT-LLM IFB, GUARANTEED_NO_EVICT |
 | sglang | prefill-first: an extend batch of at most ``chunked_prefill_size`` tokens runs alone, decodes wait | yes | lpm | 1 | SGLang, enable_mixed_chunk=False |
 | atom | prefill-first, prefill-only steps of whole prompts | only a prompt larger than the budget | fcfs | 16 | ATOM scheduling guide |
+| llamacpp | one request at a time (running cap 1), whole prompts | as atom | fcfs | 1 | llama.cpp server |
 
 ``lpm`` (longest prefix match) orders a backlog of 2..128 waiting requests by resident
 prefix (SGLang falls back to FCFS above 128); FCFS keeps arrival order. Both stop at the
@@ -49,17 +50,24 @@ class EngineProfile:
     prefill_step_uses_chunk: bool   # a prefill-only batch holds at most one chunk's tokens
     policy: AdmissionPolicy
     default_page_tokens: int
-    decode_pool_cap: int | None
+    decode_pool_cap: int | None = None      # engine cap on a disaggregated decode pool
+    running_cap: int | None = None          # engine cap on any pool
 
 
 PROFILES: dict[Engine, EngineProfile] = {
-    Engine.VLLM: EngineProfile(Engine.VLLM, True, True, False, AdmissionPolicy.FCFS, 16, None),
-    Engine.TRTLLM: EngineProfile(Engine.TRTLLM, True, True, False, AdmissionPolicy.FCFS, 32, None),
-    Engine.SGLANG: EngineProfile(Engine.SGLANG, False, True, True, AdmissionPolicy.LPM, 1,
-                                 SGLANG_DECODE_POOL_CAP),
-    Engine.ATOM: EngineProfile(Engine.ATOM, False, False, False, AdmissionPolicy.FCFS, 16, None),
+    Engine.VLLM: EngineProfile(Engine.VLLM, mixes_prefill=True, chunks_prefill=True, prefill_step_uses_chunk=False,
+                               policy=AdmissionPolicy.FCFS, default_page_tokens=16),
+    Engine.TRTLLM: EngineProfile(Engine.TRTLLM, mixes_prefill=True, chunks_prefill=True,
+                                 prefill_step_uses_chunk=False, policy=AdmissionPolicy.FCFS, default_page_tokens=32),
+    Engine.SGLANG: EngineProfile(Engine.SGLANG, mixes_prefill=False, chunks_prefill=True,
+                                 prefill_step_uses_chunk=True, policy=AdmissionPolicy.LPM, default_page_tokens=1,
+                                 decode_pool_cap=SGLANG_DECODE_POOL_CAP),
+    Engine.ATOM: EngineProfile(Engine.ATOM, mixes_prefill=False, chunks_prefill=False, prefill_step_uses_chunk=False,
+                               policy=AdmissionPolicy.FCFS, default_page_tokens=16),
     # llama.cpp's server (predictor.harvest): one request at a time, whole prompts, no paging.
-    Engine.LLAMACPP: EngineProfile(Engine.LLAMACPP, False, False, False, AdmissionPolicy.FCFS, 1, 1),
+    Engine.LLAMACPP: EngineProfile(Engine.LLAMACPP, mixes_prefill=False, chunks_prefill=False,
+                                   prefill_step_uses_chunk=False, policy=AdmissionPolicy.FCFS,
+                                   default_page_tokens=1, running_cap=1),
 }
 
 
@@ -212,7 +220,9 @@ def advance(work: tuple[RankWork, ...], start_us: float, first_step_us: float,
             segments: tuple[tuple[int, float], ...], recorder: Recorder) -> StepOutcome:
     """Apply a priced step (or stretch) that ran from ``start_us``: decoders emit tokens,
     chunks progress, finished prompts get their first token, finished requests leave."""
-    end_us = start_us + sum(n * step_us for n, step_us in segments)
+    end_us = start_us
+    for count, step_us in segments:
+        end_us += count * step_us
     finished: list[Request] = []
     prefilled: list[Request] = []
     for w in work:

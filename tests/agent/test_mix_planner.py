@@ -15,6 +15,7 @@ from agent.mix_candidates import (
     AUTO_QUOTAS,
     MAX_AUTO_CONCURRENCY,
     CandidateTask,
+    EvalSettings,
     auto_candidates,
     spread,
 )
@@ -41,8 +42,10 @@ FAKE_METRICS = {
 
 
 def fake_predict(target, config, workload, *, store=None, need_distribution=False, seed=0, num_requests=None):
-    """Hand-set metrics by (disaggregated, concurrency); asserts the planner asks for the DES."""
+    """Hand-set metrics by (disaggregated, concurrency); asserts the planner asks for the DES
+    with 40 requests per client, at most 1536."""
     assert need_distribution and workload.kind == "agentic"
+    assert num_requests == min(1536, 40 * config.concurrency)
     throughput, interactivity, ttft_ms = FAKE_METRICS[(config.disaggregated, config.concurrency)]
     metrics = {"throughput_per_gpu": throughput, "interactivity_p50": interactivity,
                "ttft_ms_mean": ttft_ms, "interactivity_mean": interactivity}
@@ -202,6 +205,13 @@ def test_report_json_and_ledgers(isolated_home):
     assert ledger.model == "gpt-oss-120b" and len(ledger.trials) == 5 == data["candidates_evaluated"]
     assert ledger.best.objective_value == pytest.approx(2000.0, abs=TOLERANCE)
     assert ledger.trials[2].proposed["disaggregated"] is True
+
+
+def test_des_requests_follow_the_clients_up_to_the_cap():
+    settings = EvalSettings(fake_predict, max_requests=1000)
+    assert [settings.requests_for(task(c)) for c in (1, 16, 25, 64)] == [40, 640, 1000, 1000]
+    fixed = CandidateTask("gpt-oss-120b", "mi355x", "vllm", "1k/1k", Configuration(concurrency=16))
+    assert settings.requests_for(fixed) == 160  # the DES's fixed-length default, 10 per client
 
 
 # -- auto candidates -----------------------------------------------------------------------

@@ -71,13 +71,15 @@ def test_investigator_junk_is_rejected_with_reasons(tmp_path):
                step("evaluate_config", {"changes": {"warp_speed": 9}}),
                step("evaluate_config", {"changes": {"attention_backend": "trtllm"}}),
                step("evaluate_config", {"changes": {"tp": 4, "replicas": 2}}),
+               step("evaluate_config", {"kv_cache_dtype": "fp8"}),       # levers given directly
                step("finish"), report()]
     result = run(tmp_path, scripted(answers), model="kimi-k3", budget=20, max_cycles=1)
-    rejected = [t for t in ledger_of(result).trials if t.phase == "investigator"]
-    assert [t.rejected_by for t in rejected] == ["guard", "guard", "memory"]
-    assert rejected[0].reason == "unknown lever 'warp_speed'" and rejected[0].configuration is None
-    assert rejected[1].reason.startswith("attention_backend=trtllm is not in the legal set on vllm")
-    assert "exceed 90% of HBM" in rejected[2].reason
+    investigated = [t for t in ledger_of(result).trials if t.phase == "investigator"]
+    assert [t.rejected_by for t in investigated] == ["guard", "guard", "memory", None]
+    assert investigated[3].legal and investigated[3].configuration["kv_cache_dtype"] == "fp8"
+    assert investigated[0].reason == "unknown lever 'warp_speed'" and investigated[0].configuration is None
+    assert investigated[1].reason.startswith("attention_backend=trtllm is not in the legal set on vllm")
+    assert "exceed 90% of HBM" in investigated[2].reason
     assert result.best.legal and result.best.config.tp == 8
 
 

@@ -27,6 +27,8 @@ def test_constructed_set():
     ]
     xs, ys = zip(*points)
     assert pareto_indices(xs, ys) == [0, 1, 4, 6, 7]
+    prefer = [0, 0, 0, 0, 5, 0, 0, 2, 0]    # 7 ties with 4 and is preferred
+    assert pareto_indices(xs, ys, prefer) == [0, 1, 6, 7]
 
 
 def test_missing_and_non_finite_values_are_never_on_the_frontier():
@@ -39,6 +41,8 @@ def test_empty_and_mismatched_inputs():
     assert pareto_indices([], []) == []
     with pytest.raises(ValueError):
         pareto_indices([1.0], [])
+    with pytest.raises(ValueError):
+        pareto_indices([1.0], [1.0], prefer=[])
 
 
 # Coordinates on a small grid so ties and duplicates are common.
@@ -57,3 +61,17 @@ def test_frontier_is_exactly_the_non_dominated_points(points):
         assert not any(dominates(points[j], points[i]) for j in range(len(points)))
     for i in set(range(len(points))) - on:  # every point off it is dominated by a frontier point
         assert any(dominates(points[j], points[i]) for j in on)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(coordinate, coordinate, st.integers(0, 3)), max_size=60))
+def test_prefer_keeps_one_point_per_frontier_coordinate(rows):
+    points = [(x, y) for x, y, _ in rows]
+    keys = [k for _, _, k in rows]
+    chosen = pareto_indices([p[0] for p in points], [p[1] for p in points], keys)
+    non_dominated = brute_force(points)
+    assert sorted({points[i] for i in chosen}) == sorted({points[i] for i in non_dominated})
+    assert len(chosen) == len({points[i] for i in chosen})
+    for i in chosen:  # the smallest key (then the lowest index) among the ties
+        ties = [j for j in range(len(points)) if points[j] == points[i]]
+        assert i == min(ties, key=lambda j: (keys[j], j))

@@ -150,8 +150,13 @@ def test_local_pool_matches_the_serial_run(small_target):
 def test_frontier_marks_are_the_non_dominated_points(small_target):
     result = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
     coordinates = [(p.throughput_per_gpu, p.interactivity) for p in result.points]
-    for point, xy in zip(result.points, coordinates):
-        assert point.on_frontier == (not any(dominates(other, xy) for other in coordinates))
+    non_dominated = {xy for xy in coordinates if not any(dominates(other, xy) for other in coordinates)}
+    on = [xy for point, xy in zip(result.points, coordinates) if point.on_frontier]
+    assert sorted(on) == sorted(non_dominated)      # each frontier coordinate exactly once
+    for point, xy in zip(result.points, coordinates):   # ties keep the fewest GPUs
+        if point.on_frontier:
+            tied = [p for p, other in zip(result.points, coordinates) if other == xy]
+            assert point.config.total_gpus == min(p.config.total_gpus for p in tied)
 
 
 def test_modes_filter_points(small_target):
@@ -200,7 +205,8 @@ def test_files_and_plot(small_target, tmp_path):
     assert tuple(rows[0].keys()) == COLUMNS and len(rows) == result.num_points
     assert len(frontier_rows) == len(result.frontier) and all(r["on_frontier"] == "true" for r in frontier_rows)
     best = max(result.points, key=lambda p: p.throughput_per_gpu)
-    assert max(float(r["throughput_per_gpu"]) for r in frontier_rows) == pytest.approx(best.throughput_per_gpu, rel=1e-5)
+    top = max(float(r["throughput_per_gpu"]) for r in frontier_rows)
+    assert top == pytest.approx(best.throughput_per_gpu, rel=1e-5)   # CSV keeps 6 significant digits
     summary = json.loads(paths["sweep"].read_text())
     assert summary["num_points"] == result.num_points and len(summary["frontier"]) == len(result.frontier)
     _check_png(paths["plot"])

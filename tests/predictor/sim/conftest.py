@@ -8,7 +8,6 @@ from tests.predictor.sim.sim_fakes import FakeTarget
 
 
 @pytest.fixture
-
 def h100():
     return parse_cluster("h100x8")
 

@@ -1,0 +1,149 @@
+"""Build the default anchors shipped as package data (`predictor/data/anchors/*.json`) from
+the measured corpora, by the corpus rule (`predictor.corpus_anchors`, RULE_VERSION).
+
+Sources (read here, never by package code at run time; both Apache-2.0):
+- InferenceX fixed-sequence runs (SemiAnalysisAI/InferenceX CI artifacts, Dec 2025 - Jan
+  2026): /work/shared/data/inferencex/fixed_seq_runs_dev.csv
+- AIConfigurator's silicon sample (ai-dynamo/aiconfigurator, InferenceX database dump of
+  2026-04): /work/shared/data/aiconfigurator/silicon_sample_dev.csv
+
+Every mappable row is an anchor row. One anchor per (stack, replica layout) and corpus;
+when both corpora anchor the same kernel set and layout, the one with more decode batches
+is kept (then the newer). Each anchor records its source rows ("file:line") and the
+licence of its corpus. Files this script wrote before are replaced; other anchors in the
+folder are left alone.
+
+Usage: python scripts/build_default_anchors.py [--out DIR] [--report FILE] [--fit-host]
+  --report writes the reproduction check (every source row predicted with the shipped
+  anchors) and the per-stack coverage as JSON; --fit-host prints the per-engine host-time
+  fit of `predictor.corpus_host` next to the frozen constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from predictor.anchor import Anchor
+from predictor.anchor_store import AnchorStore, load_anchor_file
+from predictor.corpus import read_corpus
+from predictor.corpus_assemble import build_anchors
+from predictor.corpus_host import HOST_BY_ENGINE, fit_host_constants
+from predictor.corpus_refine import refine, reproduce
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path("/work/shared/data")
+CORPORA = (
+    (DATA / "inferencex" / "fixed_seq_runs_dev.csv", "inferencex",
+     "InferenceX results, Apache-2.0 (SemiAnalysisAI/InferenceX)"),
+    (DATA / "aiconfigurator" / "silicon_sample_dev.csv", "aiconfigurator",
+     "aiconfigurator silicon data, Apache-2.0 (ai-dynamo/aiconfigurator)"),
+)
+COMMAND = "scripts/build_default_anchors.py"
+
+
+def _licensed(anchor: Anchor, licence: str) -> Anchor:
+    provenance = anchor.provenance.model_copy(update={"command_line": COMMAND,
+                                                      "notes": (*anchor.provenance.notes, licence)})
+    return anchor.model_copy(update={"provenance": provenance})
+
+
+def _kernel_layout(anchor: Anchor) -> str:
+    return anchor.signature.model_dump_json(exclude={"engine_version"})
+
+
+def _dedupe(anchors: list[Anchor]) -> list[Anchor]:
+    best: dict[str, Anchor] = {}
+    for anchor in anchors:
+        key = _kernel_layout(anchor)
+        rank = (len(anchor.decode_sweep.batch_sizes), anchor.provenance.timestamp)
+        if key not in best or rank > (len(best[key].decode_sweep.batch_sizes), best[key].provenance.timestamp):
+            best[key] = anchor
+    return sorted(best.values(), key=lambda a: a.id)
+
+
+def build(out: Path) -> tuple[list[Anchor], dict]:
+    anchors, rows, failures = [], [], []
+    for path, fmt, licence in CORPORA:
+        corpus = read_corpus(path, fmt)
+        built = refine(build_anchors(list(corpus.rows), command_line=COMMAND))
+        anchors += [_licensed(a, licence) for a in built.anchors]
+        rows += corpus.rows
+        failures += [*corpus.failures, *built.failures]
+        print(f"{fmt}: {corpus.n_rows} rows, {len(corpus.rows)} mapped, {len(built.anchors)} anchors, "
+              f"{len(built.failures)} rows not anchorable")
+    shipped = _dedupe(anchors)
+    _write(shipped, out)
+    return shipped, {"rows": rows, "failures": failures}
+
+
+def _write(anchors: list[Anchor], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.json"):
+        try:
+            if load_anchor_file(old).provenance.command_line == COMMAND:
+                old.unlink()
+        except Exception:  # noqa: BLE001 - someone else's file: leave it
+            continue
+    for anchor in anchors:
+        (out / f"{anchor.id}.json").write_text(anchor.model_dump_json(exclude_none=False) + "\n", "utf-8")
+    size = sum((out / f"{a.id}.json").stat().st_size for a in anchors)
+    print(f"wrote {len(anchors)} anchors to {out} ({size / 1e6:.2f} MB)")
+
+
+def report(anchors: list[Anchor], rows, failures) -> dict:
+    """Reproduction of every source row with the shipped anchors, and stack coverage."""
+    store = AnchorStore.from_anchors(anchors)
+    from predictor.corpus_refine import predict_row
+
+    used = {i for a in anchors for i in a.provenance.source_rows}
+    apes: dict[str, list[float]] = defaultdict(list)
+    modes = Counter()
+    for row in rows:
+        if row.id not in used:
+            continue
+        prediction = predict_row(row, store)
+        modes[str(prediction.mode)] += 1
+        if prediction.metrics is None or str(prediction.mode) != "anchored":
+            continue
+        m = row.measured
+        for name, measured, key in (("tpot", m.tpot_ms_mean, "tpot_ms_mean"),
+                                    ("ttft_vs_median", m.ttft_ms_median or m.ttft_ms_mean, "ttft_ms_mean"),
+                                    ("throughput", m.output_throughput_per_gpu, "output_throughput_per_gpu")):
+            if measured:
+                apes[name].append(abs(prediction.metrics[key] - measured) / measured * 100)
+    stacks = Counter(r.stack for r in rows)
+    anchored = {(a.signature.accelerator, a.signature.engine, a.signature.model) for a in anchors}
+    missing = sorted({"/".join(s) for s in stacks if (s[0], s[1], s[2]) not in anchored})
+    return {"modes": dict(modes),
+            "ape": {k: {"n": len(v), "median": round(statistics.median(v), 2),
+                        "p90": round(sorted(v)[int(0.9 * (len(v) - 1))], 2)} for k, v in apes.items()},
+            "stacks": len(stacks), "stacks_without_anchor": missing,
+            "failures_by_reason": dict(Counter(f.reason[:120] for f in failures).most_common())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "predictor" / "data" / "anchors")
+    parser.add_argument("--report", type=Path)
+    parser.add_argument("--fit-host", action="store_true")
+    args = parser.parse_args()
+    if args.fit_host:
+        corpus = read_corpus(CORPORA[0][0], CORPORA[0][1])
+        for engine, host in fit_host_constants(list(corpus.rows)).items():
+            frozen = HOST_BY_ENGINE.get(engine)
+            print(f"{engine}: fit H0={host.base_ms:.2f} ms h={host.per_token_us:.2f} us/token ({host.source}); "
+                  f"frozen {frozen}")
+        return
+    anchors, data = build(args.out)
+    if args.report:
+        summary = report(anchors, data["rows"], data["failures"])
+        args.report.write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
+        print(json.dumps({k: v for k, v in summary.items() if k != "failures_by_reason"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
