@@ -35,7 +35,7 @@ def _render_plan(plan: HarvestPlan) -> None:
     sweep = data["sweep"]
     console.print(f"decode waves at batch {sweep['decode_batches']}, {sweep['prompt_tokens']} prompt tokens"
                   + (f" (and {sweep['second_prompt_tokens']})" if sweep["second_prompt_tokens"] else "")
-                  + f", {sweep['decode_tokens']} output tokens", markup=False)
+                  + f", {sweep['decode_tokens']} output tokens, {sweep['waves_per_batch']} wave(s) each", markup=False)
     console.print(f"prefill TTFT at {sweep['prefill_lengths']} tokens x{sweep['repeats']}, concurrency 1,"
                   " unique prompts", markup=False)
     if sweep["packed_probe"]:
@@ -77,6 +77,7 @@ def harvest(
     second_prompt_tokens: int | None = typer.Option(None, "--second-prompt-tokens",
                                                        help="Second decode prompt length (0: none)."),
     decode_tokens: int | None = typer.Option(None, "--decode-tokens", help="Output tokens per decode request."),
+    waves: int | None = typer.Option(None, "--waves", help="Single waves per batch size (median of medians)."),
     prefill_lengths: str | None = typer.Option(None, "--prefill-lengths", help="Five prompt lengths, e.g. 512,...."),
     batches: str | None = typer.Option(None, "--batches", help="Decode wave sizes (default: captured sizes)."),
     repeats: int | None = typer.Option(None, "--repeats", help="TTFT samples per prefill length."),
@@ -93,6 +94,7 @@ def harvest(
     request = HarvestRequest(
         engine=engine, model=model, cluster=cluster, config_text=config, endpoint=endpoint, model_path=model_path,
         prompt_tokens=prompt_tokens, second_prompt_tokens=second_prompt_tokens, decode_tokens=decode_tokens,
+        waves_per_batch=waves,
         prefill_lengths=_ints(prefill_lengths, "--prefill-lengths"), batches=_ints(batches, "--batches"),
         repeats=repeats, probe=probe, threads=threads, ready_timeout_s=ready_timeout,
         extra_args=tuple(engine_arg or ()), seed=seed)

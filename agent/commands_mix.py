@@ -27,8 +27,8 @@ from rich.table import Table
 
 from agent.cli_app import app, cli_errors, console, err_console, print_json
 from agent.commands_info import JsonOpt
-from agent.mix_config import Tier, load_mix_file
 from agent.mix_candidates import DEFAULT_MAX_REQUESTS
+from agent.mix_config import Tier, load_mix_file
 from agent.mix_planner import MixReport, Slot, plan_mix
 from agent.mix_selection import Scored
 from ledgers.store import atomic_write_text

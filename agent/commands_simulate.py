@@ -9,8 +9,8 @@ overrides the concurrency lever. A rich progress bar shows on a terminal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -28,6 +28,8 @@ from predictor.target import Target, resolve_target
 from predictor.workload import parse_workload
 
 STATS = ("mean", "p50", "p90", "p99", "p999")
+TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV.")
+CsvOpt = typer.Option(None, "--csv", help="Write one row per request to this CSV file.")
 LATENCIES = ("ttft_ms", "ttft_admission_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 
@@ -62,15 +64,15 @@ def _workload(workload: str | None, trace: Path | None, skip_bad_lines: bool):
 @app.command("simulate")
 @cli_errors
 def simulate_command(
-    model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt,
-    config: Optional[list[str]] = ConfigOpt,
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="1k/1k, ISL/OSL or agentic (default)."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Overrides the concurrency lever."),
-    requests: Optional[int] = typer.Option(None, "--requests", help="Requests to release (default: workload's)."),
+    model: str = ModelOpt, cluster: str | None = ClusterOpt, engine: str | None = EngineOpt,
+    config: list[str] | None = ConfigOpt,
+    workload: str | None = typer.Option(None, "--workload", "-w", help="1k/1k, ISL/OSL or agentic (default)."),
+    trace: Path | None = TraceOpt,
+    concurrency: int | None = typer.Option(None, "--concurrency", help="Overrides the concurrency lever."),
+    requests: int | None = typer.Option(None, "--requests", help="Requests to release (default: workload's)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workload and router generators."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed trace lines, count them."),
-    csv: Optional[Path] = typer.Option(None, "--csv", help="Write one row per request to this CSV file."),
+    csv: Path | None = CsvOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Run the discrete-event simulator: TTFT/ITL/TPOT/E2E distributions, throughput, hit rates."""

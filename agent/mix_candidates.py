@@ -32,7 +32,7 @@ from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
 
 RANKING_OBJECTIVE = "throughput_per_gpu"  # METHOD §7 ranks qualifiers by throughput per GPU
 MAX_AUTO_CONCURRENCY = 128               # past it agentic runs are saturated and take tens of seconds
-DEFAULT_MAX_REQUESTS = 1536              # DES requests per candidate at most (full 40/client up to 38 clients)
+DEFAULT_MAX_REQUESTS = 1024              # DES requests per candidate at most (the full 40 per client up to 25 clients)
 AUTO_QUOTAS: dict[str, int] = {          # seeds kept per seed-planner group (METHOD §6 order)
     "baseline": 1, "tp": 3, "attention_dp": 1, "precision": 2, "load": 5,
     "speculation": 1, "moe": 1, "disaggregation": 3,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,8 +36,10 @@ from agent.mix_config import MixSpec, ModelPlan, Tier
 from agent.mix_ledger import write_plan_ledgers
 from agent.mix_selection import SlotChoice, choose
 from agent.scoring import Trial
+from levers.configuration import Configuration
+from levers.errors import InputError
 from predictor.predict import default_store, predict
-from predictor.target import AnchorLookup, resolve_target
+from predictor.target import AnchorLookup, Target, resolve_target
 
 Progress = Callable[[int, int], None]
 
@@ -113,7 +115,7 @@ def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, see
     started = time.perf_counter()
     lookup = has_anchor if has_anchor is not None else default_store().has_anchor
     per_entry, excluded = build_tasks(spec, lookup)
-    unique = tuple(dict.fromkeys(task for tasks in per_entry.values() for task in tasks))
+    unique = tuple(unique_tasks(per_entry.values()))
     settings = EvalSettings(predict_fn or default_predict_fn(), seed, max_requests)
     workers = workers or default_workers()
     trials = evaluate_all(unique, settings, workers, progress)
@@ -139,7 +141,7 @@ def build_tasks(spec: MixSpec, has_anchor: AnchorLookup) -> tuple[dict[int, list
         for engine in engines:
             target = resolve_target(entry.name, entry.cluster, engine)
             configs = (list(entry.candidates) if entry.candidates is not None
-                       else auto_candidates(target, entry.workload, entry.max_gpus))
+                       else _auto(spec.source, entry, target))
             kept, dropped = within_budget(configs, entry.max_gpus)
             excluded[entry.index] = excluded.get(entry.index, 0) + dropped
             origin = "auto" if entry.candidates is None else "listed"
@@ -147,6 +149,23 @@ def build_tasks(spec: MixSpec, has_anchor: AnchorLookup) -> tuple[dict[int, list
                       for config in kept]
         per_entry[entry.index] = list(dict.fromkeys(tasks))
     return per_entry, excluded
+
+
+def unique_tasks(groups: Iterable[list[CandidateTask]]) -> list[CandidateTask]:
+    """One task per cache key, first seen wins (a listed and an auto twin share a price)."""
+    first: dict[tuple, CandidateTask] = {}
+    for tasks in groups:
+        for task in tasks:
+            first.setdefault(task.key, task)
+    return list(first.values())
+
+
+def _auto(source: str, entry: ModelPlan, target: Target) -> list[Configuration]:
+    try:
+        return auto_candidates(target, entry.workload, entry.max_gpus)
+    except InputError as error:  # e.g. the model fits nowhere on the cluster
+        raise InputError(f"{source}: models[{entry.index}]", error.problem,
+                         "a larger cluster: for this model (more GPUs per node or more nodes)") from None
 
 
 def evaluate_all(tasks: Sequence[CandidateTask], settings: EvalSettings, workers: int,
@@ -160,11 +179,16 @@ def evaluate_all(tasks: Sequence[CandidateTask], settings: EvalSettings, workers
             results[task.key] = evaluate_task(task, settings)
             report(done, total)
         return results
-    with ProcessPoolExecutor(max_workers=min(workers, total)) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, total))
+    try:
         futures = {pool.submit(evaluate_task, task, settings): task for task in tasks}
         for done, future in enumerate(as_completed(futures), start=1):
             results[futures[future].key] = future.result()
             report(done, total)
+    except BaseException:  # an interrupt must not wait for the queued candidates
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return {task.key: results[task.key] for task in tasks}
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -34,8 +35,10 @@ ISSUE3_TARGET_MS = 1.0
 
 
 def machine() -> dict:
-    """CPU model and cores from lscpu (Linux), else the platform module."""
-    info = {"python": platform.python_version(), "platform": platform.platform()}
+    """CPU model and cores from lscpu (Linux), else the platform module, and the 1-minute
+    load average at the start (other work on the machine slows every figure)."""
+    info = {"python": platform.python_version(), "platform": platform.platform(),
+            "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
     try:
         text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -130,7 +133,7 @@ def des_report(target, points: list[Configuration], runs: int, num_requests: int
 
 def render(report: dict) -> str:
     m = report["machine"]
-    lines = [f"machine: {m['cpu']} ({m['cores']} cores), Python {m['python']}",
+    lines = [f"machine: {m['cpu']} ({m['cores']} cores), Python {m['python']}, load {m['load_average_1min']}",
              f"target: {report['model']} on {report['cluster']} ({report['engine']})"]
     s, r = report["analytical_sweep_like"], report["analytical_repeated"]
     b = report["baseline_dict_loop"]

@@ -90,7 +90,7 @@ def main() -> None:
 
 def render(report: dict) -> str:
     m = report["machine"]
-    lines = [f"machine: {m['cpu']} ({m['cores']} cores), Python {m['python']}",
+    lines = [f"machine: {m['cpu']} ({m['cores']} cores), Python {m['python']}, load {m['load_average_1min']}",
              f"sweep: {report['model']} on {report['cluster']} ({report['engine']}), {report['workload']}",
              f"{'backend':<22}{'workers':>8}{'predictions':>12}{'kept':>7}{'frontier':>9}{'wall s':>9}"
              f"{'pred/s':>9}{'ray start s':>12}{'x serial':>9}"]

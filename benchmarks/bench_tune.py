@@ -70,7 +70,7 @@ def main() -> None:
         print(json.dumps(report, indent=1))
         return
     m = report["machine"]
-    print(f"machine: {m['cpu']} ({m['cores']} cores), Python {m['python']}")
+    print(f"machine: {m['cpu']} ({m['cores']} cores), Python {m['python']}, load {m['load_average_1min']}")
     print(f"command: {report['command']}  (exit codes {report['exit_codes']})")
     print(f"tune wall: median {report['tune_median_s']} s over {args.repeats} runs {report['tune_wall_s']}")
     print(f"baseline `inferasim --help`: median {report['startup_median_s']} s; "

@@ -64,12 +64,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from levers.catalog import parse_layout
 from levers.configuration import Configuration
 from predictor.anchor import Anchor, DecodeSweep, PrefillSweep
-from predictor.corpus import CorpusRow, RowFailure
+from predictor.corpus_row import CorpusRow, RowFailure
 from predictor.corpus_host import ttft_typical
 from predictor.speculation import acceptance_curve
 from predictor.transfer import padded_batch
@@ -141,6 +141,13 @@ def roles_of(row: CorpusRow) -> list[Role]:
     return [Role(row, (stack, (dtp, dep, ddp, config.pp)), "decode", row.concurrency / config.decode_replicas, False),
             Role(row, (stack, (ptp, pep, pdp, config.pp)), "prefill", row.concurrency / config.prefill_replicas,
                  False)]
+
+
+def layout_config(row: CorpusRow, key: GroupKey) -> Configuration:
+    """A colocated configuration of the group's layout with the row's kernel choices."""
+    tp, ep, dp, pp = key[1]
+    return replace(row.config, disaggregated=False, prefill_layout=None, decode_layout=None, prefill_replicas=1,
+                   decode_replicas=1, kv_transfer_backend=None, tp=tp, ep=ep, attention_dp=dp, pp=pp, replicas=1)
 
 
 def tokens_per_step(row: CorpusRow) -> float:

@@ -8,29 +8,21 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import replace
 
 from levers.catalog import Engine
-from levers.configuration import Configuration
 from levers.legality import structural_reasons
 from predictor.anchor import Anchor, DecodeSweep, PrefillSweep, Provenance
 from predictor.anchor_store import anchor_id_for, signature_for
 from predictor.cards import load_card
-from predictor.corpus import CorpusRow, RowFailure, cluster_for
+from predictor.corpus_row import CorpusRow, RowFailure, cluster_for
 from predictor.corpus_anchors import (
-    CAPTURE_LADDER, RULE_VERSION, AnchorBuild, Group, GroupKey, decode_sweep, group_rows, prefill_sweep,
+    CAPTURE_LADDER, RULE_VERSION, AnchorBuild, Group, GroupKey, decode_sweep, group_rows, layout_config,
+    prefill_sweep,
 )
 from predictor.corpus_points import fill_points, simulate_marginal
 from predictor.transfer import carry_decode_width
 
 UNKNOWN_TIME = "unknown"
-
-
-def layout_config(row: CorpusRow, key: GroupKey) -> Configuration:
-    """A colocated configuration of the group's layout with the row's kernel choices."""
-    tp, ep, dp, pp = key[1]
-    return replace(row.config, disaggregated=False, prefill_layout=None, decode_layout=None, prefill_replicas=1,
-                   decode_replicas=1, kv_transfer_backend=None, tp=tp, ep=ep, attention_dp=dp, pp=pp, replicas=1)
 
 
 def layout_reasons(row: CorpusRow, key: GroupKey) -> list[str]:

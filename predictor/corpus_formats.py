@@ -1,4 +1,4 @@
-"""Column readers for the three corpus formats (see `predictor.corpus` for the name rules).
+"""Column readers for the three corpus formats (the name rules: `predictor.corpus_row`).
 
 Each reader checks its required columns once (InputError naming what is missing) and maps
 one CSV row to a `CorpusRow` or raises `MappingError` with the row's reason.
@@ -48,7 +48,7 @@ from levers.catalog import format_layout, parse_layout
 from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.cards import ModelCard, load_card
-from predictor.corpus import (
+from predictor.corpus_row import (
     CorpusRow, Format, MappingError, Measured, card_name_for, engine_for, gpu_name_for, running_cap,
 )
 from predictor.hardware import load_gpu

@@ -28,7 +28,7 @@ import numpy as np
 
 from levers.catalog import Engine
 from predictor.analytical import HOST_BASE_MS, TOKENIZE_US_PER_TOKEN
-from predictor.corpus import CorpusRow
+from predictor.corpus_row import CorpusRow
 
 PER_TOKEN_STREAM_TOLERANCE = 0.10   # |mean ITL / mean TPOT - 1| for a per-token stream
 MIN_INTERFERENCE_SHARE = 0.03       # below this the ITL/TPOT gap is noise

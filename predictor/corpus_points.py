@@ -24,8 +24,9 @@ from typing import Callable
 
 from levers.catalog import Engine
 from predictor.analytical import chunks
-from predictor.corpus_anchors import Group, Role, context_of, decode_batch, tokens_per_step
+from predictor.corpus_anchors import Group, Role, context_of, decode_batch, layout_config, tokens_per_step
 from predictor.corpus_host import MIN_INTERFERENCE_SHARE, host_for, is_per_token_stream, ttft_typical
+from predictor.simulate import SimulateStepModel
 
 MIN_BUSY_SHARE_LEFT = 0.2        # a decode step keeps at least this share of L * TPOT
 MIN_MARGINAL_SHARE = 0.02        # M(n) keeps at least this share of the TTFT
@@ -133,9 +134,6 @@ def _nearest(values: dict[int, float], key: int) -> float:
 
 def simulate_marginal(group: Group) -> SimMarginal:
     """`sim(n) - sim(1)` of the group's layout (METHOD §2), None when simulate mode fails."""
-    from predictor.corpus_assemble import layout_config
-    from predictor.simulate import SimulateStepModel
-
     role = (group.prefill or group.decode)[0]
     row = role.row
     config = layout_config(row, group.key)

@@ -18,10 +18,11 @@ from typing import Callable
 
 from levers.catalog import Engine
 from predictor.anchor_store import AnchorStore
-from predictor.corpus import CorpusRow
+from predictor.corpus_row import CorpusRow
 from predictor.corpus_anchors import AnchorBuild, Group, recorded_batch
 from predictor.corpus_assemble import rebuild
 from predictor.corpus_host import ttft_typical
+from predictor.predict import predict
 from predictor.prediction import Prediction
 from predictor.step import Mode
 from predictor.target import Target
@@ -37,12 +38,6 @@ PredictFn = Callable[[CorpusRow, AnchorStore], Prediction]
 def predict_row(row: CorpusRow, store: AnchorStore) -> Prediction:
     """The product's prediction of one corpus row (fixed-length traffic)."""
     target = Target(row.card(), row.cluster(), Engine(row.engine))
-    return predict_fn_default(target, row, store)
-
-
-def predict_fn_default(target: Target, row: CorpusRow, store: AnchorStore) -> Prediction:
-    from predictor.predict import predict
-
     return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl), store=store)
 
 
@@ -103,6 +98,7 @@ def _ttft_sensitivity(prediction: Prediction) -> float:
 
 
 def _correct_host(group: Group, anchor_id: str, rows: dict[str, CorpusRow], predicted) -> None:
+    """Move H0 by the median TTFT miss of the lowest-concurrency rows (step 6)."""
     shifts = []
     for ids in group.prefill_rows.values():
         for row_id in ids:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import json
 import os
 from pathlib import Path
@@ -71,7 +72,7 @@ def subagent_samples(folder: Path) -> dict[str, list[float]]:
                 samples["first"].append(inner[0]["in"])
                 firsts.append(inner[0]["hash_ids"])
                 samples["out"].extend(r["out"] for r in inner)
-                for a, b in zip(inner, inner[1:]):
+                for a, b in itertools.pairwise(inner):
                     samples["new"].append(b["in"] - _lcp(a["hash_ids"], b["hash_ids"]) * BLOCK_TOKENS)
                     samples["think"].append(b["think_time"])
             index = end
@@ -83,7 +84,7 @@ def build(shared: Path) -> dict:
     stats = json.loads((shared / STATS).read_text())
     agentx = json.loads((shared / AGENTX).read_text())
     subs = subagent_samples(shared / SESSIONS)
-    pct = lambda xs, q: float(np.percentile(np.asarray(xs, float), q))  # noqa: E731
+    pct = lambda xs, q: float(np.percentile(np.asarray(xs, float), q))
     public = f"shared/data/traces/{STATS} ({stats['traces_parsed']} sessions; {stats['source']})"
     local = f"shared/data/traces/{SESSIONS} ({len(subs['group'])} subagent groups in 47 sessions)"
     counts = agentx["counts"]

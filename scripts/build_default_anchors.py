@@ -32,7 +32,7 @@ from predictor.anchor_store import AnchorStore, load_anchor_file
 from predictor.corpus import read_corpus
 from predictor.corpus_assemble import build_anchors
 from predictor.corpus_host import HOST_BY_ENGINE, fit_host_constants
-from predictor.corpus_refine import refine, reproduce
+from predictor.corpus_refine import refine
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path("/work/shared/data")
@@ -116,8 +116,8 @@ def report(anchors: list[Anchor], rows, failures) -> dict:
             if measured:
                 apes[name].append(abs(prediction.metrics[key] - measured) / measured * 100)
     stacks = Counter(r.stack for r in rows)
-    anchored = {(a.signature.accelerator, a.signature.engine, a.signature.model) for a in anchors}
-    missing = sorted({"/".join(s) for s in stacks if (s[0], s[1], s[2]) not in anchored})
+    anchored = {r.stack for r in rows if r.id in used}
+    missing = sorted("/".join(s) for s in stacks if s not in anchored)
     return {"modes": dict(modes),
             "ape": {k: {"n": len(v), "median": round(statistics.median(v), 2),
                         "p90": round(sorted(v)[int(0.9 * (len(v) - 1))], 2)} for k, v in apes.items()},

@@ -19,11 +19,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from levers.configuration import Configuration
 from predictor.predict import step_model_for
-from predictor.sim import PoolCapacity, load_trace, memory_capacity, simulate
+from predictor.sim import load_trace, memory_capacity, simulate
 from predictor.target import resolve_target
 
 DEFAULT_SESSIONS = os.environ.get("INFERASIM_SHARED_TRACES", "/work/shared/data/traces") + "/agentic-coding"
@@ -35,22 +33,19 @@ def theoretical_reuse(trace) -> dict[str, float]:
     same = any_block = total = 0
     for session in trace.trace_sessions:
         seen: set[int] = set()
-        previous: dict[str, np.ndarray] = {}
         for spec in session.requests:
             ids = spec.block_ids.tolist()
-            stream = spec.label  # per-request label; streams follow the dependency chain
-            parent = session.requests[spec.deps[0]].block_ids if len(spec.deps) == 1 else None
-            if parent is not None:
+            if len(spec.deps) == 1:          # the previous request of its stream
+                parent = session.requests[spec.deps[0]].block_ids.tolist()
                 n = min(len(parent), len(ids))
-                match = np.asarray(parent[:n]) == np.asarray(ids[:n])
-                same += min((n if match.all() else int(np.argmin(match))) * trace.block_tokens, spec.prompt_tokens)
+                common = next((i for i in range(n) if parent[i] != ids[i]), n)
+                same += min(common * trace.block_tokens, spec.prompt_tokens)
             run = 0
             while run < len(ids) and ids[run] in seen:
                 run += 1
             any_block += min(run * trace.block_tokens, spec.prompt_tokens)
             seen.update(ids)
             total += spec.prompt_tokens
-            previous[stream] = spec.block_ids
     return {"same_stream": same / total, "any_earlier_block": any_block / total}
 
 

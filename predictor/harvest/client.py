@@ -224,18 +224,30 @@ def _why(trace: RequestTrace) -> str:
 
 
 class ReplayClient:
-    """Serves recorded traces in order (tests and offline re-analysis)."""
+    """Serves recorded traces (tests and offline re-analysis): the first unused one
+    recorded for a prompt of the same word count and output length, else the next."""
 
-    def __init__(self, traces: Sequence[RequestTrace], token_counts: Callable[[str], int | None] | None = None) -> None:
+    def __init__(self, traces: Sequence[RequestTrace], token_counts: Callable[[str], int | None] | None = None,
+                 keys: Sequence[tuple[int, int] | None] | None = None) -> None:
         self._traces = list(traces)
+        self._keys = list(keys) if keys is not None else [None] * len(self._traces)
         self._lock = threading.Lock()
         self._counts = token_counts
         self.prompts: list[str] = []
 
+    @classmethod
+    def from_records(cls, records: Sequence[dict], token_counts: Callable[[str], int | None] | None = None
+                     ) -> "ReplayClient":
+        keys = [(r["prompt_words"], r["max_tokens"]) if "prompt_words" in r else None for r in records]
+        return cls([RequestTrace.from_json(r) for r in records], token_counts, keys)
+
     def stream(self, prompt: str, max_tokens: int) -> RequestTrace:
         with self._lock:
             self.prompts.append(prompt)
-            return self._traces.pop(0)
+            key = (len(prompt.split()), max_tokens)
+            index = next((i for i, k in enumerate(self._keys) if k == key), 0)
+            self._keys.pop(index)
+            return self._traces.pop(index)
 
     def tokenize_count(self, text: str) -> int | None:
         return self._counts(text) if self._counts else None

@@ -142,13 +142,14 @@ def measure(plan: HarvestPlan, client: StreamClient, *, rng: random.Random | Non
     waves = []
     for batch in sweep.batches:
         recorder.phase = f"decode b={batch} prompt={sweep.prompt_tokens}"
-        waves += run_decode_sweep(recorder, factory, (batch,), sweep.prompt_tokens, sweep.decode_tokens, progress)
+        waves += run_decode_sweep(recorder, factory, (batch,), sweep.prompt_tokens, sweep.decode_tokens, progress,
+                                  sweep.waves_per_batch)
     second: list[WaveResult] = []
     if sweep.second_prompt_tokens:
         for batch in [b for b in sweep.batches if b not in serialised_batches(waves)]:
             recorder.phase = f"decode b={batch} prompt={sweep.second_prompt_tokens}"
             second += run_decode_sweep(recorder, factory, (batch,), sweep.second_prompt_tokens, sweep.decode_tokens,
-                                       progress)
+                                       progress, sweep.waves_per_batch)
     recorder.phase = "prefill"
     prefill, _ = run_prefill_sweep(recorder, factory, sweep.prefill_lengths, sweep.repeats, progress)
     probe = None

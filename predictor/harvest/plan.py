@@ -3,8 +3,8 @@ the cluster, the validated configuration, the engine command line (or the endpoi
 the sweep plan and the checks that can refuse up front. `--dry-run` prints this.
 
 Sweep defaults (`SweepDefaults`) differ between GPU engines and a CPU engine only in
-size: a CPU at a few tokens per second gets shorter prompts, fewer output tokens and
-the 1/2/4 wave ladder (enough to show serialisation). Engine-only values: a lever the
+size: a CPU at a few tokens per second gets shorter prompts, the 1/2/4 wave ladder
+(enough to show serialisation) and three waves per batch (a shared machine is noisy). Engine-only values: a lever the
 user did not set whose default is illegal on the engine and which has exactly one
 legal value there (llama.cpp: `graph_capture=none`) takes that value, and the plan
 lists it under `engine_defaults` (never silently).
@@ -50,6 +50,7 @@ class SweepDefaults:
     prompt_tokens: int
     second_prompt_tokens: int | None
     decode_tokens: int
+    waves_per_batch: int
     prefill_lengths: tuple[int, ...]
     repeats: int
     probe_seqs: int
@@ -57,11 +58,11 @@ class SweepDefaults:
     context_tokens: int
 
 
-GPU_DEFAULTS = SweepDefaults(prompt_tokens=1024, second_prompt_tokens=4096, decode_tokens=64,
+GPU_DEFAULTS = SweepDefaults(prompt_tokens=1024, second_prompt_tokens=4096, decode_tokens=64, waves_per_batch=1,
                              prefill_lengths=(512, 1024, 2048, 4096, 8192), repeats=3, probe_seqs=8,
                              probe_tokens=1024, context_tokens=16384)
-CPU_DEFAULTS = SweepDefaults(prompt_tokens=128, second_prompt_tokens=512, decode_tokens=24,
-                             prefill_lengths=(64, 128, 256, 512, 1024), repeats=3, probe_seqs=4,
+CPU_DEFAULTS = SweepDefaults(prompt_tokens=64, second_prompt_tokens=256, decode_tokens=32, waves_per_batch=3,
+                             prefill_lengths=(32, 64, 128, 256, 512), repeats=3, probe_seqs=4,
                              probe_tokens=128, context_tokens=4096)
 
 
@@ -78,6 +79,7 @@ class HarvestRequest:
     prompt_tokens: int | None = None
     second_prompt_tokens: int | None = None
     decode_tokens: int | None = None
+    waves_per_batch: int | None = None
     prefill_lengths: tuple[int, ...] | None = None
     batches: tuple[int, ...] | None = None
     repeats: int | None = None
@@ -99,6 +101,7 @@ class SweepPlan:
     prompt_tokens: int
     second_prompt_tokens: int | None
     decode_tokens: int
+    waves_per_batch: int
     prefill_lengths: tuple[int, ...]
     repeats: int
     probe: tuple[int, int] | None                # (sequences, tokens each)
@@ -106,6 +109,7 @@ class SweepPlan:
     def to_json(self) -> dict:
         return {"decode_batches": list(self.batches), "prompt_tokens": self.prompt_tokens,
                 "second_prompt_tokens": self.second_prompt_tokens, "decode_tokens": self.decode_tokens,
+                "waves_per_batch": self.waves_per_batch,
                 "prefill_lengths": list(self.prefill_lengths), "repeats": self.repeats,
                 "packed_probe": list(self.probe) if self.probe else None}
 
@@ -204,7 +208,8 @@ def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuratio
     _positive("--prompt-tokens", (prompt,) + ((second,) if second else ()))
     probe = (request.probe_seqs or base.probe_seqs, request.probe_tokens or base.probe_tokens) if request.probe else None
     return SweepPlan(batches=batches, prompt_tokens=prompt, second_prompt_tokens=second,
-                     decode_tokens=request.decode_tokens or base.decode_tokens, prefill_lengths=lengths,
+                     decode_tokens=request.decode_tokens or base.decode_tokens,
+                     waves_per_batch=request.waves_per_batch or base.waves_per_batch, prefill_lengths=lengths,
                      repeats=request.repeats or base.repeats, probe=probe)
 
 

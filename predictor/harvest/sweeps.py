@@ -5,8 +5,10 @@
   the last first token to the first last token) and pooled; the step is their median.
   A wave whose window is empty never had all its requests running together: the
   engine serialised it (`WaveResult.serialised`).
+- Repeated waves of one batch (`combine_waves`, a CPU default: a busy shared machine
+  moves one short wave by tens of percent) keep the median of the wave medians.
 - Prefill (`prefill_sweep`): TTFT at concurrency 1, unique prompts, median of
-  `repeats` per length, fitted to `F + c1 n + c2 n^2` (`predictor.transfer.fit_prefill`).
+  `repeats` interleaved passes per length, fitted to `F + c1 n + c2 n^2` (`predictor.transfer.fit_prefill`).
 - Packed-prefill probe (`packed_probe`): `k` prompts of the billed length at once with
   one output token; the step is the last first token after the send, compared with one
   `k L`-token prompt measured alone and with the fit (see `checks`).
@@ -156,31 +158,49 @@ def run_decode_wave(client: StreamClient, factory: PromptFactory, batch: int, pr
     return decode_wave(traces, prompt_tokens, [p.counted_tokens for p in prompts])
 
 
+def combine_waves(waves: Sequence[WaveResult]) -> WaveResult:
+    """Repeated single waves of one batch: the median of their medians; serialised if
+    any was (a wave that never ran together is not averaged away)."""
+    first = waves[0]
+    if len(waves) == 1:
+        return first
+    medians = [w.itl_ms for w in waves]
+    itl = statistics.median(medians) if all(m is not None for m in medians) else None
+    return WaveResult(batch=first.batch, prompt_tokens=first.prompt_tokens, itl_ms=itl,
+                      gaps=sum(w.gaps for w in waves), window_ms=min(w.window_ms for w in waves),
+                      first_token_spread_ms=max(w.first_token_spread_ms for w in waves),
+                      serialised=any(w.serialised for w in waves),
+                      reported_prompt_tokens=tuple(r for w in waves for r in w.reported_prompt_tokens),
+                      counted_prompt_tokens=tuple(c for w in waves for c in w.counted_prompt_tokens))
+
+
 def run_decode_sweep(client: StreamClient, factory: PromptFactory, batches: Sequence[int], prompt_tokens: int,
-                     output_tokens: int, progress: Callable[[str], None] | None = None) -> list[WaveResult]:
+                     output_tokens: int, progress: Callable[[str], None] | None = None,
+                     waves_per_batch: int = 1) -> list[WaveResult]:
     results = []
     for batch in batches:
         if progress:
-            progress(f"decode wave b={batch} at {prompt_tokens} prompt tokens")
-        results.append(run_decode_wave(client, factory, batch, prompt_tokens, output_tokens))
+            progress(f"decode wave b={batch} at {prompt_tokens} prompt tokens x{waves_per_batch}")
+        results.append(combine_waves([run_decode_wave(client, factory, batch, prompt_tokens, output_tokens)
+                                      for _ in range(waves_per_batch)]))
     return results
 
 
 def run_prefill_sweep(client: StreamClient, factory: PromptFactory, lengths: Sequence[int], repeats: int,
                       progress: Callable[[str], None] | None = None) -> tuple[PrefillResult, list[Prompt]]:
-    samples: list[list[float]] = []
+    """`repeats` passes over all lengths (interleaved, so a slow spell of a shared
+    machine lands on every length rather than biasing one)."""
+    samples: list[list[float]] = [[] for _ in lengths]
     used: list[Prompt] = []
-    for length in lengths:
+    for index in range(repeats):
         if progress:
-            progress(f"prefill {length} tokens x{repeats}")
-        row = []
-        for _ in range(repeats):
+            progress(f"prefill pass {index + 1}/{repeats} over {list(lengths)} tokens")
+        for row, length in zip(samples, lengths):
             prompt = factory.make(length)
             used.append(prompt)
             trace = client.stream(prompt.text, PREFILL_OUTPUT_TOKENS)
             failed([trace], f"the prefill sweep at {length} tokens")
             row.append(trace.ttft_ms)
-        samples.append(row)
     return prefill_from_samples(lengths, samples), used
 
 

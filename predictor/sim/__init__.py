@@ -13,11 +13,36 @@ from predictor.sim.results import SimResult
 from predictor.sim.router import RouterPolicy
 from predictor.sim.scheduler import PROFILES, SCHEDULERS, AdmissionPolicy, EngineProfile
 from predictor.sim.traces import TraceWorkload, load_trace
-from predictor.sim.workloads import ArrivalMode, LengthRange, Popularity, Session, SyntheticWorkload
+from predictor.sim.workloads import (
+    ArrivalMode,
+    LengthRange,
+    Popularity,
+    Session,
+    SyntheticWorkload,
+)
 
 __all__ = [
-    "AdmissionPolicy", "AgenticProfile", "AgenticWorkload", "ArrivalMode", "CapacityModel", "EngineProfile",
-    "EvictionPolicy", "LengthRange", "PROFILES", "PoolCapacity", "Popularity", "RouterPolicy", "SCHEDULERS",
-    "Session", "SimOptions", "SimResult", "SyntheticWorkload", "TraceWorkload", "as_workload",
-    "load_profile", "load_trace", "memory_capacity", "simulate",
+    "PROFILES",
+    "SCHEDULERS",
+    "AdmissionPolicy",
+    "AgenticProfile",
+    "AgenticWorkload",
+    "ArrivalMode",
+    "CapacityModel",
+    "EngineProfile",
+    "EvictionPolicy",
+    "LengthRange",
+    "PoolCapacity",
+    "Popularity",
+    "RouterPolicy",
+    "Session",
+    "SimOptions",
+    "SimResult",
+    "SyntheticWorkload",
+    "TraceWorkload",
+    "as_workload",
+    "load_profile",
+    "load_trace",
+    "memory_capacity",
+    "simulate",
 ]

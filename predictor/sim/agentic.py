@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict

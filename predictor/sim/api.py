@@ -33,7 +33,12 @@ from predictor.sim.router import Router
 from predictor.sim.simulator import Progress, Simulation
 from predictor.sim.source import SessionSource
 from predictor.sim.trace_base import TraceWorkload
-from predictor.sim.workloads import ArrivalMode, LengthRange, SyntheticWorkload, Workload
+from predictor.sim.workloads import (
+    ArrivalMode,
+    LengthRange,
+    SyntheticWorkload,
+    Workload,
+)
 from predictor.workload import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -49,7 +54,7 @@ class SimOptions:
     keep_rows: bool = False
 
 
-def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target: "Target | None") -> Workload:
+def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target: Target | None) -> Workload:
     """Turn a named workload into a replayable one; pass richer workloads through."""
     if isinstance(workload, TraceWorkload):
         return workload.retimed(config.arrival_rate) if workload.mode is ArrivalMode.OPEN else workload
@@ -66,7 +71,7 @@ def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target
     return AgenticWorkload(profile, config.concurrency, min(profile.max_context_tokens, card_limit))
 
 
-def simulate(target: "Target", config: Configuration, workload: WorkloadSpec | Workload, *,
+def simulate(target: Target, config: Configuration, workload: WorkloadSpec | Workload, *,
              step_model_factory: StepModelFactory, num_requests: int | None = None, seed: int = 0,
              progress: Progress | None = None, capacity_model: CapacityModel | None = None,
              options: SimOptions | None = None) -> SimResult:

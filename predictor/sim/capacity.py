@@ -8,8 +8,9 @@ callers with their own memory numbers pass a `CapacityModel` instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from levers.configuration import Configuration
 from levers.errors import InputError
@@ -36,7 +37,7 @@ class PoolCapacity:
 CapacityModel = Callable[[Configuration], PoolCapacity]
 
 
-def memory_capacity(target: "Target") -> CapacityModel:
+def memory_capacity(target: Target) -> CapacityModel:
     """The memory model's pool sizes for each replica configuration of ``target``."""
 
     def capacity(config: Configuration) -> PoolCapacity:

@@ -11,8 +11,8 @@ prompts queue behind it) and half of the decode side's is added to TTFT.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
@@ -41,7 +41,7 @@ class HostTimes:
     per_token_us: float
 
     @staticmethod
-    def of(model: StepModel) -> "HostTimes":
+    def of(model: StepModel) -> HostTimes:
         fixed = host_time_ms(model, 0) * US_PER_MS
         return HostTimes(fixed, host_time_ms(model, 1000) - fixed / US_PER_MS)
 

@@ -30,7 +30,7 @@ class LoadDone:
     """Its DRAM-resident prefix is back in HBM (METHOD §3.10)."""
 
     request: Request
-    rank: "Rank"
+    rank: Rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ class HandoffDone:
 class StepEnd:
     """A replica's step (or stretch) ends; stale if the replica's stamp moved on."""
 
-    replica: "Replica"
+    replica: Replica
     stamp: int
 
 
@@ -52,7 +52,7 @@ class StepEnd:
 class Kick:
     """An idle replica should look for work."""
 
-    replica: "Replica"
+    replica: Replica
 
 
 Event = Arrival | LoadDone | HandoffDone | StepEnd | Kick

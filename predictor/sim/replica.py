@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from predictor.sim.rank import Rank
-from predictor.sim.scheduler import Batch, EngineScheduler, Limits, Recorder, StepOutcome, advance
+from predictor.sim.scheduler import (
+    Batch,
+    EngineScheduler,
+    Limits,
+    Recorder,
+    StepOutcome,
+    advance,
+)
 from predictor.step import StepModel
 
 STRETCH_SEGMENTS = 4        # at most this many pricing points per decode-only stretch ...
@@ -44,7 +51,7 @@ class StepPlan:
     def end_us(self) -> float:
         return self.start_us + self.duration_us
 
-    def truncated(self, now_us: float) -> "StepPlan":
+    def truncated(self, now_us: float) -> StepPlan:
         """The same stretch cut at its first step boundary at or after ``now_us``."""
         elapsed, kept, cut = now_us - self.start_us, [], 0.0
         for count, step_us in self.segments:

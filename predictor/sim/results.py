@@ -16,6 +16,7 @@ from the first arrival to the last completion. Metric keys follow
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,7 +128,7 @@ ROW_FIELDS = ("rid", "session", "label", "unit", "is_warmup", "is_measured", "pr
 
 
 def _round(value: float) -> float | None:
-    return None if value != value else round(float(value), 4)
+    return None if math.isnan(value) else round(float(value), 4)
 
 
 def request_rows(requests: list[Request], measured: set[int]) -> tuple[dict, ...]:

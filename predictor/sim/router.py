@@ -17,8 +17,8 @@ replica's DP load balancer use the same policy. Five policies (`config.router`):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Callable, Sequence
 
 import numpy as np
 

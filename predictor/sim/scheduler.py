@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 from levers.catalog import Engine
@@ -113,14 +114,16 @@ class Recorder(Protocol):
 class EngineScheduler(Protocol):
     profile: EngineProfile
 
-    def schedule(self, replica: "Replica", now_us: float) -> Batch | None: ...
+    def schedule(self, replica: Replica, now_us: float) -> Batch | None: ...
 
 
-def admission_order(rank: Rank, policy: AdmissionPolicy) -> list[Request]:
-    waiting = list(rank.waiting)
-    if policy is AdmissionPolicy.LPM and 1 < len(waiting) <= LPM_MAX_QUEUE:
-        waiting.sort(key=lambda r: -rank.pool.match(r)[0])
-    return waiting
+def admission_order(rank: Rank, policy: AdmissionPolicy, slots: int) -> list[Request]:
+    """The next waiting requests to try, at most ``slots`` of them."""
+    if slots <= 0 or not rank.waiting:
+        return []
+    if policy is AdmissionPolicy.LPM and 1 < len(rank.waiting) <= LPM_MAX_QUEUE:
+        return sorted(rank.waiting, key=lambda r: -rank.pool.match(r)[0])[:slots]
+    return list(islice(rank.waiting, slots))
 
 
 def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int,
@@ -128,14 +131,13 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
     """Continue admitted prompts, then admit waiting requests while budget, cap and KV allow."""
     chunks: list[tuple[Request, int]] = []
     for request in rank.prefilling:
-        take = min(request.prefill_target - request.prefilled, limits.chunk_tokens, budget)
+        limit = limits.chunk_tokens if profile.chunks_prefill else budget
+        take = min(request.prefill_target - request.prefilled, limit, budget)
         if take <= 0:
             break
         chunks.append((request, take))
         budget -= take
-    for request in admission_order(rank, profile.policy) if rank.waiting else ():
-        if rank.num_running >= limits.running_cap:
-            break
+    for request in admission_order(rank, profile.policy, limits.running_cap - rank.num_running):
         if not request.is_kv_ready:
             if budget <= 0:
                 break
@@ -180,7 +182,7 @@ class MixedScheduler:
     def __init__(self, profile: EngineProfile) -> None:
         self.profile = profile
 
-    def schedule(self, replica: "Replica", now_us: float) -> Batch | None:
+    def schedule(self, replica: Replica, now_us: float) -> Batch | None:
         limits, work = replica.limits, []
         for rank in replica.ranks:
             budget = limits.token_budget - rank.num_decoders * limits.decode_tokens
@@ -197,7 +199,7 @@ class PrefillFirstScheduler:
     def __init__(self, profile: EngineProfile) -> None:
         self.profile = profile
 
-    def schedule(self, replica: "Replica", now_us: float) -> Batch | None:
+    def schedule(self, replica: Replica, now_us: float) -> Batch | None:
         limits, work = replica.limits, []
         budget = limits.token_budget
         if self.profile.prefill_step_uses_chunk:

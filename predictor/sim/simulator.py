@@ -13,15 +13,29 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from levers.errors import InputError
 from predictor.sim.deployment import Deployment, Pool
-from predictor.sim.events import PRIORITY, Arrival, Event, HandoffDone, Kick, LoadDone, StepEnd
+from predictor.sim.events import (
+    PRIORITY,
+    Arrival,
+    Event,
+    HandoffDone,
+    Kick,
+    LoadDone,
+    StepEnd,
+)
 from predictor.sim.rank import Rank
 from predictor.sim.request import Request
-from predictor.sim.results import (Recorder, SimResult, Window, latency_distributions, request_rows,
-                                   throughput_scalars)
+from predictor.sim.results import (
+    Recorder,
+    SimResult,
+    Window,
+    latency_distributions,
+    request_rows,
+    throughput_scalars,
+)
 from predictor.sim.router import Router, RouterPolicy
 from predictor.sim.source import SessionSource
 from predictor.sim.workloads import ArrivalMode
@@ -48,6 +62,7 @@ class Simulation:
         self._warmup_left = 0
         self._window_start: tuple[float, float, float] | None = None
         self._window_end: tuple[float, float, float] | None = None
+        self._drains_only = False
         self._handlers = {Arrival: self._on_arrival, LoadDone: self._on_load_done,
                           HandoffDone: self._on_handoff_done, StepEnd: self._on_step_end, Kick: self._on_kick}
 
@@ -63,6 +78,7 @@ class Simulation:
             self._push(at_us, Arrival(request))
         if self._warmup_left == 0:
             self._window_start = (0.0, 0.0, 0.0)
+        self._drains_only = self.source.is_exhausted   # fewer sessions than slots: no steady window
         heap, handlers = self._heap, self._handlers
         while heap:
             at_us, _, _, event = heapq.heappop(heap)
@@ -159,7 +175,8 @@ class Simulation:
         releases = self.source.on_finish(request, self.now_us)
         for _, new in releases:
             self._warmup_left += new.is_warmup
-        if self.source.is_exhausted and self._window_end is None and self.source.mode is ArrivalMode.CLOSED:
+        if self.source.is_exhausted and self._window_end is None and self.source.mode is ArrivalMode.CLOSED \
+                and not self._drains_only:
             self._window_end = self.recorder.snapshot(self.now_us)
         if self.progress is not None:
             done, total = len(self.finished), self.source.budget
@@ -220,7 +237,7 @@ def hit_rates(deployment: Deployment) -> dict:
         tally = per_replica.setdefault(unit.replica_index, [0, 0])
         tally[0] += unit.cached_tokens
         tally[1] += unit.prompt_tokens
-    ratio = lambda a, b: round(a / b, 6) if b else 0.0  # noqa: E731
+    ratio = lambda a, b: round(a / b, 6) if b else 0.0
     return {"overall": ratio(cached, prompt),
             "per_replica": [ratio(c, p) for _, (c, p) in sorted(per_replica.items())],
             "per_tier": {"hbm": ratio(cached - dram, prompt), "dram": ratio(dram, prompt)}}

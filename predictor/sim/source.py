@@ -10,8 +10,8 @@ request is released ends a closed loop's steady-state window.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 
@@ -75,9 +75,9 @@ class SessionSource:
                 self._release(live, child, now_us + spec.think_us, out)
         if live.outstanding == 0:
             del self._live[live.index]
-            if self.mode is ArrivalMode.CLOSED and not self.is_exhausted:
-                if not self._open_session(live.slot, out, now_us=now_us):
-                    self.is_exhausted = True
+            refill = self.mode is ArrivalMode.CLOSED and not self.is_exhausted
+            if refill and not self._open_session(live.slot, out, now_us=now_us):
+                self.is_exhausted = True
         return out
 
     # -- internals ---------------------------------------------------------------------------

@@ -10,9 +10,9 @@ trace, arrivals synthetic: `TraceWorkload.retimed`).
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class TraceWorkload:
     def default_num_requests(self, concurrency: int) -> int:
         return self.num_requests
 
-    def retimed(self, rate_per_s: float) -> "TraceWorkload":
+    def retimed(self, rate_per_s: float) -> TraceWorkload:
         return replace(self, mode=ArrivalMode.OPEN, poisson_rate=rate_per_s) if rate_per_s > 0 else self
 
     def sessions(self, rng: np.random.Generator) -> Iterator[Session]:

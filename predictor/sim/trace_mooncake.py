@@ -20,15 +20,21 @@ shifted so the trace starts at 0.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from levers.errors import InputError
 from predictor.sim.request import RequestSpec
-from predictor.sim.trace_base import BadLines, PrefixChecker, TraceWorkload, empty_trace, infer_block_tokens
+from predictor.sim.trace_base import (
+    BadLines,
+    PrefixChecker,
+    TraceWorkload,
+    empty_trace,
+    infer_block_tokens,
+)
 from predictor.sim.workloads import ArrivalMode, Session
 
 US_PER_MS, US_PER_S = 1e3, 1e6
@@ -52,7 +58,7 @@ class MooncakeRecord(BaseModel):
     prefix_blocks: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "MooncakeRecord":
+    def _consistent(self) -> MooncakeRecord:
         if (self.prefix_from is None) != (self.prefix_blocks is None):
             raise ValueError("prefix_from and prefix_blocks go together")
         if self.think_time is not None and self.delay is not None:

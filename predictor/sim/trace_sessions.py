@@ -20,8 +20,9 @@ Descriptive fields (models, types, stop reasons, totals) are not needed and igno
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Literal, Union
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -63,7 +64,7 @@ class SessionTrace(_Loose):
     id: str | int = ""
     block_size: int = Field(64, ge=1)
     hash_id_scope: Literal["local", "global"] = "local"
-    requests: list[Union[SubagentEntry, TraceRequest]] = Field(min_length=1)
+    requests: list[SubagentEntry | TraceRequest] = Field(min_length=1)
 
 
 def looks_like_sessions(path: Path) -> bool:

@@ -14,9 +14,10 @@ when a prefix pool is configured (random-token prompts share nothing).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -69,7 +70,7 @@ class LengthRange:
     high: int
 
     @staticmethod
-    def fixed(tokens: int) -> "LengthRange":
+    def fixed(tokens: int) -> LengthRange:
         return LengthRange(tokens, tokens)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from agent.mix_selection import choose, score
 from agent.scoring import Phase, Trial
 from ledgers.model import Ledger
 from levers.configuration import Configuration
+from levers.errors import InputError
 from predictor.prediction import Prediction
 from predictor.step import Mode
 from predictor.target import resolve_target
@@ -43,9 +44,9 @@ FAKE_METRICS = {
 
 def fake_predict(target, config, workload, *, store=None, need_distribution=False, seed=0, num_requests=None):
     """Hand-set metrics by (disaggregated, concurrency); asserts the planner asks for the DES
-    with 40 requests per client, at most 1536."""
+    with 40 requests per client, at most 1024."""
     assert need_distribution and workload.kind == "agentic"
-    assert num_requests == min(1536, 40 * config.concurrency)
+    assert num_requests == min(1024, 40 * config.concurrency)
     throughput, interactivity, ttft_ms = FAKE_METRICS[(config.disaggregated, config.concurrency)]
     metrics = {"throughput_per_gpu": throughput, "interactivity_p50": interactivity,
                "ttft_ms_mean": ttft_ms, "interactivity_mean": interactivity}
@@ -184,6 +185,14 @@ def test_max_gpus_excludes_larger_candidates_before_pricing():
     # tp=2 x 4 replicas and tp=8 use 8 GPUs; the TP2+TP2 splits use 4
     assert report.to_json()["excluded_by_max_gpus"] == 3
     assert {config.total_gpus for _, config in counting.calls} == {4}
+
+
+def test_a_model_that_fits_nowhere_on_its_cluster_is_a_clear_input_error():
+    with pytest.raises(InputError) as caught:
+        plan_mix(parse_mix_text("models: [{name: gpt-oss-120b}, {name: kimi-k3, cluster: h100x1}]"),
+                 predict_fn=fake_predict, workers=1, write_ledger=False)
+    assert caught.value.message.startswith("models.yaml: models[1]: Kimi-K3 does not fit on h100x1")
+    assert "(accepted: a larger cluster: for this model" in caught.value.message
 
 
 def test_report_json_and_ledgers(isolated_home):

@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-import agent.commands_simulate as commands_simulate
+from agent import commands_simulate
 from agent.cli import app
 from tests.predictor.sim.sim_fakes import fake_factory
 

@@ -91,10 +91,12 @@ def test_split_rows_feed_both_pool_layouts():
                                                  for i in anchor.provenance.source_rows)
 
 
-def test_illegal_layouts_fail_with_their_reason():
-    corpus = read_corpus(FIXTURES / "inferencex_small.csv")
-    amd = [r for r in corpus.rows if r.gpu == "MI355X"]
-    build = build_anchors(amd)
-    reasons = {f.reason for f in build.failures}
-    # a 16-GPU decode pool does not fit an 8-GPU MI355X scale-up domain (levers.legality)
-    assert any("cannot be anchored" in r for r in reasons)
+def test_illegal_layouts_fail_with_their_reason(tmp_path):
+    rows = truth_rows()[:2]
+    for row in rows:
+        row["tp"] = 32                        # not a legal TP width (levers.catalog)
+    corpus = read_corpus(write_native(tmp_path / "wide.csv", rows))
+    build = build_anchors(list(corpus.rows))
+    assert not build.anchors
+    assert {f.reason for f in build.failures} == {
+        "layout TP32/EP1/DP1 cannot be anchored: tp=32 is not supported by vllm (legal: 1, 2, 4, 8, 16)"}

@@ -5,6 +5,7 @@ import json
 import random
 import statistics
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 from typer.testing import CliRunner
@@ -25,6 +26,7 @@ def recorded_plan(gguf_file, recorded):
         engine="llamacpp", model=str(gguf_file), cluster="cpu", config_text="tp=1", endpoint="http://127.0.0.1:1",
         prompt_tokens=sweep["prompt_tokens"], second_prompt_tokens=sweep["second_prompt_tokens"],
         decode_tokens=sweep["decode_tokens"], prefill_lengths=tuple(sweep["prefill_lengths"]),
+        waves_per_batch=sweep.get("waves_per_batch", 1),
         repeats=sweep["repeats"], probe_seqs=sweep["packed_probe"][0], probe_tokens=sweep["packed_probe"][1]))
 
 
@@ -34,22 +36,24 @@ def traces_of(recorded, phase=None):
 
 def replayed(gguf_file, recorded):
     plan = recorded_plan(gguf_file, recorded)
-    client = ReplayClient(traces_of(recorded), token_counts=lambda text: len(text.split()))
+    client = ReplayClient.from_records(recorded["traces"], token_counts=lambda text: len(text.split()))
     return plan, measure(plan, client, rng=random.Random(0))
 
 
 def test_recorded_streams_give_the_recorded_sweep(gguf_file, recorded):
     plan, m = replayed(gguf_file, recorded)
-    # decode b=1: the median of its own gaps
-    b1 = traces_of(recorded, "decode b=1 prompt=64")[0].token_times_s
-    expected = statistics.median(after - before for before, after in zip(b1, b1[1:])) * 1000
-    assert m.waves[0].itl_ms == pytest.approx(expected, rel=1e-9)
+    # decode b=1: the median over its waves of each wave's median gap
+    wave_medians = [statistics.median(b - a for a, b in pairwise(t.token_times_s)) * 1000
+                    for t in traces_of(recorded, "decode b=1 prompt=64")]
+    assert len(wave_medians) == plan.sweep.waves_per_batch
+    assert m.waves[0].itl_ms == pytest.approx(statistics.median(wave_medians), rel=1e-9)
     # llama.cpp serves one request at a time: the b=2 and b=4 waves never ran together
     assert [w.serialised for w in m.waves] == [False, True, True]
     # prefill: median TTFT per length, as the recorded streams say
-    prefill = traces_of(recorded, "prefill")
-    first_length = statistics.median(t.ttft_ms for t in prefill[:3])
-    assert m.prefill.ttft_ms[0] == pytest.approx(first_length, rel=1e-9)
+    shortest = [RequestTrace.from_json(r).ttft_ms for r in recorded["traces"]
+                if r["phase"] == "prefill" and r["prompt_words"] == 32]
+    assert len(shortest) == plan.sweep.repeats
+    assert m.prefill.ttft_ms[0] == pytest.approx(statistics.median(shortest), rel=1e-9)
     assert m.prefill.prompt_tokens == (32, 64, 128, 256, 512)
     assert m.probe is not None and m.probe.num_seqs == 4
     assert m.reuse_ms[1] < 0.1 * m.reuse_ms[0]          # llama.cpp reuses the previous prompt

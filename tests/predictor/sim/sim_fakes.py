@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from predictor.hardware import parse_cluster
 from predictor.sim import PoolCapacity
 from predictor.step import Mode, StepCost
 

@@ -1,5 +1,7 @@
 """The synthetic agentic profile: sourced parameters, growing sessions, subagent joins."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,7 @@ def test_every_parameter_names_its_source():
 def test_parent_turns_grow_and_reuse_the_previous_prompt():
     for session in sessions(20):
         parents = [s for s in session.requests if s.label.startswith("turn")]
-        for before, after in zip(parents, parents[1:]):
+        for before, after in itertools.pairwise(parents):
             assert after.prompt_tokens > before.prompt_tokens
             n = len(before.block_ids)
             assert np.array_equal(after.block_ids[:n], before.block_ids)

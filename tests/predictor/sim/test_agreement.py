@@ -13,7 +13,6 @@ import pytest
 from levers.configuration import Configuration
 from predictor.sim import simulate
 from predictor.workload import WorkloadSpec
-
 from tests.predictor.sim.sim_fakes import fake_factory, fixed_capacity
 
 analytical = pytest.importorskip("predictor.analytical", reason="the analytical predictor has not landed")

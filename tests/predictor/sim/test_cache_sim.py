@@ -1,17 +1,28 @@
 """Prefix reuse inside the simulation (METHOD §5, §3.10): leaf-first vs flat LRU on a
 sweep over long contexts, the host tier, and session turns that wait and then hit."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
-from typing import Iterator
 
 import numpy as np
 import pytest
 
 from levers.configuration import Configuration
-from predictor.sim import ArrivalMode, EvictionPolicy, Session, SimOptions, load_trace, simulate
+from predictor.sim import (
+    ArrivalMode,
+    EvictionPolicy,
+    Session,
+    SimOptions,
+    load_trace,
+    simulate,
+)
 from predictor.sim.request import RequestSpec
-from tests.predictor.sim.sim_fakes import KV_BYTES_PER_TOKEN, fake_factory, fixed_capacity
+from tests.predictor.sim.sim_fakes import (
+    KV_BYTES_PER_TOKEN,
+    fake_factory,
+    fixed_capacity,
+)
 
 BLOCK = 64
 CONTEXTS, CONTEXT_BLOCKS, SUFFIX_BLOCKS = 10, 32, 2   # ten 2048-token contexts + a new 128-token tail per visit

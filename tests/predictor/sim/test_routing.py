@@ -10,15 +10,24 @@ from predictor.hardware import parse_cluster
 from predictor.sim import SimOptions, load_trace, simulate
 from predictor.sim.handoff import HandoffLaw
 from predictor.workload import WorkloadSpec
-from tests.predictor.sim.sim_fakes import KV_BYTES_PER_TOKEN, NUM_LAYERS, FakeTarget, fake_factory, fixed_capacity
+from tests.predictor.sim.sim_fakes import (
+    KV_BYTES_PER_TOKEN,
+    NUM_LAYERS,
+    FakeTarget,
+    fake_factory,
+    fixed_capacity,
+)
 
 TRACES = resources.files("predictor") / "data" / "traces"
 BIG_POOL = 10_000_000
 POLICIES = ("least_loaded", "kv_aware", "prefix_hash", "round_robin", "random")
 
 
-def sessions():
-    return load_trace(TRACES / "agentic_trace_0277.json"), load_trace(TRACES / "agentic_trace_0291.json")
+def two_sessions(folder):
+    """Both sessions read as one trace, so each gets its own block-id namespace."""
+    for name in ("agentic_trace_0277.json", "agentic_trace_0291.json"):
+        (folder / name).write_bytes((TRACES / name).read_bytes())
+    return load_trace(folder)
 
 
 def run(target, config, workload, **kwargs):
@@ -47,9 +56,8 @@ def test_round_robin_cycles_over_the_replicas(target):
     assert sorted(r["unit"] for r in by_release).count(0) == 10
 
 
-def test_prefix_routing_keeps_each_session_on_one_replica_and_its_hits(target):
-    merged = sessions()[0]
-    both = type(merged)("two", merged.mode, 64, sessions()[0].trace_sessions + sessions()[1].trace_sessions)
+def test_prefix_routing_keeps_each_session_on_one_replica_and_its_hits(target, tmp_path):
+    both = two_sessions(tmp_path)
     scattered = run(target, Configuration(replicas=4, concurrency=2, router="round_robin"), both)
     specs = {f"{s.label}#{i}": spec for s in both.trace_sessions for i, spec in enumerate(s.requests)}
     for policy in ("prefix_hash", "kv_aware"):
@@ -69,7 +77,7 @@ def test_random_routing_is_seeded(target):
     assert [r["unit"] for r in first.rows] == [r["unit"] for r in again.rows]
 
 
-SPLIT = dict(disaggregated=True, prefill_layout="TP1", decode_layout="TP1", concurrency=1)
+SPLIT = {"disaggregated": True, "prefill_layout": "TP1", "decode_layout": "TP1", "concurrency": 1}
 
 
 @pytest.mark.parametrize("backend", ["nixl", "mooncake", "mori"])

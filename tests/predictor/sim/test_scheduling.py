@@ -6,8 +6,14 @@ import pytest
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError
-from predictor.sim import (AdmissionPolicy, ArrivalMode, LengthRange, SimOptions, SyntheticWorkload,
-                           simulate)
+from predictor.sim import (
+    AdmissionPolicy,
+    ArrivalMode,
+    LengthRange,
+    SimOptions,
+    SyntheticWorkload,
+    simulate,
+)
 from predictor.sim.kv_pool import KvPool, PoolShape
 from predictor.sim.prefix_cache import LeafFirstCache
 from predictor.sim.rank import Rank
@@ -55,8 +61,9 @@ def test_lpm_orders_a_backlog_by_resident_prefix_and_fcfs_by_arrival():
     cold = Request(0, RequestSpec(512, 8, np.arange(100, 108, dtype=np.int64)), 0, 0, 0.0)
     warm = Request(1, RequestSpec(512, 8, np.arange(1, 9, dtype=np.int64)), 1, 1, 0.0)
     rank.waiting.extend([cold, warm])
-    assert admission_order(rank, AdmissionPolicy.LPM) == [warm, cold]
-    assert admission_order(rank, AdmissionPolicy.FCFS) == [cold, warm]
+    assert admission_order(rank, AdmissionPolicy.LPM, 2) == [warm, cold]
+    assert admission_order(rank, AdmissionPolicy.FCFS, 2) == [cold, warm]
+    assert admission_order(rank, AdmissionPolicy.LPM, 1) == [warm]
 
 
 def test_attention_dp_step_costs_the_slowest_rank(target):

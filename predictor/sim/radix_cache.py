@@ -1,0 +1,266 @@
+"""Leaf-first LRU prefix cache as a radix tree of block runs (METHOD §5, §3.10).
+
+A block id names a whole prefix (the trace readers check this), so resident blocks form
+a tree. Nodes hold *runs* of blocks, as in SGLang's radix cache, so a prompt of a few
+thousand blocks costs O(runs) Python work, not O(blocks); a dict maps each resident
+block to its node. Invariants:
+
+- leaf-first: a block leaves HBM only when no HBM block continues from it (HBM
+  residency is prefix-closed along every path), and leaves the host tier only when no
+  resident block continues from it; so a request's hit (its longest resident leading
+  run) is found by binary search;
+- a pinned path ends at a node end (`pin` splits the node there); a pin on the last
+  node protects the whole path, since its ancestors are never leaves;
+- a node's stamp is its last use; an evicted leaf hands its stamp to its parent, which
+  is then the least recently used candidate when its other children are older.
+Eviction truncates a leaf's tail by exactly the blocks needed (block-accurate).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+from itertools import count
+
+_ids = count()
+
+
+class _Node:
+    __slots__ = ("children", "depth", "hbm_kids", "hbm_len", "keys", "parent", "pins", "stamp", "uid")
+
+    def __init__(self, keys: list[int], depth: int, parent: _Node | None, hbm_len: int, stamp: int) -> None:
+        self.keys = keys
+        self.depth = depth                  # prompt position of keys[0]
+        self.parent = parent
+        self.children: dict[int, _Node] = {}
+        self.hbm_len = hbm_len              # leading keys resident in HBM (the rest: host tier)
+        self.hbm_kids = 0                   # children with HBM blocks
+        self.stamp = stamp
+        self.pins = 0
+        self.uid = next(_ids)
+
+
+def _common(keys: list[int], a: int, seg: list[int], b: int) -> int:
+    """Length of the common run of keys[a:] and seg[b:]."""
+    n = min(len(keys) - a, len(seg) - b)
+    if keys[a:a + n] == seg[b:b + n]:
+        return n
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if keys[a:a + mid] == seg[b:b + mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class LeafFirstCache:
+    """Leaf-first LRU over HBM, with an optional host tier of ``dram_capacity_blocks``."""
+
+    def __init__(self, dram_capacity_blocks: int = 0) -> None:
+        self.root = _Node([], 0, None, 0, 0)
+        self.where: dict[int, _Node] = {}
+        self.dram_capacity_blocks = max(0, dram_capacity_blocks)
+        self.num_hbm_blocks = 0
+        self.num_dram_blocks = 0
+        self._tick = 0
+        self._hbm_heap: list[tuple[int, int, _Node]] = []
+        self._dram_heap: list[tuple[int, int, _Node]] = []
+
+    # -- lookups -------------------------------------------------------------------------
+    def match(self, ids: Sequence[int], num_blocks: int) -> tuple[int, int]:
+        where = self.where
+        lo, hi = 0, num_blocks
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if int(ids[mid - 1]) in where:
+                lo = mid
+            else:
+                hi = mid - 1
+        resident = lo
+        if not resident or self._in_hbm(ids, resident - 1):
+            return resident, resident
+        lo, hi = 0, resident - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if self._in_hbm(ids, mid - 1):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo, resident
+
+    def _in_hbm(self, ids: Sequence[int], position: int) -> bool:
+        node = self.where[int(ids[position])]
+        return position - node.depth < node.hbm_len
+
+    def _node_ending_at(self, ids: Sequence[int], num_blocks: int) -> _Node:
+        """The node whose run ends with block ``num_blocks - 1`` (split there if needed)."""
+        node = self.where[int(ids[num_blocks - 1])]
+        end = num_blocks - node.depth
+        if end < len(node.keys):
+            self._split(node, end)
+        return node
+
+    # -- use -------------------------------------------------------------------------------
+    def _stamp(self, node: _Node) -> None:
+        self._tick += 1
+        node.stamp = self._tick
+
+    def pin(self, ids: Sequence[int], num_blocks: int) -> None:
+        if num_blocks:
+            node = self._node_ending_at(ids, num_blocks)
+            node.pins += 1
+            self._stamp(node)
+
+    def unpin(self, ids: Sequence[int], num_blocks: int) -> None:
+        if num_blocks:
+            node = self.where[int(ids[num_blocks - 1])]
+            node.pins -= 1
+            self._stamp(node)
+            self._push_hbm(node)
+
+    def insert(self, ids: Sequence[int], start: int, stop: int) -> int:
+        if stop <= start:
+            return 0
+        seg = ids[start:stop].tolist() if hasattr(ids, "tolist") else list(ids[start:stop])
+        node = self._node_ending_at(ids, start) if start else self.root
+        pos, raised = 0, 0                   # pos indexes seg; the prompt position is start + pos
+        stop -= start
+        while pos < stop:
+            child = node.children.get(seg[pos])
+            if child is None:
+                run = seg[pos:stop]
+                child = _Node(run, start + pos, node, len(run), self._tick)
+                node.children[run[0]] = child
+                node.hbm_kids += 1
+                self.where.update(dict.fromkeys(run, child))
+                self.num_hbm_blocks += len(run)
+                raised += len(run)
+                node, pos = child, stop
+                break
+            common = _common(child.keys, 0, seg, pos)
+            if common < len(child.keys):
+                self._split(child, common)
+            raised += self._raise(child, common)
+            node, pos = child, pos + common
+        self._stamp(node)
+        self._push_hbm(node)
+        return raised
+
+    def promote(self, ids: Sequence[int], start: int, stop: int) -> int:
+        promoted, pos = 0, start
+        while pos < stop:
+            node = self.where.get(int(ids[pos]))
+            if node is None:
+                break
+            upto = min(len(node.keys), stop - node.depth)
+            promoted += self._raise(node, upto)
+            pos = node.depth + upto
+        if promoted:
+            last = self.where[int(ids[start + promoted - 1])]
+            self._stamp(last)
+            self._push_hbm(last)
+        return promoted
+
+    def _raise(self, node: _Node, upto: int) -> int:
+        """Host tier -> HBM for the node's first ``upto`` keys; returns how many moved."""
+        moved = upto - node.hbm_len
+        if moved <= 0:
+            return 0
+        if node.hbm_len == 0 and node.parent is not None:
+            node.parent.hbm_kids += 1
+        node.hbm_len = upto
+        self.num_hbm_blocks += moved
+        self.num_dram_blocks -= moved
+        return moved
+
+    def _split(self, node: _Node, at: int) -> None:
+        """Keep keys[:at] in ``node``; move keys[at:] into a new child that takes over
+        the node's children and pins (a pinned path ends at the tail's end)."""
+        tail = _Node(node.keys[at:], node.depth + at, node, max(0, node.hbm_len - at), node.stamp)
+        tail.children, tail.hbm_kids, tail.pins = node.children, node.hbm_kids, node.pins
+        for child in tail.children.values():
+            child.parent = tail
+        del node.keys[at:]
+        node.hbm_len = min(node.hbm_len, at)
+        node.children, node.pins = {tail.keys[0]: tail}, 0
+        node.hbm_kids = 1 if tail.hbm_len else 0
+        self.where.update(dict.fromkeys(tail.keys, tail))
+        self._push_hbm(tail)
+        self._push_dram(tail)
+
+    # -- eviction ----------------------------------------------------------------------------
+    def _push_hbm(self, node: _Node) -> None:
+        if node.hbm_len and not node.pins and not node.hbm_kids and node.parent is not None:
+            heapq.heappush(self._hbm_heap, (node.stamp, node.uid, node))
+
+    def _push_dram(self, node: _Node) -> None:
+        if not node.children and len(node.keys) > node.hbm_len and node.parent is not None:
+            heapq.heappush(self._dram_heap, (node.stamp, node.uid, node))
+
+    def evict(self, num_blocks: int) -> int:
+        freed, heap = 0, self._hbm_heap
+        while freed < num_blocks and heap:
+            stamp, _, node = heapq.heappop(heap)
+            if node.stamp != stamp or not node.hbm_len or node.pins or node.hbm_kids or node.parent is None:
+                continue
+            take = min(num_blocks - freed, node.hbm_len)
+            freed += take
+            self._drop_hbm_tail(node, take)
+            if node.hbm_len:
+                heapq.heappush(heap, (node.stamp, node.uid, node))
+        if self.num_dram_blocks > self.dram_capacity_blocks:
+            self._evict_dram(self.num_dram_blocks - self.dram_capacity_blocks)
+        return freed
+
+    def _drop_hbm_tail(self, node: _Node, take: int) -> None:
+        self.num_hbm_blocks -= take
+        if self.dram_capacity_blocks:
+            node.hbm_len -= take
+            self.num_dram_blocks += take
+            self._push_dram(node)
+        else:
+            first = node.keys[0]
+            removed = node.keys[len(node.keys) - take:]
+            del node.keys[len(node.keys) - take:]
+            node.hbm_len -= take
+            deque(map(self.where.pop, removed), 0)
+            if not node.keys:
+                del node.parent.children[first]
+        if not node.hbm_len:
+            self._orphan(node)
+
+    def _orphan(self, node: _Node) -> None:
+        """``node`` has no HBM block left: hand its stamp up (and detach it if empty)."""
+        parent = node.parent
+        parent.hbm_kids -= 1
+        parent.stamp = max(parent.stamp, node.stamp)
+        if not node.keys:
+            node.parent = None
+        self._push_hbm(parent)
+        self._push_dram(parent)
+
+    def _evict_dram(self, num_blocks: int) -> None:
+        dropped, heap = 0, self._dram_heap
+        while dropped < num_blocks and heap:
+            stamp, _, node = heapq.heappop(heap)
+            dram = len(node.keys) - node.hbm_len
+            if node.stamp != stamp or node.children or not dram or node.parent is None:
+                continue
+            take = min(num_blocks - dropped, dram)
+            removed = node.keys[len(node.keys) - take:]
+            del node.keys[len(node.keys) - take:]
+            deque(map(self.where.pop, removed), 0)
+            self.num_dram_blocks -= take
+            dropped += take
+            if node.keys:
+                heapq.heappush(heap, (node.stamp, node.uid, node))
+                continue
+            parent = node.parent
+            del parent.children[removed[0]]
+            node.parent = None
+            parent.stamp = max(parent.stamp, node.stamp)
+            self._push_dram(parent)
+            self._push_hbm(parent)
