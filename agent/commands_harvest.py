@@ -69,7 +69,7 @@ def _render_report(report: HarvestReport) -> None:
 def harvest(
     engine: str = typer.Option(..., "--engine", help="vllm, sglang, atom, trtllm (--endpoint only), llamacpp."),
     model: str = typer.Option(..., "--model", help="Model card name, or a .gguf file (llamacpp)."),
-    cluster: str | None = typer.Option(None, "--cluster", help="GPU[xPER_NODE[xNODES]] or cpu."),
+    cluster: str | None = typer.Option(None, "--cluster", help="A cluster (e.g. mi355x, h100x1) or cpu."),
     config: str | None = typer.Option(None, "--config", help="Anchor configuration k=v,... (widths, dtypes, ...)."),
     endpoint: str | None = typer.Option(None, "--endpoint", help="Harvest an engine already running at URL."),
     model_path: str | None = typer.Option(None, "--model-path", help="Checkpoint to serve (default: the HF id)."),
@@ -78,7 +78,7 @@ def harvest(
                                                        help="Second decode prompt length (0: none)."),
     decode_tokens: int | None = typer.Option(None, "--decode-tokens", help="Output tokens per decode request."),
     waves: int | None = typer.Option(None, "--waves", help="Single waves per batch size (median of medians)."),
-    prefill_lengths: str | None = typer.Option(None, "--prefill-lengths", help="Five prompt lengths, e.g. 512,...."),
+    prefill_lengths: str | None = typer.Option(None, "--prefill-lengths", help="Prefill prompt lengths, e.g. 512,1024,2048,4096,8192."),
     batches: str | None = typer.Option(None, "--batches", help="Decode wave sizes (default: captured sizes)."),
     repeats: int | None = typer.Option(None, "--repeats", help="TTFT samples per prefill length."),
     probe: bool = typer.Option(True, "--probe/--no-probe", help="Run the packed-prefill probe."),

@@ -33,17 +33,22 @@ def cli() -> list[str]:
     return [script] if script else [sys.executable, "-c", "from agent.cli import main; main()"]
 
 
-def timed(command: list[str], home: str) -> tuple[float, int, str]:
+def timed(command: list[str], home: str, timeout_s: float) -> tuple[float, int | None, str]:
+    """(wall seconds, exit code or None when it timed out, output tail)."""
     env = {**os.environ, "INFERASIM_HOME": home}
     env.pop("INFERASIM_LM", None)
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - started, None, f"timed out after {timeout_s:.0f} s"
     return time.perf_counter() - started, done.returncode, (done.stdout + done.stderr)[-600:]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up on one tune run after this")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("extra", nargs="*", help="extra arguments appended to the tune command")
     args = parser.parse_args()
@@ -53,14 +58,15 @@ def main() -> None:
     codes, tail = set(), ""
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as home:
-            seconds, _, _ = timed([*base, "--help"], home)
+            seconds, _, _ = timed([*base, "--help"], home, args.timeout_s)
             startup.append(seconds)
-            seconds, code, tail = timed([*base, *TUNE_ARGS, *args.extra], home)
+            seconds, code, tail = timed([*base, *TUNE_ARGS, *args.extra], home, args.timeout_s)
             tune.append(seconds)
             codes.add(code)
     report = {
         "machine": machine(), "command": "inferasim " + " ".join([*TUNE_ARGS, *args.extra]),
-        "exit_codes": sorted(codes), "tune_wall_s": [round(t, 2) for t in tune],
+        "exit_codes": ["timeout" if c is None else c for c in sorted(codes, key=lambda c: -1 if c is None else c)],
+        "tune_wall_s": [round(t, 2) for t in tune],
         "tune_median_s": round(statistics.median(tune), 2),
         "startup_median_s": round(statistics.median(startup), 2),
         "ratio_tune_vs_startup": round(statistics.median(tune) / statistics.median(startup), 1),

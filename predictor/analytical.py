@@ -118,15 +118,18 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     overloaded = False
     for _ in range(ITERATIONS):
         batch = max(1, round(running))
+        # A request's own prefill never stalls its own decode: each request sees the
+        # prefills of the others only ((C-1)/C of the running set in a closed loop).
+        others = running * (in_system - 1) / in_system if closed else running
         decode_us = model.decode_us(batch, ctx)
-        mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, batch, ctx)
+        mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx)
         if closed:
             busy_share = None
         else:
             busy_share = rate_per_s * marginal_us / 1e6
             if busy_share >= 0.95:
                 overloaded, busy_share = True, 0.95
-        step_us = _step_us(decode_us, marginal_us, running, osl_steps, busy_share)
+        step_us = _step_us(decode_us, marginal_us, others, osl_steps, busy_share)
         admission_ttft_us = mixed_total_us
         e2e_us = admission_ttft_us + osl_steps * step_us
         if closed:
@@ -141,7 +144,7 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         # Little's law over the whole closed loop: clients beyond the cap wait.
         queue_us = (load.concurrency - cap) / rate_per_s * 1e6 if rate_per_s else 0.0
     elif not closed:
-        queue_us = step_us / 2.0  # wait for the current step to end (open loop)
+        queue_us = step_us / 2.0  # an open-loop arrival waits for the running step to end
     mixed_one_us = model.mixed_us(min(load.chunk_tokens, load.isl), max(1, round(running)), ctx)
     steps_per_s = 1e6 / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / steps_per_s) if steps_per_s else 0.0
@@ -152,6 +155,43 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         step_ms=step_us / 1000.0, decode_step_ms=decode_us / 1000.0, mixed_step_ms=mixed_one_us / 1000.0,
         running=running, requests_per_s=rate_per_s, mixed_step_fraction=mixed_fraction, overloaded=overloaded,
     )
+
+
+MAX_WAVE_STEPS = 4096
+
+
+def first_wave_ttft_us(model: StepModel, load: Load) -> float:
+    """Mean TTFT from admission of ``C`` prompts arriving together at an idle replica
+    (the start of a fixed-count benchmark): prompts are prefilled in arrival order,
+    ``chunk_tokens`` per step, and each admitted request decodes in the later steps."""
+    clients = int(min(load.concurrency, load.running_cap))
+    if clients <= 0:
+        return 0.0
+    budget = max(1, load.chunk_tokens)
+    total_tokens = clients * load.isl
+    clock_us, done_tokens, decoding, total_ttft_us = 0.0, 0, 0, 0.0
+    for _ in range(MAX_WAVE_STEPS):
+        step_tokens = min(budget, total_tokens - done_tokens)
+        if step_tokens <= 0:
+            break
+        if decoding:
+            clock_us += model.mixed_us(step_tokens, decoding, load.isl)
+        else:
+            clock_us += model.prefill_us(step_tokens, max(1, step_tokens // max(1, load.isl)))
+        done_tokens += step_tokens
+        finished = min(clients, done_tokens // load.isl) - decoding
+        total_ttft_us += finished * clock_us
+        decoding += finished
+    return total_ttft_us / max(1, decoding)
+
+
+def benchmark_ttft_ms(model: StepModel, load: Load, state: SteadyState, requests_per_client: int) -> float:
+    """Mean TTFT of a run of ``requests_per_client`` requests per client: the first
+    request of each client meets the first wave (and any one-off start-up stall its
+    anchor measured), the others the steady state."""
+    wave_share = 1.0 / max(1, requests_per_client)
+    wave_ms = first_wave_ttft_us(model, load) / 1000.0 + getattr(model, "first_wave_stall_ms", 0.0)
+    return wave_share * max(wave_ms, state.ttft_admission_ms) + (1.0 - wave_share) * state.ttft_ms
 
 
 def _step_us(decode_us: float, marginal_us: float, running: float, osl_steps: float,
@@ -209,21 +249,20 @@ def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools
                         for n, prior in chunks(isl, pools.prefill_budget_tokens))
         service_us, prompts_per_step = single_us, 1
     prefill_capacity = pools.prefill.replicas * prompts_per_step / (service_us / 1e6)
-    decode_cap = max(1, pools.decode.running_cap) * pools.decode.replicas
-    in_decode = min(total_concurrency, decode_cap)
-    rate = in_decode / ((single_us + osl_steps * decode_model.decode_us(1, ctx)) / 1e6)
-    overloaded = False
-    for _ in range(ITERATIONS):
-        utilisation = min(rate / prefill_capacity, 0.98)
-        wait_us = utilisation / (2 * (1 - utilisation)) * service_us
-        running = max(1.0, rate * osl_steps * _last_step(decode_model, rate, osl_steps, ctx, pools) / 1e6
-                      / pools.decode.replicas)
-        running = min(running, pools.decode.running_cap)
+    per_replica_cap = max(1, pools.decode.running_cap)
+    decode_cap = per_replica_cap * pools.decode.replicas
+    running = min(total_concurrency / pools.decode.replicas, per_replica_cap)
+    for _ in range(ITERATIONS * 2):
         step_us = decode_model.decode_us(max(1, round(running)), ctx)
+        utilisation = min(rate_guess(running, osl_steps, step_us, pools) / prefill_capacity, 0.98)
+        wait_us = utilisation / (2 * (1 - utilisation)) * service_us
         ttft_us = wait_us + single_us + pools.handoff_us + step_us / 2.0
         e2e_us = ttft_us + osl_steps * step_us
         rate = min(total_concurrency / (e2e_us / 1e6), prefill_capacity * 0.98,
                    decode_cap / (max(osl_steps, 1e-9) * step_us / 1e6))
+        target = min(per_replica_cap, max(1.0, rate * osl_steps * step_us / 1e6 / pools.decode.replicas))
+        running = 0.5 * running + 0.5 * target  # damped: the step depends on the batch
+    overloaded = False
     if rate >= prefill_capacity * 0.97:
         overloaded = True
     queue_us = 0.0
@@ -238,6 +277,6 @@ def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools
     return state, rate
 
 
-def _last_step(model: StepModel, rate: float, osl_steps: float, ctx: float, pools: PoolLoad) -> float:
-    guess = max(1.0, rate * osl_steps * model.decode_us(1, ctx) / 1e6 / pools.decode.replicas)
-    return model.decode_us(max(1, round(min(guess, pools.decode.running_cap))), ctx)
+def rate_guess(running: float, osl_steps: float, step_us: float, pools: PoolLoad) -> float:
+    """Fleet request rate implied by ``running`` decoding requests per decode replica."""
+    return running * pools.decode.replicas / max(osl_steps * step_us / 1e6, 1e-9)

@@ -121,5 +121,8 @@ class Anchor(_Strict):
     packed_probe: PackedProbe | None = None
     host_time_ms: float = 0.0           # per-request host time added to TTFT/e2e (METHOD §3.12)
     host_us_per_prompt_token: float = 0.0
+    # One-off stall the first wave of a fixed-count benchmark run pays (warm-up, JIT,
+    # graph capture on first use): fitted from a corpus's mean-vs-median TTFT; 0 for a harvest.
+    first_wave_stall_ms: float = 0.0
     flags: tuple[str, ...] = ()          # harvest-time flags (e.g. "serialised-decode")
     provenance: Provenance

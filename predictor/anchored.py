@@ -102,6 +102,7 @@ class AnchoredStepModel:
         self.engine = engine
         self.anchor_id = anchor.id
         self.host_time_ms = anchor.host_time_ms
+        self.first_wave_stall_ms = anchor.first_wave_stall_ms
         self.host_us_per_prompt_token = anchor.host_us_per_prompt_token
         self._base_flags = tuple(dict.fromkeys(flags))
         self._observed: dict[str, None] = {}
@@ -210,6 +211,15 @@ class AnchoredStepModel:
     @property
     def flags(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*self._base_flags, *self._observed)))
+
+    def probe_decode_us(self, batch: int, context_tokens: float) -> float:
+        """A decode step priced for reporting only (e.g. the uncontended step): the
+        flags it would raise describe the probe, not the prediction, so they are kept out."""
+        saved = dict(self._observed)
+        try:
+            return self.decode_us(batch, context_tokens)
+        finally:
+            self._observed = saved
 
     def communication_us(self, tokens: float) -> float:
         """The target's modelled communication of one forward over `tokens` tokens of the

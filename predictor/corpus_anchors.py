@@ -110,6 +110,7 @@ class Group:
     floor_ms: float = 0.0                     # F_gpu: the cheapest closed-form decode step
     host_base_ms: float = 0.0                 # H0 (step 5)
     host_per_token_us: float = 0.0            # h (step 5)
+    first_wave_stall_ms: float = 0.0          # benchmark start-up stall (step 6)
 
     def prefill_points(self) -> dict[int, float]:
         """`T(n) = H0 + h n + F_gpu + M(n)`: the TTFT a concurrency-1 harvest would see."""

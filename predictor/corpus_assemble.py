@@ -65,6 +65,7 @@ def assemble(group: Group, decode: DecodeSweep, prefill: PrefillSweep, *, comman
                             command_line=command_line, source_rows=tuple(used), notes=notes)
     return Anchor(id=anchor_id_for(signature), signature=signature, decode_sweep=decode, prefill_sweep=prefill,
                   host_time_ms=group.host_base_ms, host_us_per_prompt_token=group.host_per_token_us,
+                  first_wave_stall_ms=group.first_wave_stall_ms,
                   flags=tuple(dict.fromkeys(group.flags)), provenance=provenance)
 
 

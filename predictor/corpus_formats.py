@@ -256,9 +256,16 @@ def chart_precision(precision: str, card: ModelCard) -> str:
     return _label(precision, "precision") or card.native_dtypes.weight.value
 
 
+# The public corpora's client (InferenceX/InferenceMAX `benchmark_serving.py`) runs
+# `--num-prompts CONC*10 --max-concurrency CONC`: ten requests per client, all clients
+# starting together. The native format says so per row (`requests_per_client`).
+BENCHMARK_REQUESTS_PER_CLIENT = 10
+
+
 def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version: str, precision: str,
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
-            notes: tuple[str, ...] = ()) -> CorpusRow:
+            notes: tuple[str, ...] = (),
+            requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT) -> CorpusRow:
     if not isl or not osl or not conc:
         raise MappingError("isl, osl and concurrency must be positive")
     if not measured.has_any():
@@ -266,7 +273,8 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
     label = chart_precision(precision, card)
     return CorpusRow(id=row_id, source=str(source), model=card.name, gpu=gpu, engine=str(engine),
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),
-                     isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes)
+                     isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes,
+                     requests_per_client=requests_per_client)
 
 
 # --- AIConfigurator ------------------------------------------------------------------------
@@ -383,7 +391,7 @@ def native_row(raw: Raw, row_id: str) -> CorpusRow:
     )
     return _finish(row_id, Format.NATIVE, card, gpu, engine, raw.get("engine_version", ""), raw["precision"],
                    levers, _int(raw, "isl"), _int(raw, "osl"), _int(raw, "concurrency"), measured,
-                   raw.get("measured_at", ""))
+                   raw.get("measured_at", ""), requests_per_client=_int(raw, "requests_per_client", 0) or None)
 
 
 def _per_gpu(total: float | None, gpus: int) -> float | None:

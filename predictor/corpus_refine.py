@@ -38,7 +38,8 @@ PredictFn = Callable[[CorpusRow, AnchorStore], Prediction]
 def predict_row(row: CorpusRow, store: AnchorStore) -> Prediction:
     """The product's prediction of one corpus row (fixed-length traffic)."""
     target = Target(row.card(), row.cluster(), Engine(row.engine))
-    return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl), store=store)
+    return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client),
+                   store=store)
 
 
 def _uses(prediction: Prediction, anchor_id: str) -> bool:
@@ -66,6 +67,7 @@ def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int 
             rows = _rows(group)
             _correct_decode(group, anchor_id, rows, predicted)
             _correct_host(group, anchor_id, rows, predicted)
+            _correct_stall(group, anchor_id, rows, predicted)
         build = rebuild(build, command_line)
     return build
 
@@ -103,11 +105,31 @@ def _correct_host(group: Group, anchor_id: str, rows: dict[str, CorpusRow], pred
     for ids in group.prefill_rows.values():
         for row_id in ids:
             prediction = predicted(rows[row_id])
-            if _uses(prediction, anchor_id) and prediction.metrics["ttft_ms_mean"] > 0:
-                miss = ttft_typical(rows[row_id]) - prediction.metrics["ttft_ms_mean"]
+            # The median is compared with the steady state, a mean with the run's mean.
+            key = "ttft_ms_p50" if rows[row_id].measured.ttft_ms_median is not None else "ttft_ms_mean"
+            if _uses(prediction, anchor_id) and prediction.metrics[key] > 0:
+                miss = ttft_typical(rows[row_id]) - prediction.metrics[key]
                 shifts.append(miss / _ttft_sensitivity(prediction))
     if shifts:
         group.host_base_ms = max(0.0, group.host_base_ms + HOST_DAMPING * statistics.median(shifts))
+
+
+def _correct_stall(group: Group, anchor_id: str, rows: dict[str, CorpusRow], predicted) -> None:
+    """Fit the first wave's one-off stall from rows that give both a mean and a median
+    TTFT: the host time matches the median (steady state); what the run's mean adds
+    beyond the modelled first wave is a stall paid by one request in
+    `row.requests_per_client` (step 6)."""
+    shifts = []
+    for row in rows.values():
+        measured = row.measured
+        if measured.ttft_ms_median is None or measured.ttft_ms_mean is None or not row.requests_per_client:
+            continue
+        prediction = predicted(row)
+        if _uses(prediction, anchor_id):
+            miss = measured.ttft_ms_mean - prediction.metrics["ttft_ms_mean"]
+            shifts.append(miss * (row.requests_per_client or 1) / _ttft_sensitivity(prediction))
+    if shifts:
+        group.first_wave_stall_ms = max(0.0, group.first_wave_stall_ms + HOST_DAMPING * statistics.median(shifts))
 
 
 # --- the reproduction check --------------------------------------------------------------------

@@ -113,6 +113,9 @@ class CorpusRow:
     measured: Measured
     measured_at: str = ""        # ISO date of the run when known
     notes: tuple[str, ...] = ()  # how ambiguous columns were read
+    # The benchmark protocol: each client sends this many requests, all clients start
+    # together (None: an endless steady-state run). InferenceX / AIConfigurator: 10.
+    requests_per_client: int | None = None
 
     @property
     def concurrency(self) -> int:

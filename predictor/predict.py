@@ -13,7 +13,9 @@ from dataclasses import replace
 from functools import lru_cache
 
 from levers.configuration import Configuration
-from predictor.analytical import Load, PoolLoad, disaggregated_state, host_time_ms, steady_state
+from predictor.analytical import (
+    Load, PoolLoad, benchmark_ttft_ms, disaggregated_state, host_time_ms, steady_state,
+)
 from predictor.anchor_store import AnchorStore
 from predictor.anchored import AnchoredStepModel
 from predictor.feasibility import check_configuration, pool_configs
@@ -46,14 +48,22 @@ class ProjectedStepModel:
         self.tokens_per_step = inner.tokens_per_step
         self.host_time_ms = getattr(inner, "host_time_ms", None)
         self.host_us_per_prompt_token = getattr(inner, "host_us_per_prompt_token", None)
+        self.first_wave_stall_ms = getattr(inner, "first_wave_stall_ms", 0.0)
         self.decode, self.prefill, self.mixed = inner.decode, inner.prefill, inner.mixed
         self.decode_us, self.prefill_us, self.mixed_us = inner.decode_us, inner.prefill_us, inner.mixed_us
         self.communication_us = getattr(inner, "communication_us", None)
+        self.probe_decode_us = getattr(inner, "probe_decode_us", inner.decode_us)
 
     @property
     def flags(self) -> tuple[str, ...]:
         """Read after pricing: the inner model adds flags as calls reveal them."""
         return tuple(dict.fromkeys((*self.inner.flags, "rank-only", f"not-covered: {self.reason}")))
+
+
+def uncontended_step_ms(model: StepModel, context_tokens: float) -> float:
+    """The batch-1 decode step (an objective), priced without raising flags."""
+    probe = getattr(model, "probe_decode_us", model.decode_us)
+    return probe(1, context_tokens) / 1000.0
 
 
 def communication_ms(model: StepModel, step: StepCost, tokens: float) -> float:
@@ -119,13 +129,16 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
         gpus=config.replica_gpus, replicas=replicas,
     )
     state = steady_state(model, load)
-    metrics = state.metrics(load, host_time_ms(model, workload.isl))
+    host_ms = host_time_ms(model, workload.isl)
+    metrics = state.metrics(load, host_ms)
+    if workload.requests_per_client:
+        metrics["ttft_ms_mean"] = benchmark_ttft_ms(model, load, state, workload.requests_per_client) + host_ms
     batch = max(1, round(state.running))
     ctx = workload.isl + workload.osl / 2.0
     decode_step = model.decode(batch, ctx)
     prefill_step = model.prefill(workload.isl, 1, 0.0)
     metrics.update(_memory_metrics(memory, config))
-    metrics["uncontended_step_ms"] = model.decode_us(1, workload.isl) / 1000.0
+    metrics["uncontended_step_ms"] = uncontended_step_ms(model, workload.isl)
     metrics["decode_comm_ms"] = communication_ms(model, decode_step, batch)
     metrics["prefill_comm_ms"] = communication_ms(model, prefill_step, workload.isl)
     flags = list(model.flags)
@@ -173,7 +186,7 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     prefill_step = prefill_model.prefill(workload.isl, 1, 0.0)
     metrics.update(_memory_metrics(memory, decode_config))
     metrics["gpus_per_replica"] = float(total_gpus)
-    metrics["uncontended_step_ms"] = decode_model.decode_us(1, workload.isl) / 1000.0
+    metrics["uncontended_step_ms"] = uncontended_step_ms(decode_model, workload.isl)
     metrics["decode_comm_ms"] = communication_ms(decode_model, decode_step, batch)
     metrics["prefill_comm_ms"] = communication_ms(prefill_model, prefill_step, workload.isl)
     modes = {prefill_model.mode, decode_model.mode}

@@ -160,9 +160,12 @@ def padded_batch(batch: int, captured_sizes: Sequence[int]) -> int | None:
 
 
 def interpolate_linear(batch: float, batches: Sequence[float], steps: Sequence[float]) -> float:
-    """Linear in `b` between measured points; linear extrapolation from the two end
-    points outside them (METHOD §3.3, eager mode)."""
-    if len(batches) == 1:
+    """Linear in `b` between measured points; linear extrapolation from the two last
+    points above them (METHOD §3.3, eager mode). Below the smallest measured batch the
+    step is held at that point's value: a line through two large batches can reach zero
+    or below long before batch 1, and a step never gets cheaper than the cheapest one
+    measured (the caller flags the batch as outside the sweep)."""
+    if len(batches) == 1 or batch <= batches[0]:
         return steps[0]
     index = bisect_left(batches, batch)
     low = min(max(index - 1, 0), len(batches) - 2)

@@ -18,11 +18,18 @@ _LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")
 
 @dataclass(frozen=True, slots=True)
 class WorkloadSpec:
-    """``kind`` is "fixed" (isl/osl set) or "agentic"."""
+    """``kind`` is "fixed" (isl/osl set) or "agentic".
+
+    ``requests_per_client`` describes a fixed-count benchmark run (all clients start
+    together and send that many requests each, e.g. InferenceX's ``num_prompts = 10 x
+    concurrency``): the first wave's queued prefills then weigh on the mean TTFT. None
+    means the steady state of an endless run.
+    """
 
     kind: str
     isl: int = 0
     osl: int = 0
+    requests_per_client: int | None = None
 
     @property
     def is_fixed(self) -> bool:
@@ -33,7 +40,8 @@ class WorkloadSpec:
         return f"{_short(self.isl)}/{_short(self.osl)}" if self.is_fixed else self.kind
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "isl": self.isl, "osl": self.osl, "name": self.name}
+        return {"kind": self.kind, "isl": self.isl, "osl": self.osl, "name": self.name,
+                "requests_per_client": self.requests_per_client}
 
 
 AGENTIC = WorkloadSpec("agentic")

@@ -27,9 +27,10 @@ Flag names (checked against each engine's documentation / argument parser):
   --gpu-memory-utilization, --block-size, --server-port. ATOM leaves prefix caching off
   unless --enable_prefix_caching is given (the measured reuse probe verifies it).
 - llama.cpp (`python -m llama_cpp.server`): --model FILE.gguf --model_alias NAME --host
-  --port --n_ctx --n_threads --n_threads_batch (prefill threads), and --interrupt_requests False (by default a new request
-  cuts the stream being served short; queued, the requests run one at a time); it keeps no prefix cache across requests except the
-  previous prompt's tokens, which unique prompts defeat (see `checks`).
+  --port --n_ctx --n_threads --n_threads_batch (prefill threads), and
+  --interrupt_requests False (by default a new request cuts the stream being served
+  short; queued, the requests run one at a time). It keeps no prefix cache across
+  requests except the previous prompt's tokens, which unique prompts defeat (`checks`).
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ class AtomAdapter(_GpuAdapter):
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         weight = self._check_dtypes(config, native)
         if weight is not None:
-            raise _refuse(self.engine, "weight_dtype", weight, "the checkpoint's dtype (ATOM has no online quantization)")
+            raise _refuse(self.engine, "weight_dtype", weight,
+                          "the checkpoint's dtype (ATOM has no online quantization)")
         if config.pp > 1:
             raise _refuse(self.engine, "pp", config.pp, "1")
         argv = [request.python, "-m", "atom.entrypoints.openai_server", "--model", request.model_path,

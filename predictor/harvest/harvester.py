@@ -98,7 +98,8 @@ class HarvestReport:
         return {
             "anchor_id": self.anchor.id, "path": str(self.path) if self.path else None,
             "flags": list(self.anchor.flags), "checks": [c.to_json() for c in self.checks],
-            "decode_waves": [w.to_json() for w in m.waves], "second_decode_waves": [w.to_json() for w in m.second_waves],
+            "decode_waves": [w.to_json() for w in m.waves],
+            "second_decode_waves": [w.to_json() for w in m.second_waves],
             "prefill": m.prefill.to_json(), "packed_probe": m.probe.to_json() if m.probe else None,
             "reuse_probe_ms": list(m.reuse_ms) if m.reuse_ms else None,
             "host_time_ms": self.anchor.host_time_ms, "host_us_per_prompt_token": self.anchor.host_us_per_prompt_token,
@@ -299,7 +300,8 @@ def run_harvest(plan: HarvestPlan, *, directory: str | Path | None = None, progr
         with client:
             if progress:
                 progress(f"starting {plan.engine} (log {log})")
-            with EngineProcess(plan.launch.argv, env=plan.launch.env, ready=lambda: client.is_up(plan.adapter.health_path),
+            ready = lambda: client.is_up(plan.adapter.health_path)
+            with EngineProcess(plan.launch.argv, env=plan.launch.env, ready=ready,
                                timeout_s=plan.request.ready_timeout_s, log_path=log):
                 measured = _measure_with_version(plan, client, progress)
     if record_path:

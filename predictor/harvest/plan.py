@@ -206,7 +206,9 @@ def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuratio
     second = request.second_prompt_tokens if request.second_prompt_tokens is not None else base.second_prompt_tokens
     second = second or None
     _positive("--prompt-tokens", (prompt,) + ((second,) if second else ()))
-    probe = (request.probe_seqs or base.probe_seqs, request.probe_tokens or base.probe_tokens) if request.probe else None
+    probe = None
+    if request.probe:
+        probe = (request.probe_seqs or base.probe_seqs, request.probe_tokens or base.probe_tokens)
     return SweepPlan(batches=batches, prompt_tokens=prompt, second_prompt_tokens=second,
                      decode_tokens=request.decode_tokens or base.decode_tokens,
                      waves_per_batch=request.waves_per_batch or base.waves_per_batch, prefill_lengths=lengths,

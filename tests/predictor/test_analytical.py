@@ -46,15 +46,24 @@ def test_closed_loop_obeys_littles_law_and_the_step_formula():
     state = steady_state(LinearModel(), load)
     # Little's law: clients = rate x end-to-end latency.
     assert state.requests_per_s * state.e2e_ms / 1000 == pytest.approx(64, rel=1e-6)
-    # Mean step = decode(batch) + each replaced request's prefill marginal spread over
-    # its 1024 decode steps: running/1024 requests x 0.1 us x 1024 tokens.
+    # Mean step = decode(batch) + the prefills of the *other* clients spread over a
+    # request's 1024 decode steps: (running x 63/64)/1024 prompts x 0.1 us x 1024 tokens.
     batch = round(state.running)
-    expected_step_ms = (5000 + 50 * batch + 0.1 * 1024 * state.running / 1024) / 1000
+    others = state.running * 63 / 64
+    expected_step_ms = (5000 + 50 * batch + 0.1 * 1024 * others / 1024) / 1000
     assert state.step_ms == pytest.approx(expected_step_ms, rel=1e-9)
     assert state.tpot_ms == state.step_ms
-    # TTFT: one chunk of 1024 tokens riding in a decode step of the running batch.
-    assert state.ttft_ms == pytest.approx((5000 + 50 * batch + 102.4) / 1000, rel=1e-9)
+    # TTFT: one chunk of 1024 tokens riding in a decode step of the other clients.
+    assert state.ttft_ms == pytest.approx((5000 + 50 * round(others) + 102.4) / 1000, rel=1e-9)
     assert 63 < state.running < 64
+
+
+def test_one_client_is_never_stalled_by_its_own_prefill():
+    state = steady_state(LinearModel(), Load(isl=4096, osl=17, concurrency=1))
+    # TPOT is the pure batch-1 decode step; the prompt is paid once, in TTFT.
+    assert state.tpot_ms == pytest.approx(5.05, rel=1e-9)
+    assert state.ttft_ms == pytest.approx((2000 + 0.1 * 4096) / 1000, rel=1e-9)
+    assert state.e2e_ms == pytest.approx(state.ttft_ms + 16 * 5.05, rel=1e-9)
 
 
 def test_clients_beyond_the_running_cap_queue():

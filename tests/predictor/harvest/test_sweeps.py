@@ -31,7 +31,8 @@ def test_ttft_and_gaps_of_one_stream():
 def test_single_wave_reads_gaps_only_while_all_requests_run():
     # request A starts at 0.1 s; B's prefill stalls A (a 0.2 s gap), B's first token at 0.4 s;
     # then both decode at 30 ms until A ends at 0.61 s
-    a = RequestTrace(0.0, (0.1, 0.13, 0.16, 0.19, 0.39, 0.42, 0.45, 0.48, 0.51, 0.54, 0.57, 0.60), finish_reason="length")
+    a = RequestTrace(0.0, (0.1, 0.13, 0.16, 0.19, 0.39, 0.42, 0.45, 0.48, 0.51, 0.54, 0.57, 0.60),
+                     finish_reason="length")
     b = RequestTrace(0.0, (0.40, 0.43, 0.46, 0.49, 0.52, 0.55, 0.58, 0.61, 0.64), finish_reason="length")
     gaps, start, end = wave_gaps_s([a, b])
     assert start == pytest.approx(0.40) and end == pytest.approx(0.60)
