@@ -195,7 +195,9 @@ def _per(**by_engine: tuple[Any, ...]) -> dict[Engine, tuple[Any, ...]]:
     return {Engine(name): values for name, values in by_engine.items()}
 
 
-_WIDTHS = (1, 2, 4, 8, 16)
+# PRODUCT.md §3 lists 1-16; 32 and 64 admit the wide-EP layouts measured on NVL72
+# domains and across nodes (DEP32, TP64 MoE), legal only with the cross-domain rules.
+_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 _LLAMACPP_ONE = {Engine.LLAMACPP: (1,)}  # llama.cpp: one device, no parallel layouts
 _A, _T, _D, _P, _M = (
     LeverKind.ANCHOR_DEFINING, LeverKind.TRANSFERABLE, LeverKind.DES, LeverKind.PRICED, LeverKind.MEMORY,

@@ -94,13 +94,18 @@ def _parallel(config: Configuration, model: ModelShape, cluster: ClusterShape) -
         reasons.append(f"all_to_all_backend={config.all_to_all_backend} needs ep > 1")
     if config.total_gpus > cluster.total_gpus:
         reasons.append(f"needs {config.total_gpus} GPUs; the cluster has {cluster.total_gpus}")
-    domain = cluster.scale_up_gpus()
-    if config.tp > domain:
-        cross_domain_ep = config.ep == config.tp and config.attention_tp <= domain
-        if not cross_domain_ep:
-            reasons.append(f"tp={config.tp} exceeds the {domain}-GPU scale-up domain "
-                           "(use pp, or an EP that spans domains with attention inside one)")
+    reasons += _domain_reasons("", config.tp, config.ep, config.attention_dp, cluster)
     return reasons
+
+
+def _domain_reasons(prefix: str, tp: int, ep: int, dp: int, cluster: ClusterShape) -> list[str]:
+    """A layout fits one scale-up domain unless its MoE spans domains with EP = tp while
+    each attention group stays inside one (PRODUCT.md §3)."""
+    domain = cluster.scale_up_gpus()
+    if tp <= domain or (ep == tp and tp // dp <= domain):
+        return []
+    return [f"{prefix}tp={tp} exceeds the {domain}-GPU scale-up domain "
+            "(use pp, or an EP that spans domains with attention inside one)"]
 
 
 def _width_reasons(prefix: str, tp: int, ep: int, dp: int, model: ModelShape) -> list[str]:
@@ -134,8 +139,7 @@ def _disaggregation(config: Configuration, engine: Engine, model: ModelShape,
     for name in ("prefill_layout", "decode_layout"):
         tp, ep, dp = parse_layout(getattr(config, name), name)
         reasons += _width_reasons(f"{name} ", tp, ep, dp, model)
-        if tp > cluster.scale_up_gpus():
-            reasons.append(f"{name} TP{tp} does not fit one scale-up domain")
+        reasons += _domain_reasons(f"{name} ", tp, ep, dp, cluster)
     return reasons
 
 

@@ -24,8 +24,8 @@ from predictor.sweep import SweepPoint
 
 FIGSIZE_IN = (9.0, 6.0)
 DPI = 120
-FAINT_ALPHA = 0.18
-FAINT_SIZE = 7
+FAINT_ALPHA = {Mode.RANK_ONLY: 0.18, Mode.ANCHORED: 0.45}   # anchored points are rare: keep them visible
+FAINT_SIZE = {Mode.RANK_ONLY: 7, Mode.ANCHORED: 14}
 FRONTIER_SIZE = 36
 FRONTIER_WIDTH = 2.2
 COLOURS = {Mode.ANCHORED: "#1f77b4", Mode.RANK_ONLY: "#d62728"}
@@ -64,7 +64,7 @@ def _draw_points(axes: Any, points: Sequence[SweepPoint]) -> None:
         chosen = [p for p in points if p.mode is mode]
         if chosen:
             axes.scatter([p.interactivity for p in chosen], [p.throughput_per_gpu for p in chosen],
-                         s=FAINT_SIZE, alpha=FAINT_ALPHA, color=COLOURS[mode], linewidths=0,
+                         s=FAINT_SIZE[mode], alpha=FAINT_ALPHA[mode], color=COLOURS[mode], linewidths=0,
                          label=f"{LABELS[mode]} points ({len(chosen)})")
 
 

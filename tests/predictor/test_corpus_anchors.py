@@ -94,9 +94,10 @@ def test_split_rows_feed_both_pool_layouts():
 def test_illegal_layouts_fail_with_their_reason(tmp_path):
     rows = truth_rows()[:2]
     for row in rows:
-        row["tp"] = 32                        # not a legal TP width (levers.catalog)
+        row["tp"] = 32                        # wider than one 8-GPU node without a cross-domain EP
     corpus = read_corpus(write_native(tmp_path / "wide.csv", rows))
     build = build_anchors(list(corpus.rows))
     assert not build.anchors
     assert {f.reason for f in build.failures} == {
-        "layout TP32/EP1/DP1 cannot be anchored: tp=32 is not supported by vllm (legal: 1, 2, 4, 8, 16)"}
+        "layout TP32/EP1/DP1 cannot be anchored: tp=32 exceeds the 8-GPU scale-up domain "
+        "(use pp, or an EP that spans domains with attention inside one)"}

@@ -180,18 +180,25 @@ def test_ray_missing_is_a_user_error(monkeypatch):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_and_local_pool_give_the_same_frontier(small_target):
+    """One local Ray instance, two sweeps: the fake predictor, and the real one on a
+    space with anchored and rank-only points (DeepSeek-R1 on MI355X, SGLang)."""
     ray = pytest.importorskip("ray")
-    local = run_sweep(small_target, WORKLOAD, options=SMALL, executor=LocalPoolExecutor(2),
-                      predict_fn=fake_predict, seed=3)
+    anchored_target = resolve_target("deepseek-r1", "mi355x", "sglang")
+    real_options = SpaceOptions(concurrency_ladder=(1, 8, 64, 512), max_spec_depth=0, include_disaggregated=False)
+    cases = [(small_target, SMALL, fake_predict), (anchored_target, real_options, None)]
+    local = [run_sweep(t, WORKLOAD, options=o, executor=LocalPoolExecutor(2), predict_fn=f, seed=3)
+             for t, o, f in cases]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
-        on_ray = run_sweep(small_target, WORKLOAD, options=SMALL, executor=RayExecutor(),
-                           predict_fn=fake_predict, seed=3)
+        on_ray = [run_sweep(t, WORKLOAD, options=o, executor=RayExecutor(), predict_fn=f, seed=3)
+                  for t, o, f in cases]
     finally:
         ray.shutdown()
-    assert on_ray.backend == "ray" and on_ray.workers == 2
-    assert on_ray.points == local.points
-    assert on_ray.frontier == local.frontier and len(local.frontier) >= 3
+    for pooled, distributed in zip(local, on_ray):
+        assert distributed.backend == "ray" and distributed.workers == 2
+        assert distributed.points == pooled.points
+        assert distributed.frontier == pooled.frontier and len(pooled.frontier) >= 3
+    assert {p.mode for p in on_ray[1].points} == {Mode.ANCHORED, Mode.RANK_ONLY}
 
 
 # -- files ----------------------------------------------------------------------------
