@@ -11,6 +11,7 @@ from typing import Callable
 
 from levers.catalog import ENGINES, Engine, parse_engine
 from predictor.cards import ModelCard, load_card
+from predictor.harvest.cpu import cpu_cluster, is_cpu_cluster
 from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
 
 DEFAULT_ENGINE = Engine.VLLM
@@ -29,10 +30,18 @@ class Target:
         return {"model": self.card.name, "cluster": self.cluster.spec, "engine": str(self.engine)}
 
 
+def resolve_cluster(text: str | None) -> Cluster:
+    """The cluster grammar of PRODUCT.md §2, plus `cpu` (this machine, for engines
+    harvested on a CPU such as llama.cpp)."""
+    if text and is_cpu_cluster(text):
+        return cpu_cluster()
+    return parse_cluster(text or DEFAULT_CLUSTER)
+
+
 def resolve_target(model: str, cluster: str | None = None, engine: str | None = None,
                    has_anchor: AnchorLookup | None = None) -> Target:
     card = load_card(model)
-    parsed_cluster = parse_cluster(cluster or DEFAULT_CLUSTER)
+    parsed_cluster = resolve_cluster(cluster)
     if engine:
         return Target(card, parsed_cluster, parse_engine(engine))
     if has_anchor is not None:
