@@ -135,6 +135,8 @@ def run_sweep(target: Target, workload: WorkloadSpec, *, options: SpaceOptions |
     job = SweepJob.for_target(target, workload, options, seed=seed, num_requests=num_requests,
                               predict_fn=predict_fn)
     _, plan = prepared(job)
+    if on_progress:
+        on_progress(0, len(plan.groups))
     results = executor.run(job, len(plan.groups), on_progress)
     points, illegal, excluded = _points(plan, results, modes)
     marked = _mark_frontier(points)

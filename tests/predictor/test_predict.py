@@ -1,0 +1,98 @@
+"""`predict`: the step model choice (anchored / projected rank-only / simulate), the
+honesty of its output, determinism, and the CLI contract of issue 3."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from levers.configuration import Configuration, parse_config_text
+from predictor.predict import predict
+from predictor.step import Mode
+from predictor.target import resolve_target
+from predictor.workload import WorkloadSpec, parse_workload
+
+runner = CliRunner()
+ONE_K = parse_workload("1k/1k")
+
+
+def config(text: str) -> Configuration:
+    return Configuration().with_changes(parse_config_text(text))
+
+
+def gpt_oss_h100():
+    return resolve_target("gpt-oss-120b", "h100", "vllm")
+
+
+def test_a_covered_configuration_is_anchored_and_deterministic():
+    target = gpt_oss_h100()
+    first = predict(target, config("tp=2,concurrency=32"), ONE_K)
+    again = predict(target, config("tp=2,concurrency=32"), ONE_K)
+    assert first.mode is Mode.ANCHORED and first.anchor_id.startswith("h100-vllm-gpt-oss-120b")
+    assert "rank-only" not in first.flags
+    assert first.metrics == again.metrics and first.flags == again.flags
+    # Little's law holds over the closed loop: 32 clients = rate x e2e.
+    m = first.metrics
+    rate = m["output_throughput_per_gpu"] * 2 / 1024
+    assert rate * m["e2e_ms_mean"] / 1000 == pytest.approx(32, rel=0.02)
+
+
+def test_a_narrower_target_than_any_anchor_is_projected_rank_only():
+    prediction = predict(gpt_oss_h100(), config("tp=1,concurrency=16"), ONE_K)
+    assert prediction.mode is Mode.RANK_ONLY
+    assert prediction.anchor_id is not None
+    assert "rank-only" in prediction.flags and any(f.startswith("not-covered") for f in prediction.flags)
+
+
+def test_no_anchor_at_all_falls_back_to_simulate_mode():
+    prediction = predict(resolve_target("kimi-k3", "mi355x", "vllm"), config("tp=8,concurrency=16"), ONE_K)
+    assert prediction.mode is Mode.RANK_ONLY and prediction.anchor_id is None
+    assert prediction.flags == ("rank-only",)
+    assert set(prediction.breakdown["decode_step"]) >= {"gemm", "attention", "moe", "communication", "launch"}
+
+
+def test_more_clients_raise_throughput_and_latency():
+    target = gpt_oss_h100()
+    low = predict(target, config("tp=2,concurrency=4"), ONE_K).metrics
+    high = predict(target, config("tp=2,concurrency=64"), ONE_K).metrics
+    assert high["output_throughput_per_gpu"] > 2 * low["output_throughput_per_gpu"]
+    assert high["tpot_ms_mean"] > low["tpot_ms_mean"]
+
+
+def test_a_fixed_count_benchmark_adds_the_first_wave_to_mean_ttft_only():
+    target = gpt_oss_h100()
+    steady = predict(target, config("tp=2,concurrency=64"), ONE_K).metrics
+    run = predict(target, config("tp=2,concurrency=64"), WorkloadSpec("fixed", 1024, 1024, 10)).metrics
+    assert run["ttft_ms_mean"] > steady["ttft_ms_mean"]
+    assert run["ttft_ms_p50"] == steady["ttft_ms_p50"] and run["tpot_ms_mean"] == steady["tpot_ms_mean"]
+
+
+def test_disaggregated_pools_count_every_gpu():
+    target = resolve_target("deepseek-r1", "mi355x", "sglang")
+    split = config("disaggregated=true,prefill_layout=TP4,decode_layout=TP4/EP4/DP4,"
+                   "kv_transfer_backend=mori,concurrency=64")
+    prediction = predict(target, split, ONE_K)
+    assert prediction.legal and prediction.metrics["gpus_per_replica"] == 8
+    assert prediction.breakdown["kv_transfer_backend"] == "mori" and prediction.breakdown["kv_handoff_us"] > 120
+
+
+def test_predict_json_contract_and_flags():
+    result = runner.invoke(app, ["predict", "--model", "gpt-oss-120b", "--cluster", "h100", "--engine", "vllm",
+                                 "--config", "tp=1", "--concurrency", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["mode"] == "rank-only" and "rank-only" in data["flags"]
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "throughput_per_gpu", "output_throughput_per_gpu", "interactivity"):
+        assert data["metrics"][key] > 0
+    for key in ("anchor", "memory", "breakdown", "fusion_opportunities"):
+        assert key in data
+
+
+def test_a_configuration_that_does_not_fit_prints_the_reason_and_exits_1():
+    result = runner.invoke(app, ["predict", "--model", "kimi-k3", "--cluster", "mi355x1",
+                                 "--config", "expert_dtype=bf16", "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["metrics"] is None and data["memory"]["fits"] is False
+    assert any(reason.startswith("memory") for reason in data["reasons"])
