@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    host = machine()   # before the work: its load average is the background load
     target = resolve_target(args.model, args.cluster, args.engine)
     fixed = parse_workload("1k/1k")
     points = sweep_points(target, fixed, args.points)
@@ -107,7 +108,7 @@ def main() -> None:
     default = Configuration(tp=8 if target.cluster.total_gpus >= 8 else target.cluster.total_gpus)
     repeated = time_each(lambda _: predict(target, default, fixed), range(args.repeats))
     report = {
-        "machine": machine(), "model": target.card.name, "cluster": target.cluster.spec,
+        "machine": host, "model": target.card.name, "cluster": target.cluster.spec,
         "engine": str(target.engine),
         "analytical_sweep_like": summary(sweep),
         "analytical_repeated": {**summary(repeated), "config": default.describe(),
@@ -124,10 +125,12 @@ def main() -> None:
 def des_report(target, points: list[Configuration], runs: int, num_requests: int | None) -> dict:
     agentic = parse_workload("agentic")
     fixed = parse_workload("1k/1k")
-    legal = [c for c in points if c.spec_depth == 0][:: max(1, len(points) // (4 * runs))][:runs]
-    des = time_each(lambda c: predict(target, c, agentic, num_requests=num_requests), legal)
-    analytical = time_each(lambda c: predict(target, c, fixed), legal)
-    return {"des_agentic": summary(des), "des_configs": [c.describe() for c in legal],
+    chosen = [c for c in points if c.spec_depth == 0][:: max(1, len(points) // (4 * runs))][:runs]
+    results = []
+    des = time_each(lambda c: results.append(predict(target, c, agentic, num_requests=num_requests)), chosen)
+    analytical = time_each(lambda c: predict(target, c, fixed), chosen)
+    return {"des_agentic": {**summary(des), "legal": sum(r.metrics is not None for r in results)},
+            "des_configs": [c.describe() for c in chosen],
             "ratio_des_vs_analytical_same_points": round(sum(des) / sum(analytical), 1)}
 
 
@@ -146,7 +149,8 @@ def render(report: dict) -> str:
                  f"sweep-like predictions cost {report['ratio_sweep_like_vs_dict_loop']}x that")
     if "des_agentic" in report:
         d = report["des_agentic"]
-        lines.append(f"DES agentic: {d['runs']} runs in {d['total_s']} s = {d['per_s']}/s, median {d['median_ms']} ms; "
+        lines.append(f"DES agentic: {d['runs']} runs ({d['legal']} legal) in {d['total_s']} s = {d['per_s']}/s, "
+                     f"median {d['median_ms']} ms; "
                      f"{report['ratio_des_vs_analytical_same_points']}x the analytical prediction of the same points")
     return "\n".join(lines)
 

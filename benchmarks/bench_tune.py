@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="extra arguments appended to the tune command")
     args = parser.parse_args()
 
+    host = machine()   # before the work: its load average is the background load
     base = cli()
     tune, startup = [], []
     codes, tail = set(), ""
@@ -64,7 +65,7 @@ def main() -> None:
             tune.append(seconds)
             codes.add(code)
     report = {
-        "machine": machine(), "command": "inferasim " + " ".join([*TUNE_ARGS, *args.extra]),
+        "machine": host, "command": "inferasim " + " ".join([*TUNE_ARGS, *args.extra]),
         "exit_codes": ["timeout" if c is None else c for c in sorted(codes, key=lambda c: -1 if c is None else c)],
         "tune_wall_s": [round(t, 2) for t in tune],
         "tune_median_s": round(statistics.median(tune), 2),

@@ -28,6 +28,7 @@ from typing import Any, Callable, Protocol
 
 from levers.configuration import Configuration
 from levers.errors import InputError
+from predictor.predict import predict
 from predictor.sweep_space import SpaceOptions, SweepPlan, build_plan
 from predictor.target import Target, resolve_target
 from predictor.workload import WorkloadSpec
@@ -91,7 +92,7 @@ def prepared(job: SweepJob) -> tuple[Target, SweepPlan]:
 def run_chunk(job: SweepJob, start: int, stop: int) -> list[GroupResult]:
     """Price groups ``start .. stop - 1`` of the job's plan."""
     target, plan = prepared(job)
-    predict_fn = job.predict_fn or _default_predict()
+    predict_fn = job.predict_fn or predict
     return [price_group(target, plan, index, job, predict_fn) for index in range(start, stop)]
 
 
@@ -118,12 +119,6 @@ def price_group(target: Target, plan: SweepPlan, index: int, job: SweepJob, pred
 
 def _finite_or(value: Any, default: float) -> float:
     return float(value) if value is not None and math.isfinite(float(value)) else default
-
-
-def _default_predict() -> PredictFn:
-    from predictor.predict import predict  # the full predictor stack, loaded in the worker
-
-    return predict
 
 
 # -- chunking and backends ------------------------------------------------------------

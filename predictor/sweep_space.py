@@ -33,12 +33,12 @@ from predictor.cards import ModelCard
 from predictor.feasibility import check_configuration
 from predictor.hardware import Cluster
 from predictor.memory import dtype_bytes
+from predictor.predict import AGENTIC_CONTEXT_TOKENS
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
 DEFAULT_CONCURRENCY_LADDER: tuple[int, ...] = tuple(2 ** i for i in range(11))  # 1 .. 1024
 DEFAULT_MAX_SPEC_DEPTH = 3
-AGENTIC_MEMORY_CONTEXT_TOKENS = 32768  # the memory check context predict uses for agentic traffic
 NO_SPECULATION: tuple[str, int] = ("none", 0)
 CURVE_ONLY_METHODS = ("eagle3", "dspark")  # need a measured acceptance curve to be swept
 KV_DTYPES = ("bf16", "fp8")
@@ -95,7 +95,7 @@ class SweepPlan:
 
 def memory_context_tokens(workload: WorkloadSpec) -> int:
     """The context the memory check holds per sequence (as `predict` does)."""
-    return workload.isl + workload.osl if workload.is_fixed else AGENTIC_MEMORY_CONTEXT_TOKENS
+    return workload.isl + workload.osl if workload.is_fixed else AGENTIC_CONTEXT_TOKENS
 
 
 def build_plan(target: Target, workload: WorkloadSpec, options: SpaceOptions) -> SweepPlan:
