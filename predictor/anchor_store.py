@@ -187,6 +187,7 @@ class AnchorStore:
             by_id[item.anchor.id] = item
         self._stored = dict(sorted(by_id.items()))
         self.problems = problems  # (path, message) of files that failed to load
+        self._of_model: dict[tuple[str, str, str], list[Anchor]] = {}  # the store is immutable
 
     @classmethod
     def default(cls) -> "AnchorStore":
@@ -214,10 +215,16 @@ class AnchorStore:
         return item
 
     def of_model(self, card: ModelCard, cluster: Cluster, engine: Engine | str) -> list[Anchor]:
-        """Anchors of this model on this GPU type and engine (never a foreign one)."""
-        names = _model_names(card)
-        return [a for a in self.all() if not is_foreign(a, cluster.gpu.name, str(engine))
-                and a.signature.model.lower() in names]
+        """Anchors of this model on this GPU type and engine (never a foreign one);
+        memoised per (model, GPU, engine): a sweep or a search asks thousands of times."""
+        key = (card.name, cluster.gpu.name, str(engine))
+        found = self._of_model.get(key)
+        if found is None:
+            names = _model_names(card)
+            found = [a for a in self.all() if not is_foreign(a, cluster.gpu.name, str(engine))
+                     and a.signature.model.lower() in names]
+            self._of_model[key] = found
+        return list(found)
 
     def has_anchor(self, card: ModelCard, cluster: Cluster, engine: Engine | str) -> bool:
         return bool(self.of_model(card, cluster, engine))
