@@ -3,7 +3,9 @@
 Parses the options, calls :func:`agent.tune.tune`, renders a table (or JSON). Exit code
 1 when no trial meets the SLOs (``best`` is null; the nearest misses are shown), 2 on bad
 input. A rank-only answer says that SLO compliance is unverified and prints the
-harvest command lines that would verify it.
+harvest command lines that would verify it. ``--workers`` prices seed rounds in parallel
+(default: all cores); ``--des-requests`` fixes the DES length of every trial (default:
+bounded during the search, the best confirmed at full fidelity; agent.fidelity).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.table import Table
 
 from agent.briefing import describe
 from agent.cli_app import app, cli_errors, console, print_json
+from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
 from agent.lm import DEFAULT_TIMEOUT_S
 from agent.scoring import Trial
 from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, TuneResult, tune
@@ -43,8 +46,12 @@ def tune_command(
     lm_timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--lm-timeout", help="Seconds per LM request."),
     budget: Optional[int] = typer.Option(None, "--budget", help="Trials, seed + LLM (default 300)."),
     seed: int = typer.Option(0, "--seed", help="Fixes every random choice."),
-    des_requests: Optional[int] = typer.Option(None, "--des-requests", min=1,
-                                               help="Requests per DES run (default: the simulator's)."),
+    des_requests: Optional[int] = typer.Option(
+        None, "--des-requests", min=1,
+        help="Requests per DES run, every trial (default: bounded during the search, then the best "
+             "confirmed at the simulator's default)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1,
+                                          help="Processes pricing seed rounds (default: all cores, at most 8; 1: in process)."),
     no_llm: bool = typer.Option(False, "--no-llm", help="Seed phase only."),
     guidance: Optional[str] = typer.Option(None, "--guidance", help="Free-form operator guidance for the planner."),
     precisions: Optional[str] = typer.Option(None, "--precisions",
@@ -58,7 +65,7 @@ def tune_command(
         model=model, cluster=cluster, engine=engine, workload=workload, objective=objective,
         slos=tuple(slo or ()), lm=lm, lm_base_url=lm_base_url, lm_json_schema=lm_json_schema,
         lm_timeout_s=lm_timeout, budget=budget, seed=seed, no_llm=no_llm, guidance=guidance,
-        precisions=precisions, num_requests=des_requests, resume=resume, top=top,
+        precisions=precisions, num_requests=des_requests, resume=resume, top=top, workers=workers,
         command_line=tuple(["inferasim", *sys.argv[1:]]))
     if json_out or not console.is_terminal:
         result = tune(request)
@@ -79,8 +86,8 @@ def _with_progress(request: TuneRequest, budget: int | None) -> TuneResult:
         task = progress.add_task("", total=budget)
 
         def advance(session, trial: Trial) -> None:
-            progress.update(task, total=session.budget, completed=len(session.trials),
-                            description=f"{trial.phase}")
+            progress.update(task, total=max(session.budget, len(session.trials)),
+                            completed=len(session.trials), description=f"{trial.phase}")
 
         return tune(request, listeners=[advance])
 
@@ -117,6 +124,10 @@ def render(result: TuneResult) -> None:
             console.print(f"  {line}", markup=False, soft_wrap=True)
     if outcome.lm_note:
         console.print(f"LLM phase: {outcome.lm_note}", markup=False)
+    if result.num_confirmed is not None:
+        console.print(f"Search DES trials replayed at most max({SEARCH_MAX_REQUESTS}, {SEARCH_REQUESTS_PER_CLIENT}"
+                      f" x clients) requests; {result.num_confirmed} of the best re-priced at the default; "
+                      "the answer is priced at full fidelity.", markup=False)
     stats = result.stats
     console.print(f"Stopped: {outcome.stop_reason}", markup=False)
     console.print(f"{result.num_trials} trials in {stats.get('wall_s', 0):.1f} s "
@@ -132,9 +143,14 @@ def trial_table(trials: list[Trial], title: str) -> Table:
         metrics = trial.metrics or {}
         values = [_number(metrics.get(key)) for _, key in METRIC_COLUMNS]
         slo = {True: "met", False: f"missed ({trial.miss_distance:.2f})", None: "unverified"}[trial.slo_met]
-        table.add_row(str(trial.index), str(trial.phase), _number(trial.objective_value), *values, slo,
+        table.add_row(str(trial.index), _found_by(trial), _number(trial.objective_value), *values, slo,
                       trial.mode or "-", str(len(trial.flags)))
     return table
+
+
+def _found_by(trial: Trial) -> str:
+    """The phase; a confirm trial names the search trial it re-priced at full fidelity."""
+    return f"confirm of #{trial.confirm_of}" if trial.confirm_of is not None else str(trial.phase)
 
 
 def print_configurations(trials: list[Trial]) -> None:

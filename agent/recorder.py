@@ -14,8 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from agent.fidelity import fidelity_json
 from agent.lm import LmSettings
-from agent.ranking import meets_slos, nearest_misses
+from agent.ranking import meets_slos
 from agent.redact import redact, redact_argv
 from agent.scoring import Phase, SearchContext, Stage, Trial
 from agent.session import SearchSession
@@ -47,7 +48,8 @@ def ledger_header(context: SearchContext, *, search_id: str, command_line: list[
         "slos": [str(slo) for slo in context.slos], "workload": context.workload.name,
         "budget": budget, "seed": context.seed, "lm": lm.to_json() if lm else None, "no_llm": no_llm,
         "guidance": redact(context.guidance), "precisions": list(context.precisions) if context.precisions else None,
-        "num_requests": context.num_requests, "baseline": baseline.to_dict(),
+        "num_requests": context.num_requests, "search_fidelity": fidelity_json(context),
+        "baseline": baseline.to_dict(),
     }
 
 
@@ -76,9 +78,9 @@ class LedgerRecorder:
         self.writer.write(self.tail(session, "finished", stop_reason), durable=True)
 
     def tail(self, session: SearchSession, status: str, stop_reason: str | None) -> dict[str, Any]:
-        leader = session.leader
+        leader = session.answer_leader()
         best = leader if leader is not None and meets_slos(leader) else None
-        misses = [] if best else nearest_misses(session.trials, NEAREST_MISSES)
+        misses = [] if best else session.nearest_misses(NEAREST_MISSES)
         return {
             "updated_at": now_text(), "status": status,
             "best": summary(best) if best else None,
@@ -120,6 +122,7 @@ def trial_from_record(record: TrialRecord, context: SearchContext) -> Trial:
         slo_checks=tuple(c.model_dump() for c in record.slo_checks), miss_distance=record.miss_distance,
         fusion_opportunities=tuple(record.fusion_opportunities), wall_ms=record.wall_ms,
         duplicate_of=record.duplicate_of, score=score, index=record.index,
+        des_requests=record.des_requests, confirm_of=record.confirm_of,
     )
 
 
@@ -128,7 +131,7 @@ def resume_header(ledger: Ledger, budget: int, lm: LmSettings | None) -> dict[st
     data = ledger.model_dump(mode="json")
     keep = ("schema_version", "search_id", "created_at", "command_line", "model", "cluster", "engine",
             "objective", "objective_metric", "direction", "slos", "workload", "budget", "seed", "lm",
-            "no_llm", "guidance", "precisions", "num_requests", "baseline")
+            "no_llm", "guidance", "precisions", "num_requests", "search_fidelity", "baseline")
     header = {key: data[key] for key in keep}
     header["budget"] = budget
     if lm is not None:

@@ -11,7 +11,9 @@ a percentile (``need_distribution``). The LLM never prices anything: it only pro
 The predictor is injected (:class:`SearchContext` holds ``predict_fn`` and ``check_fn``)
 so unit tests run against a fake and the real search against
 ``predictor.predict.predict``. A :class:`Trial` is a frozen record; the session numbers
-it and the ledger stores :meth:`Trial.to_json`.
+it and the ledger stores :meth:`Trial.to_json`. How many DES requests a trial replays
+(bounded during the search, the default in the confirm step) is :mod:`agent.fidelity`'s
+rule; the trial records the count it was priced with.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from agent.fidelity import full_requests, trial_requests
 from agent.guards import config_guard_reasons
 from levers.configuration import Configuration
 from objectives.objectives import Objective
@@ -43,6 +46,7 @@ class Phase(StrEnum):
     SEED = "seed"
     PLANNER = "planner"
     INVESTIGATOR = "investigator"
+    CONFIRM = "confirm"        # a search trial re-priced at full DES fidelity (agent.fidelity)
 
 
 class Stage(StrEnum):
@@ -70,6 +74,7 @@ class SearchContext:
     num_requests: int | None = None     # DES requests per trial (None: the predictor's default)
     precisions: tuple[str, ...] | None = None  # validated weight/expert precisions (None: all)
     guidance: str | None = None
+    bounded_fidelity: bool = False      # search trials replay fewer DES requests; confirm re-prices
 
     @property
     def need_distribution(self) -> bool:
@@ -101,6 +106,8 @@ class Trial:
     duplicate_of: int | None = None
     score: float | None = None          # signed objective, higher is better
     index: int = -1
+    des_requests: int | None = None     # DES requests it was priced with (None: analytical)
+    confirm_of: int | None = None       # the search trial a confirm trial re-prices
 
     @property
     def priced(self) -> bool:
@@ -124,6 +131,7 @@ class Trial:
             "miss_distance": self.miss_distance,
             "fusion_opportunities": list(self.fusion_opportunities),
             "wall_ms": round(self.wall_ms, 3), "duplicate_of": self.duplicate_of,
+            "des_requests": self.des_requests, "confirm_of": self.confirm_of,
         }
 
 
@@ -135,8 +143,9 @@ def rejected(phase: Phase, config: Configuration | None, proposed: Mapping[str, 
 
 
 def evaluate(context: SearchContext, config: Configuration, *, phase: Phase,
-             proposed: Mapping[str, Any] | None = None) -> Trial:
-    """Guard, check, predict, SLO-check and score one configuration (METHOD §6)."""
+             proposed: Mapping[str, Any] | None = None, full_fidelity: bool = False) -> Trial:
+    """Guard, check, predict, SLO-check and score one configuration (METHOD §6);
+    ``full_fidelity``: the DES at its default length even on a bounded search."""
     started = time.perf_counter()
     guard = config_guard_reasons(context, config)
     if guard:
@@ -147,10 +156,11 @@ def evaluate(context: SearchContext, config: Configuration, *, phase: Phase,
     if not feasibility.legal:
         stage = Stage.STRUCTURE if feasibility.memory is None else Stage.MEMORY
         return rejected(phase, config, proposed, feasibility.reasons, stage, _ms_since(started))
+    requests = trial_requests(context, config, full=full_fidelity)
     try:
         prediction = context.predict_fn(
             target, config, context.workload, store=context.store, seed=context.seed,
-            num_requests=context.num_requests, need_distribution=context.need_distribution)
+            num_requests=requests, need_distribution=context.need_distribution)
     except Exception as error:  # noqa: BLE001 - a predictor failure must not lose the search
         reason = f"prediction failed: {type(error).__name__}: {error}"
         return rejected(phase, config, proposed, [reason], Stage.PREDICTION, _ms_since(started))
@@ -158,11 +168,15 @@ def evaluate(context: SearchContext, config: Configuration, *, phase: Phase,
         stage = Stage.MEMORY if any("memory" in r for r in prediction.reasons) else Stage.PREDICTION
         return rejected(phase, config, proposed, prediction.reasons or ("no metrics",), stage,
                         _ms_since(started))
-    return _priced(context, config, phase, proposed, prediction, _ms_since(started))
+    if prediction.source == "des" and requests is None:
+        requests = full_requests(context, config)
+    return _priced(context, config, phase, proposed, prediction, _ms_since(started),
+                   requests if prediction.source == "des" else None)
 
 
 def _priced(context: SearchContext, config: Configuration, phase: Phase,
-            proposed: Mapping[str, Any] | None, prediction: "Prediction", wall_ms: float) -> Trial:
+            proposed: Mapping[str, Any] | None, prediction: "Prediction", wall_ms: float,
+            des_requests: int | None = None) -> Trial:
     metrics = clean_metrics(prediction.metrics)
     met, checks = check_all(context.slos, metrics)
     reasons = tuple(f"SLO missed: {c}" for c in checks if c.met is False)
@@ -176,7 +190,7 @@ def _priced(context: SearchContext, config: Configuration, phase: Phase,
         slo_checks=tuple(_check_json(c) for c in checks),
         miss_distance=round(miss_distance(checks), METRIC_DIGITS),
         fusion_opportunities=tuple(json_safe(dict(f)) for f in prediction.fusion_opportunities),
-        wall_ms=wall_ms, score=objective.signed_score(metrics),
+        wall_ms=wall_ms, score=objective.signed_score(metrics), des_requests=des_requests,
     )
 
 
@@ -187,7 +201,13 @@ def with_index(trial: Trial, index: int) -> Trial:
 def duplicate(trial: Trial, phase: Phase, proposed: Mapping[str, Any] | None) -> Trial:
     """A re-proposal of an already-priced configuration: same result, no new prediction."""
     return replace(trial, phase=phase, proposed=json_safe(proposed), duplicate_of=trial.index,
-                   wall_ms=0.0)
+                   wall_ms=0.0, confirm_of=None)
+
+
+def confirmed(trial: Trial, repriced: Trial) -> Trial:
+    """The confirm-step record of search ``trial``: ``repriced`` at full DES fidelity."""
+    return replace(repriced, phase=Phase.CONFIRM, proposed=trial.proposed, duplicate_of=None,
+                   confirm_of=trial.index)
 
 
 def clean_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:

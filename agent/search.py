@@ -7,6 +7,11 @@ remains. An LM that fails — unreachable, timing out after DSPy's retries, or r
 with something that does not parse — ends phase 2 with the reason recorded; it never
 loses the search. Whatever budget is left then goes back to the seed planner, so the
 search always ends on a stop rule (budget, staleness) or when the seeds run out.
+
+Seed rounds are priced in batches (in parallel with ``--workers``, :mod:`agent.pricing`)
+and recorded in order, checking the stop rules before each trial as a sequential search
+does. When DES trials were bounded (:mod:`agent.fidelity`), a confirm step re-prices the
+best at full fidelity and the answer is chosen among the full-fidelity trials.
 """
 
 from __future__ import annotations
@@ -14,14 +19,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterator
 
+from agent.fidelity import CONFIRM_MAX, CONFIRM_TOP, confirms
 from agent.investigator import DEFAULT_MAX_STEPS, run_investigator
 from agent.lm import LmRuntime, Outcome
 from agent.planner import execute_plan, run_planner
-from agent.ranking import nearest_misses, top_trials
-from agent.scoring import Phase, Trial
-from agent.seed_planner import Seed, SeedPlanner
+from agent.pricing import Job, Pricer, SeedQueue
+from agent.ranking import meets_slos, nearest_misses, top_trials
+from agent.scoring import Phase, Trial, confirmed
+from agent.seed_planner import SeedPlanner
 from agent.session import SearchSession
 
 DEFAULT_BUDGET = 300
@@ -59,37 +65,78 @@ def seed_target(settings: SearchSettings, has_lm: bool) -> int:
 
 
 def run_search(session: SearchSession, settings: SearchSettings, runtime: LmRuntime | None,
-               top: int = 10) -> SearchOutcome:
-    """Run (or continue) a search on ``session`` until a stop rule or the seeds run out."""
+               top: int = 10, pricer: Pricer | None = None) -> SearchOutcome:
+    """Run (or continue) a search on ``session`` until a stop rule or the seeds run out,
+    then confirm its best when its DES trials were bounded."""
     started = time.perf_counter()
+    pricer = pricer or Pricer(session.context)
     planner = SeedPlanner(session.context)
-    seeds = planner.seeds(session.baseline, session.incumbent_config, session.has_seen)
+    seeds = SeedQueue(planner.rounds(session.baseline, session.incumbent_config, session.has_seen),
+                      session.has_seen)
     use_lm = runtime is not None and not settings.no_llm
-    stop = _seed_phase(session, seeds, seed_target(settings, use_lm))
+    stop = _seed_phase(session, seeds, seed_target(settings, use_lm), pricer)
     lm_note = NO_LLM_NOTE if settings.no_llm else (None if runtime else NO_LM_NOTE)
     if stop is None and use_lm:
         lm_note = run_llm_phase(session, runtime, settings)
         session.notes.phase_end_reason = lm_note
     if stop is None:
-        stop = _seed_phase(session, seeds, settings.budget)
+        stop = _seed_phase(session, seeds, settings.budget, pricer)
+    if confirms(session.context):
+        run_confirm(session, pricer)
     return SearchOutcome(
-        best=session.best(), top=top_trials(session.trials, top),
-        nearest_misses=nearest_misses(session.trials, top),
+        best=session.best(), top=session.top(top), nearest_misses=session.nearest_misses(top),
         stop_reason=stop or session.stop_reason() or SEEDS_EXHAUSTED, lm_note=lm_note,
         wall_s=time.perf_counter() - started)
 
 
-def _seed_phase(session: SearchSession, seeds: Iterator[Seed], target: int) -> str | None:
+def _seed_phase(session: SearchSession, seeds: SeedQueue, target: int, pricer: Pricer) -> str | None:
     """Submit seeds until ``target`` seed trials exist; the stop reason, if one fired."""
     while session.count(Phase.SEED) < target:
         reason = session.stop_reason()
         if reason:
             return reason
-        seed = next(seeds, None)
-        if seed is None:
+        batch = seeds.take(min(target - session.count(Phase.SEED), session.remaining))
+        if not batch:
             return SEEDS_EXHAUSTED
-        session.submit(seed.config, Phase.SEED, seed.proposed)
+        trials = pricer.price([Job(seed.config, Phase.SEED, seed.proposed) for seed in batch])
+        try:
+            for trial in trials:
+                reason = session.stop_reason()
+                if reason:
+                    return reason
+                session.record(trial)
+        finally:
+            trials.close()
     return session.stop_reason()
+
+
+def confirm_candidates(session: SearchSession) -> list[Trial]:
+    """Search trials to confirm, best first: SLO-meeting, then nearest misses."""
+    search = [t for t in session.trials if t.phase is not Phase.CONFIRM]
+    meeting = top_trials(search, CONFIRM_MAX)
+    return meeting + nearest_misses(search, CONFIRM_MAX - len(meeting))
+
+
+def run_confirm(session: SearchSession, pricer: Pricer) -> None:
+    """Re-price at full DES fidelity the bounded ones among the :data:`CONFIRM_TOP` best
+    search trials; while no full-fidelity trial meets the SLOs, go on down the ranking,
+    up to :data:`CONFIRM_MAX` candidates. Trials already at full fidelity, or confirmed
+    before (a resumed search), are not priced again."""
+    candidates = confirm_candidates(session)
+    considered = 0
+    while considered < len(candidates):
+        if considered and any(meets_slos(t) for t in session.answer_pool()):
+            return
+        size = CONFIRM_TOP if considered == 0 else CONFIRM_MAX - considered
+        batch = [t for t in candidates[considered:considered + size] if not session.is_confirmed(t)]
+        considered += size
+        jobs = [Job(t.config, Phase.CONFIRM, t.proposed, full_fidelity=True) for t in batch]
+        trials = pricer.price(jobs)
+        try:
+            for trial, repriced in zip(batch, trials):
+                session.record(confirmed(trial, repriced))
+        finally:
+            trials.close()
 
 
 def run_llm_phase(session: SearchSession, runtime: LmRuntime, settings: SearchSettings) -> str:

@@ -126,19 +126,48 @@ class SeedPlanner:
             yield Seed(start, start.diff(Configuration()), "baseline")
         centre, centres = start, {start}
         while True:
-            for group, partial in self.moves(centre):
-                try:
-                    config = centre.with_changes(partial)
-                except (InputError, ValueError, TypeError):
-                    continue
-                if config in yielded or config == centre or seen(config) or not self.legal(config):
-                    continue
-                yielded.add(config)
-                yield Seed(config, config.diff(centre), str(group))
+            yield from self._round(centre, yielded, seen)
             centre = incumbent()
             if centre is None or centre in centres:
                 return
             centres.add(centre)
+
+    def rounds(self, start: Configuration, incumbent: Callable[[], Configuration | None] = lambda: None,
+               seen: Callable[[Configuration], bool] = lambda config: False) -> Iterator[list[Seed]]:
+        """The seeds of :meth:`seeds`, one list per round (the baseline opens round 0).
+
+        A round is listed when it is asked for, so the caller prices a whole round at
+        once (in parallel) and must record it before asking for the next: the next
+        centre is ``incumbent()`` then. Seeds ``seen`` after their round was listed (an
+        LLM phase in between) are the caller's to skip; then the order and contents
+        equal :meth:`seeds`'s.
+        """
+        yielded: set[Configuration] = set()
+        first: list[Seed] = []
+        if not seen(start) and self.legal(start):
+            yielded.add(start)
+            first.append(Seed(start, start.diff(Configuration()), "baseline"))
+        yield first + list(self._round(start, yielded, seen))
+        centres = {start}
+        while True:
+            centre = incumbent()
+            if centre is None or centre in centres:
+                return
+            centres.add(centre)
+            yield list(self._round(centre, yielded, seen))
+
+    def _round(self, centre: Configuration, yielded: set[Configuration],
+               seen: Callable[[Configuration], bool]) -> Iterator[Seed]:
+        """The distinct legal one-lever moves of ``centre`` not yielded or seen before."""
+        for group, partial in self.moves(centre):
+            try:
+                config = centre.with_changes(partial)
+            except (InputError, ValueError, TypeError):
+                continue
+            if config in yielded or config == centre or seen(config) or not self.legal(config):
+                continue
+            yielded.add(config)
+            yield Seed(config, config.diff(centre), str(group))
 
     def moves(self, base: Configuration) -> Iterator[tuple[LeverGroup, Partial]]:
         """One-lever changes of ``base`` in METHOD §6 order."""

@@ -9,6 +9,11 @@ trial and still spends budget (an LLM that repeats itself wastes trials, never m
 
 Stop rules: the trial budget is spent, or the leader has not changed for 70% of the
 budget (:data:`STALE_FRACTION`).
+
+When the search bounds its DES trials (:mod:`agent.fidelity`), the answer (best, top,
+nearest misses) is chosen among the trials priced at full fidelity: search trials whose
+bounded length was the default anyway, and confirm trials (the best re-priced at full
+fidelity). Confirm trials spend no budget and never lead the search.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from agent.fidelity import confirms, is_full_fidelity
 from agent.guards import guard_proposal
-from agent.ranking import best_trial, is_better
+from agent.ranking import best_trial, is_better, nearest_misses, top_trials
 from agent.scoring import Phase, SearchContext, Stage, Trial, duplicate, evaluate, rejected, with_index
 from levers.configuration import Configuration
 
@@ -63,13 +69,18 @@ class SearchSession:
         self.notes = LlmNotes()
         self.listeners: list[Listener] = list(listeners or [])
         self.leader: Trial | None = None
-        self.leader_since = 0  # trials recorded when the leader last changed
+        self.leader_since = 0  # search trials recorded when the leader last changed
+        self.num_search_trials = 0  # every trial but the confirm step's (they spend the budget)
+        self.confirmed: dict[Configuration, Trial] = {}  # configuration -> its confirm trial
+        self.bounded = confirms(context)  # DES trials bounded: the answer needs full fidelity
+        self.full_fidelity: list[Trial] = []  # the answer pool of a bounded search
+        self.full_leader: Trial | None = None
         self._seen: dict[Configuration, Trial] = {}
 
     # -- budget and stop rules ---------------------------------------------------------
     @property
     def remaining(self) -> int:
-        return max(0, self.budget - len(self.trials))
+        return max(0, self.budget - self.num_search_trials)
 
     @property
     def stale_after(self) -> int:
@@ -77,9 +88,9 @@ class SearchSession:
 
     def stop_reason(self) -> str | None:
         """Why the search must stop now, or None."""
-        if len(self.trials) >= self.budget:
+        if self.num_search_trials >= self.budget:
             return f"budget: all {self.budget} trials spent"
-        unchanged = len(self.trials) - self.leader_since
+        unchanged = self.num_search_trials - self.leader_since
         if unchanged >= self.stale_after:
             return (f"stale: the best trial has not changed for {unchanged} trials "
                     f"({STALE_FRACTION:.0%} of the budget of {self.budget})")
@@ -118,11 +129,19 @@ class SearchSession:
 
     def _add(self, trial: Trial) -> None:
         self.trials.append(trial)
+        if self.bounded and is_full_fidelity(self.context, trial):
+            self.full_fidelity.append(trial)
+            if is_better(trial, self.full_leader):
+                self.full_leader = trial
+        if trial.phase is Phase.CONFIRM:
+            self.confirmed.setdefault(trial.config, trial)
+            return
+        self.num_search_trials += 1
         if trial.config is not None and trial.duplicate_of is None:
             self._seen.setdefault(trial.config, trial)
         if is_better(trial, self.leader):
             self.leader = trial
-            self.leader_since = len(self.trials)
+            self.leader_since = self.num_search_trials
 
     # -- reading -----------------------------------------------------------------------
     def has_seen(self, config: Configuration) -> bool:
@@ -132,8 +151,36 @@ class SearchSession:
         """The leader's configuration (best so far, or nearest miss)."""
         return self.leader.config if self.leader else None
 
+    def answer_pool(self) -> list[Trial]:
+        """Where the answer is chosen: the full-fidelity trials of a bounded search, else all."""
+        return self.full_fidelity if self.bounded else self.trials
+
+    def answer_leader(self) -> Trial | None:
+        """The best of the answer pool, or its nearest miss (the ledger's best/misses)."""
+        return self.full_leader if self.bounded else self.leader
+
+    def is_confirmed(self, trial: Trial) -> bool:
+        """Priced at full fidelity already, or re-priced by the confirm step."""
+        return trial.config in self.confirmed or not self.bounded or is_full_fidelity(self.context, trial)
+
     def best(self) -> Trial | None:
-        return best_trial(self.trials)
+        return best_trial(self.answer_pool())
+
+    def top(self, count: int) -> list[Trial]:
+        """The best SLO-meeting trials: full-fidelity ones first, then the bounded others."""
+        return self._full_first(top_trials, count)
+
+    def nearest_misses(self, count: int) -> list[Trial]:
+        """Trials missing an SLO, nearest first: full-fidelity ones first, then the others."""
+        return self._full_first(nearest_misses, count)
+
+    def _full_first(self, rank: Callable[[list[Trial], int], list[Trial]], count: int) -> list[Trial]:
+        if not self.bounded:
+            return rank(self.trials, count)
+        first = rank(self.full_fidelity, count)
+        shown = {t.config for t in self.full_fidelity}
+        rest = [t for t in self.trials if t.phase is not Phase.CONFIRM and t.config not in shown]
+        return first + rank(rest, max(0, count - len(first)))
 
     def count(self, phase: Phase) -> int:
         return sum(1 for trial in self.trials if trial.phase is phase)

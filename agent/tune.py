@@ -6,6 +6,12 @@ predictor (or injected functions, for tests), finds the safe baseline, opens or 
 the ledger, runs the two-phase search and returns what the CLI shows: the best trial
 (or none, with the nearest misses), the top configurations, the ledger path, and — when
 the answer is rank-only — the harvest command lines that would verify it.
+
+Seed rounds and the confirm step are priced on ``workers`` local cores (default: all, at most 8;
+:mod:`agent.pricing`) when the search runs on the real predictor; each worker rebuilds
+the context from this request's names. DES trials replay a bounded number of requests
+during the search and the best are confirmed at full fidelity (:mod:`agent.fidelity`)
+unless ``num_requests`` fixes the length of every trial.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Callable
 from agent.guards import parse_precisions
 from agent.harvest_hints import harvest_plan
 from agent.lm import DEFAULT_TIMEOUT_S, LmRuntime, LmSettings, resolve_lm_settings
+from agent.pricing import Pricer, resolve_workers
 from agent.recorder import LedgerRecorder, ledger_header, new_search_id, resume_header, trial_from_record
 from agent.scoring import CheckFn, PredictFn, SearchContext, Trial
 from agent.search import DEFAULT_BUDGET, SearchOutcome, SearchSettings, run_search
@@ -65,6 +72,8 @@ class TuneRequest:
     command_line: tuple[str, ...] = ()
     max_cycles: int | None = None
     max_steps: int | None = None
+    workers: int | None = None          # processes pricing seed rounds (None: all cores, at most 8)
+    search_fidelity: bool = True        # bounded DES trials + confirm step (agent.fidelity)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class TuneResult:
     lm: LmSettings | None
     harvest: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    num_confirmed: int | None = None   # confirm trials of a bounded search (None: one fidelity)
 
     @property
     def best(self) -> Trial | None:
@@ -107,7 +117,8 @@ def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
         target=target, workload=workload, objective=objective, predict_fn=predict_fn or predict,
         check_fn=check_fn or check_configuration, slos=slos, seed=request.seed,
         context_tokens=context_tokens(workload), store=store, num_requests=request.num_requests,
-        precisions=precisions, guidance=(request.guidance or "").strip() or None)
+        precisions=precisions, guidance=(request.guidance or "").strip() or None,
+        bounded_fidelity=request.search_fidelity and request.num_requests is None)
 
 
 def _settings(request: TuneRequest, budget: int) -> SearchSettings:
@@ -129,8 +140,10 @@ def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn:
     """Run (or resume) a search and persist its ledger."""
     lm = resolve_lm_settings(request.lm, request.lm_base_url, json_schema=request.lm_json_schema,
                              timeout_s=request.lm_timeout_s)
+    workers = resolve_workers(request.workers)
+    question = request
     if request.resume:
-        session, recorder, budget, lm, no_llm = _resumed(request, lm, predict_fn, check_fn, store)
+        session, recorder, budget, lm, no_llm, question = _resumed(request, lm, predict_fn, check_fn, store)
         request = replace(request, no_llm=no_llm)
     else:
         budget = _check_budget(DEFAULT_BUDGET if request.budget is None else request.budget)
@@ -145,14 +158,17 @@ def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn:
     session.listeners = [recorder, *(listeners or [])]
     if runtime is None and lm is not None and not request.no_llm:
         runtime = LmRuntime.from_settings(lm)
-    outcome = run_search(session, _settings(request, budget), runtime, top=request.top)
+    injected = predict_fn is not None or check_fn is not None or store is not None
+    with Pricer(session.context, None if injected else question, workers) as pricer:
+        outcome = run_search(session, _settings(request, budget), runtime, top=request.top, pricer=pricer)
     recorder.finish(session, outcome.stop_reason)
     context = session.context
     shown = [outcome.best, *outcome.top] if outcome.best else outcome.nearest_misses
     return TuneResult(context=context, outcome=outcome, ledger_path=recorder.path,
                       num_trials=len(session.trials), lm=lm if runtime is not None else None,
                       harvest=harvest_plan(context.target, [t for t in shown if t is not None]),
-                      stats=recorder.stats(session))
+                      stats=recorder.stats(session),
+                      num_confirmed=len(session.confirmed) if session.bounded else None)
 
 
 def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store):
@@ -163,12 +179,13 @@ def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, 
         lm = LmSettings(ledger.lm.model, ledger.lm.base_url, ledger.lm.timeout_s, ledger.lm.num_retries,
                         ledger.lm.json_schema)
     requested = ledger.budget if request.budget is None else _check_budget(request.budget)
-    budget = _check_budget(max(requested, len(ledger.trials)))
+    searched = sum(1 for record in ledger.trials if record.phase != "confirm")
+    budget = _check_budget(max(requested, searched))
     question = TuneRequest(
         model=ledger.model, cluster=ledger.cluster, engine=ledger.engine, workload=ledger.workload,
         objective=ledger.objective, slos=tuple(ledger.slos), seed=ledger.seed, guidance=ledger.guidance,
         precisions=",".join(ledger.precisions) if ledger.precisions else None,
-        num_requests=ledger.num_requests)
+        num_requests=ledger.num_requests, search_fidelity=ledger.search_fidelity is not None)
     context = build_context(question, predict_fn=predict_fn, check_fn=check_fn, store=store)
     start = configuration_from_dict(ledger.baseline)
     session = SearchSession(context, budget, start)
@@ -177,4 +194,4 @@ def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, 
     writer = LedgerWriter(path, resume_header(ledger, budget, lm),
                           [record.model_dump(mode="json") for record in ledger.trials])
     recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s)
-    return session, recorder, budget, lm, request.no_llm or ledger.no_llm
+    return session, recorder, budget, lm, request.no_llm or ledger.no_llm, question

@@ -159,7 +159,8 @@ def main() -> None:
               f"(x{row['ratio_to_token_loop']})")
     vidur = next((row["best_s"] for row in rows if row["case"] == "vidur_splitwise_1000"), None)
     if vidur:
-        print(f"vidur's published event loop for case 1: ~{VIDUR_EVENT_LOOP_S} s (x{VIDUR_EVENT_LOOP_S / vidur:.0f} slower)")
+        print(f"vidur's published event loop for case 1: ~{VIDUR_EVENT_LOOP_S} s "
+              f"(x{VIDUR_EVENT_LOOP_S / vidur:.0f} slower)")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 A ledger records what the search did: the question (model, cluster, engine, objective,
 SLOs, workload, budget, seed, LM), every trial (configuration full and as proposed,
 legality and reason, mode and anchor, flags, metrics, objective value, fusion
-opportunities, prediction wall time, the phase that proposed it), the best trial (or
+opportunities, prediction wall time, the phase that proposed it, the DES requests it
+replayed), the confirm trials that re-priced the best at full fidelity, the best trial (or
 none, with the nearest misses), why the search stopped, and the LLM's notes and call
 records. The shipped JSON Schema (``ledgers/ledger.schema.json``) is generated from
 :class:`Ledger` by ``scripts/build_ledger_schema.py``; a test keeps it up to date.
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-PhaseName = Literal["seed", "planner", "investigator"]
+PhaseName = Literal["seed", "planner", "investigator", "confirm"]
 StageName = Literal["guard", "structure", "memory", "prediction"]
 ModeName = Literal["anchored", "rank-only"]
 OutcomeName = Literal["ok", "parse_error", "timeout", "lm_error", "error", "stopped"]
@@ -60,6 +61,8 @@ class TrialRecord(_Strict):
     fusion_opportunities: list[dict[str, Any]]
     wall_ms: float = Field(ge=0, description="wall time of the check and prediction")
     duplicate_of: int | None = Field(description="index of the earlier identical trial (not re-priced)")
+    des_requests: int | None = Field(None, description="DES requests the trial was priced with (null: analytical)")
+    confirm_of: int | None = Field(None, description="confirm phase: the search trial re-priced at full fidelity")
 
 
 class TrialSummary(_Strict):
@@ -113,6 +116,16 @@ class Stats(_Strict):
     predict_wall_ms: float = Field(description="sum of trial wall times")
 
 
+class SearchFidelity(_Strict):
+    """How DES trials were bounded during the search (agent.fidelity)."""
+
+    rule: str = Field(description="the search-time DES length and the confirm step, as text")
+    max_requests: int = Field(ge=1, description="DES requests per search trial, at most ...")
+    requests_per_client: int = Field(ge=1, description="... but at least this many per client")
+    confirm_top: int = Field(ge=0, description="best trials re-priced at the default DES length")
+    confirm_max: int = Field(ge=0, description="confirmations at most while none meets the SLOs")
+
+
 class Ledger(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     search_id: str
@@ -135,6 +148,8 @@ class Ledger(_Strict):
     guidance: str | None
     precisions: list[str] | None
     num_requests: int | None
+    search_fidelity: SearchFidelity | None = Field(
+        None, description="bounded DES trials during the search, then a confirm step (null: one fidelity)")
     baseline: dict[str, Any]
     trials: list[TrialRecord]
     best: TrialSummary | None

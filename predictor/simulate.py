@@ -126,6 +126,7 @@ class SimulateStepModel:
         self.tokens_per_step = self.curve.length(self._depth)
         self._eagle = self._build_eagle() if self._plan.dense_layers_per_draft else None
         self._body_cache: dict[tuple[int, int], tuple[float, float, float, float, float]] = {}
+        self._head_cache: dict[float, tuple[float, float]] = {}
 
     @property
     def comm_model(self) -> CommModel:
@@ -232,18 +233,29 @@ class SimulateStepModel:
         return terms
 
     def _head_us(self, lm_rows: float) -> tuple[float, float]:
-        """(gemm, other) of the embedding, final norm, LM head and sampling."""
-        return (self._lm_head.us(lm_rows, self._bytes_per_us),
-                elementwise_us(lm_rows * self._elementwise.per_lm_row, self._bytes_per_us))
+        """(gemm, other) of the embedding, final norm, LM head and sampling (cached per rows)."""
+        cached = self._head_cache.get(lm_rows)
+        if cached is not None:
+            return cached
+        if len(self._head_cache) > ROWS_CACHE_LIMIT:
+            self._head_cache.clear()
+        terms = (self._lm_head.us(lm_rows, self._bytes_per_us),
+                 elementwise_us(lm_rows * self._elementwise.per_lm_row, self._bytes_per_us))
+        self._head_cache[lm_rows] = terms
+        return terms
 
     # -- attention, drafting, pipeline ------------------------------------------------------
     def _decode_attention(self, requests: float, context: float, queries: float) -> float:
-        return sum(op.decode_us(requests, context, queries, self._bf16_flops, self._bytes_per_us)
-                   for op in self._attention)
+        total, flops, bpu = 0, self._bf16_flops, self._bytes_per_us   # a loop: ~2x a sum() of a generator
+        for op in self._attention:
+            total += op.decode_us(requests, context, queries, flops, bpu)
+        return total
 
     def _prefill_attention(self, tokens: float, seqs: float, context: float) -> float:
-        return sum(op.prefill_us(tokens, seqs, context, self._bf16_flops, self._bytes_per_us)
-                   for op in self._attention)
+        total, flops, bpu = 0, self._bf16_flops, self._bytes_per_us
+        for op in self._attention:
+            total += op.prefill_us(tokens, seqs, context, flops, bpu)
+        return total
 
     def _mean_layer_us(self, rank_rows: int, stage_rows: int, attention_us: float) -> float:
         return (sum(self._body(rank_rows, stage_rows)) + attention_us) / self.card.num_layers

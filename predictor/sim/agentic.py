@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Literal
 
@@ -49,13 +49,20 @@ class Lognormal(_Frozen):
     max: float | None = None
     cap: float | None = None
 
-    def draw(self, rng: np.random.Generator) -> float:
+    @cached_property
+    def sampling(self) -> tuple[float, float, float | None, float | None]:
+        """(log median, sigma, upper bound, lower bound): computed once, drawn thousands of
+        times per simulation (the upper bound is the smaller of ``max`` and ``cap``)."""
         sigma = max(0.0, math.log(self.p90 / self.p50) / Z90)
-        value = float(rng.lognormal(math.log(self.p50), sigma))
-        for bound in (self.max, self.cap):
-            if bound is not None:
-                value = min(value, bound)
-        return max(value, self.min) if self.min is not None else value
+        bounds = [bound for bound in (self.max, self.cap) if bound is not None]
+        return math.log(self.p50), sigma, min(bounds) if bounds else None, self.min
+
+    def draw(self, rng: np.random.Generator) -> float:
+        mu, sigma, upper, lower = self.sampling
+        value = float(rng.lognormal(mu, sigma))
+        if upper is not None:
+            value = min(value, upper)
+        return max(value, lower) if lower is not None else value
 
 
 class Sourced(_Frozen):
@@ -72,6 +79,14 @@ class SubagentProfile(_Frozen):
     new_tokens_per_turn: Lognormal
     output_tokens: Lognormal
     think_time_s: Lognormal
+
+    @cached_property
+    def group_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(subagent group sizes, their probabilities), for ``Generator.choice``."""
+        weights = self.group_size_weights.value
+        sizes = np.array([int(k) for k in weights], dtype=int)
+        counts = np.array(list(weights.values()), dtype=float)
+        return sizes, counts / counts.sum()
 
 
 class AgenticProfile(_Frozen):
@@ -165,10 +180,8 @@ class _SessionBuilder:
 
     def _subagent_group(self, parent: int) -> tuple[int, ...]:
         sub, rng = self.p.subagents, self.rng
-        weights = sub.group_size_weights.value
-        sizes = np.array([int(k) for k in weights], dtype=int)
-        counts = np.array(list(weights.values()), dtype=float)
-        size = int(rng.choice(sizes, p=counts / counts.sum()))
+        sizes, probabilities = sub.group_sizes
+        size = int(rng.choice(sizes, p=probabilities))
         shared_blocks = int(sub.shared_prefix_tokens.value) // self.bs
         shared = self._stream(shared_blocks)
         finals = []

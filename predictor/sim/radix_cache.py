@@ -2,13 +2,15 @@
 
 A block id names a whole prefix (the trace readers check this), so resident blocks form
 a tree. Nodes hold *runs* of blocks, as in SGLang's radix cache, so a prompt of a few
-thousand blocks costs O(runs) Python work, not O(blocks); a dict maps each resident
-block to its node. Invariants:
+thousand blocks costs O(runs) Python work, not O(blocks): a lookup walks from the root
+along the prompt, one child per run (the run's last block decides whether the whole run
+matches, since it names its prefix), and inserting or evicting a run only slices lists
+(no per-block index to keep). Invariants:
 
 - leaf-first: a block leaves HBM only when no HBM block continues from it (HBM
   residency is prefix-closed along every path), and leaves the host tier only when no
   resident block continues from it; so a request's hit (its longest resident leading
-  run) is found by binary search;
+  run, and the HBM part of it) is where the walk stops;
 - a pinned path ends at a node end (`pin` splits the node there); a pin on the last
   node protects the whole path, since its ancestors are never leaves;
 - a node's stamp is its last use; an evicted leaf hands its stamp to its parent, which
@@ -19,11 +21,11 @@ Eviction truncates a leaf's tail by exactly the blocks needed (block-accurate).
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 
 _ids = count()
+HINTS_LIMIT = 1 << 16   # remembered block -> node hints (a cleared hint only costs a walk)
 
 
 class _Node:
@@ -39,6 +41,21 @@ class _Node:
         self.stamp = stamp
         self.pins = 0
         self.uid = next(_ids)
+
+
+def _as_list(ids: Sequence[int]) -> list[int]:
+    """Block ids as a list of Python ints."""
+    if type(ids) is list:
+        return ids
+    return ids.tolist() if hasattr(ids, "tolist") else [int(k) for k in ids]
+
+
+def _getter(ids: Sequence[int]) -> Callable[[int], int]:
+    """Element access returning Python ints (``ndarray.item`` avoids numpy scalars and a
+    conversion of the whole prompt, most of which a walk never reads)."""
+    if type(ids) is list:
+        return ids.__getitem__
+    return ids.item if hasattr(ids, "item") else (lambda i: int(ids[i]))
 
 
 def _common(keys: list[int], a: int, seg: list[int], b: int) -> int:
@@ -61,43 +78,78 @@ class LeafFirstCache:
 
     def __init__(self, dram_capacity_blocks: int = 0) -> None:
         self.root = _Node([], 0, None, 0, 0)
-        self.where: dict[int, _Node] = {}
         self.dram_capacity_blocks = max(0, dram_capacity_blocks)
         self.num_hbm_blocks = 0
         self.num_dram_blocks = 0
         self._tick = 0
         self._hbm_heap: list[tuple[int, int, _Node]] = []
         self._dram_heap: list[tuple[int, int, _Node]] = []
+        self._hints: dict[int, _Node] = {}   # block -> a node that held it (checked on use)
+
+    @property
+    def where(self) -> dict[int, _Node]:
+        """Every resident block -> its node, built on demand (tests and debugging)."""
+        index: dict[int, _Node] = {}
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            index.update(dict.fromkeys(node.keys, node))
+            stack.extend(node.children.values())
+        return index
 
     # -- lookups -------------------------------------------------------------------------
-    def match(self, ids: Sequence[int], num_blocks: int) -> tuple[int, int]:
-        where = self.where
-        lo, hi = 0, num_blocks
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if int(ids[mid - 1]) in where:
-                lo = mid
-            else:
-                hi = mid - 1
-        resident = lo
-        if not resident or self._in_hbm(ids, resident - 1):
-            return resident, resident
-        lo, hi = 0, resident - 1
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if self._in_hbm(ids, mid - 1):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo, resident
+    def _walk(self, ids: Sequence[int], limit: int) -> tuple[_Node, int, int]:
+        """Follow ``ids[:limit]`` from the root: (the node holding the last resident
+        block, leading blocks resident in any tier, leading blocks resident in HBM)."""
+        key = _getter(ids)
+        node, pos, hbm, in_hbm = self.root, 0, 0, True
+        while pos < limit:
+            child = node.children.get(key(pos))
+            if child is None:
+                break
+            keys = child.keys
+            take = min(len(keys), limit - pos)
+            if keys[take - 1] != key(pos + take - 1):
+                take = _common(keys, 0, _as_list(ids[pos:pos + take]), 0)
+            if in_hbm:
+                in_hbm = take <= child.hbm_len
+                hbm = pos + (take if in_hbm else child.hbm_len)
+            node, pos = child, pos + take
+            if take < len(keys):
+                break
+        return node, pos, hbm
 
-    def _in_hbm(self, ids: Sequence[int], position: int) -> bool:
-        node = self.where[int(ids[position])]
-        return position - node.depth < node.hbm_len
+    def match(self, ids: Sequence[int], num_blocks: int) -> tuple[int, int]:
+        node, resident, hbm = self._walk(ids, num_blocks)
+        if resident:
+            self._hint(node.keys[resident - 1 - node.depth], node)
+        return hbm, resident
+
+    def _hint(self, key: int, node: _Node) -> None:
+        hints = self._hints
+        if len(hints) >= HINTS_LIMIT:
+            hints.clear()
+        hints[key] = node
+
+    def _node_at(self, ids: Sequence[int], num_blocks: int) -> _Node:
+        """The node holding block ``num_blocks - 1`` (resident). A hint is trusted only
+        if its node still holds the block at that position: a node's keys only ever
+        shrink, a detached node has none, and a block id lives in one node at a time."""
+        key = _getter(ids)(num_blocks - 1)
+        node = self._hints.get(key)
+        if node is not None:
+            offset = num_blocks - 1 - node.depth
+            if 0 <= offset < len(node.keys) and node.keys[offset] == key:
+                return node
+        node, resident, _ = self._walk(ids, num_blocks)
+        if resident < num_blocks:
+            raise KeyError(key)
+        self._hint(key, node)
+        return node
 
     def _node_ending_at(self, ids: Sequence[int], num_blocks: int) -> _Node:
         """The node whose run ends with block ``num_blocks - 1`` (split there if needed)."""
-        node = self.where[int(ids[num_blocks - 1])]
+        node = self._node_at(ids, num_blocks)
         end = num_blocks - node.depth
         if end < len(node.keys):
             self._split(node, end)
@@ -116,7 +168,7 @@ class LeafFirstCache:
 
     def unpin(self, ids: Sequence[int], num_blocks: int) -> None:
         if num_blocks:
-            node = self.where[int(ids[num_blocks - 1])]
+            node = self._node_at(ids, num_blocks)
             node.pins -= 1
             self._stamp(node)
             self._push_hbm(node)
@@ -124,7 +176,7 @@ class LeafFirstCache:
     def insert(self, ids: Sequence[int], start: int, stop: int) -> int:
         if stop <= start:
             return 0
-        seg = ids[start:stop].tolist() if hasattr(ids, "tolist") else list(ids[start:stop])
+        seg = _as_list(ids[start:stop])
         node = self._node_ending_at(ids, start) if start else self.root
         pos, raised = 0, 0                   # pos indexes seg; the prompt position is start + pos
         stop -= start
@@ -135,7 +187,7 @@ class LeafFirstCache:
                 child = _Node(run, start + pos, node, len(run), self._tick)
                 node.children[run[0]] = child
                 node.hbm_kids += 1
-                self.where.update(dict.fromkeys(run, child))
+                self._hint(run[-1], child)
                 self.num_hbm_blocks += len(run)
                 raised += len(run)
                 node, pos = child, stop
@@ -150,16 +202,31 @@ class LeafFirstCache:
         return raised
 
     def promote(self, ids: Sequence[int], start: int, stop: int) -> int:
-        promoted, pos = 0, start
-        while pos < stop:
-            node = self.where.get(int(ids[pos]))
-            if node is None:
+        key = _getter(ids)
+        path, node, pos = [], self.root, 0
+        while pos < stop:                    # the nodes holding ids[:stop] (resident ones)
+            child = node.children.get(key(pos))
+            if child is None:
                 break
+            take = min(len(child.keys), stop - pos)
+            if child.keys[take - 1] != key(pos + take - 1):
+                take = _common(child.keys, 0, _as_list(ids[pos:pos + take]), 0)
+            path.append(child)
+            node, pos = child, pos + take
+            if take < len(child.keys):
+                break
+        promoted, pos = 0, start
+        for node in path:
+            if pos >= stop:
+                break
+            if node.depth + len(node.keys) <= pos:
+                continue
             upto = min(len(node.keys), stop - node.depth)
             promoted += self._raise(node, upto)
             pos = node.depth + upto
         if promoted:
-            last = self.where[int(ids[start + promoted - 1])]
+            at = start + promoted - 1
+            last = next(n for n in path if n.depth <= at < n.depth + len(n.keys))
             self._stamp(last)
             self._push_hbm(last)
         return promoted
@@ -187,7 +254,6 @@ class LeafFirstCache:
         node.hbm_len = min(node.hbm_len, at)
         node.children, node.pins = {tail.keys[0]: tail}, 0
         node.hbm_kids = 1 if tail.hbm_len else 0
-        self.where.update(dict.fromkeys(tail.keys, tail))
         self._push_hbm(tail)
         self._push_dram(tail)
 
@@ -223,10 +289,8 @@ class LeafFirstCache:
             self._push_dram(node)
         else:
             first = node.keys[0]
-            removed = node.keys[len(node.keys) - take:]
             del node.keys[len(node.keys) - take:]
             node.hbm_len -= take
-            deque(map(self.where.pop, removed), 0)
             if not node.keys:
                 del node.parent.children[first]
         if not node.hbm_len:
@@ -250,16 +314,15 @@ class LeafFirstCache:
             if node.stamp != stamp or node.children or not dram or node.parent is None:
                 continue
             take = min(num_blocks - dropped, dram)
-            removed = node.keys[len(node.keys) - take:]
+            first = node.keys[0]
             del node.keys[len(node.keys) - take:]
-            deque(map(self.where.pop, removed), 0)
             self.num_dram_blocks -= take
             dropped += take
             if node.keys:
                 heapq.heappush(heap, (node.stamp, node.uid, node))
                 continue
             parent = node.parent
-            del parent.children[removed[0]]
+            del parent.children[first]
             node.parent = None
             parent.stamp = max(parent.stamp, node.stamp)
             self._push_dram(parent)

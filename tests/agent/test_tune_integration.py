@@ -1,6 +1,8 @@
 """The README's main command on the real predictor (DES on the agentic workload), small budget:
-`inferasim tune --model kimi-k3 --objective throughput --slo p90-itl=25 --no-llm --budget 3
---des-requests 64` (the simulator's default of ~39 requests per client costs seconds per trial)."""
+`inferasim tune --model kimi-k3 --objective throughput --slo p90-itl=25 --budget 12` (no LM
+configured: seed phase only). Search trials replay a bounded number of DES requests and the
+best are confirmed at the simulator's default (agent.fidelity); seed rounds are priced on
+the machine's cores (agent.pricing)."""
 
 import json
 from pathlib import Path
@@ -10,27 +12,46 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.fidelity import SEARCH_MAX_REQUESTS
 
 pytestmark = pytest.mark.slow
 SCHEMA = Path(__file__).resolve().parents[2] / "ledgers" / "ledger.schema.json"
-BUDGET = 3
-DES_REQUESTS = "64"
+BUDGET = 12         # round 0 up to 32 clients: SLO-meeting trials at low load, bounded ones above
+AGENTIC_PER_CLIENT = 40   # the simulator's default requests per agentic client
+JSON_KEYS = {"best", "top", "nearest_misses", "ledger", "num_trials", "stop_reason", "lm", "lm_note", "rank_only",
+             "slo_compliance_verified", "harvest", "stats"}
 
 
-def test_default_tune_on_the_real_predictor():
+def test_default_tune_on_the_real_predictor(monkeypatch):
+    monkeypatch.delenv("INFERASIM_LM", raising=False)
     result = CliRunner().invoke(app, ["tune", "--model", "kimi-k3", "--objective", "throughput",
-                                      "--slo", "p90-itl=25", "--no-llm", "--budget", str(BUDGET),
-                                      "--des-requests", DES_REQUESTS, "--json"])
+                                      "--slo", "p90-itl=25", "--budget", str(BUDGET), "--json"])
     assert result.exit_code in (0, 1), result.output  # 1: no trial meets the SLO (best null)
     data = json.loads(result.output)
+    assert set(data) == JSON_KEYS and data["lm"] is None
     ledger = json.loads(Path(data["ledger"]).read_text())
     jsonschema.validate(ledger, json.loads(SCHEMA.read_text()))
     assert ledger["model"] == "Kimi-K3" and ledger["cluster"] == "mi355x" and ledger["workload"] == "agentic"
-    assert ledger["baseline"]["tp"] == 8 and ledger["num_requests"] == int(DES_REQUESTS)
+    assert ledger["baseline"]["tp"] == 8 and ledger["num_requests"] is None and ledger["budget"] == BUDGET
+    assert ledger["search_fidelity"]["max_requests"] == SEARCH_MAX_REQUESTS
     trials = ledger["trials"]
-    assert 1 <= len(trials) <= BUDGET and all(t["phase"] == "seed" for t in trials)
+    search = [t for t in trials if t["phase"] == "seed"]
+    confirm = [t for t in trials if t["phase"] == "confirm"]
+    assert len(search) == BUDGET and len(search) + len(confirm) == len(trials) == data["num_trials"]
     assert all(t["legal"] and t["source"] == "des" for t in trials), [t["reason"] for t in trials]
     assert all(t["mode"] in ("anchored", "rank-only") for t in trials)
     assert all(t["metrics"]["itl_ms_p90"] is not None for t in trials)  # the SLO's percentile is predicted
+    for trial in search:                                # bounded: at most 1,024 requests, the default below it
+        full = AGENTIC_PER_CLIENT * trial["configuration"]["concurrency"]
+        assert trial["des_requests"] == min(full, max(SEARCH_MAX_REQUESTS, 4 * trial["configuration"]["concurrency"]))
+    assert confirm, "the bounded best must be confirmed at full fidelity"
+    for trial in confirm:
+        original = trials[trial["confirm_of"]]
+        assert original["phase"] == "seed" and original["des_requests"] < trial["des_requests"]
+        assert trial["configuration"] == original["configuration"]
+        assert trial["des_requests"] == AGENTIC_PER_CLIENT * trial["configuration"]["concurrency"]
     assert (data["best"] is None) == (result.exit_code == 1)
+    shown = data["best"] or data["nearest_misses"][0]   # the answer is priced at full fidelity
+    assert shown["phase"] == "confirm" or shown["des_requests"] == \
+        AGENTIC_PER_CLIENT * shown["configuration"]["concurrency"]
     assert data["stats"]["trials_per_s"] > 0
