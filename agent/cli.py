@@ -3,17 +3,19 @@ register on the shared app, and the console-script entry points."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-from agent import commands_info, commands_predict, commands_stubs  # noqa: F401  (register commands)
-from agent import commands_anchors  # noqa: F401  (register `anchors`)
-from agent import commands_harvest  # noqa: F401  (register `harvest`)
-from agent import commands_mix  # noqa: F401  (register `plan-mix`)
-from agent import commands_pareto  # noqa: F401  (register `pareto`)
-from agent import commands_ledger, commands_tune  # noqa: F401  (register `ledger`, `tune`)
-from agent import commands_simulate  # noqa: F401  (register `simulate`)
-from agent import commands_score  # noqa: F401  (register `score`)
-from agent.cli_app import app
+# The simulator's small numpy reductions gain nothing from BLAS threads, whose spin-wait
+# burns a core the search's worker processes need (measured: ~7% of a default `tune`).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# Each module registers its commands on the app; the import order is the help order.
+from agent import (  # noqa: F401,E402,I001
+    commands_tune, commands_mix, commands_predict, commands_simulate, commands_pareto, commands_harvest,
+    commands_score, commands_ledger, commands_anchors, commands_info,
+)
+from agent.cli_app import app  # noqa: E402
 
 
 def main() -> None:
