@@ -12,8 +12,9 @@
 # their word count and first words).
 set -euo pipefail
 
-VENV=${VENV:-/work/venv}
-MODELS=${MODELS:-/work/models}
+REPO_DIR=$(cd "$(dirname "$0")/.." && pwd)
+VENV=${VENV:-$REPO_DIR/.venv}
+MODELS=${MODELS:-${INFERASIM_CACHE:-$HOME/.cache/inferasim}}
 THREADS=${THREADS:-1}
 OUT=${OUT:-/tmp/inferasim-harvest-cpu}
 REPO=$(cd "$(dirname "$0")/.." && pwd)

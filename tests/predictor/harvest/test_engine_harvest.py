@@ -6,7 +6,8 @@ waves above batch 1 and the packed probe must be flagged serialised. The anchore
 model then predicts TTFT and TPOT at a prompt length the harvest did not use, which is
 measured on the same server. Tolerances are wide on purpose and stated: this runs on a
 shared 2-core VM where other work moves single measurements by tens of percent.
-Set INFERASIM_GGUF to the .gguf file (default /work/models/...), and
+Set INFERASIM_GGUF to the .gguf file (default ~/.cache/inferasim/..., where
+`scripts/local_llm.sh setup` puts it), and
 INFERASIM_HARVEST_REPORT to a path to keep the figures as JSON.
 """
 
@@ -28,7 +29,8 @@ from predictor.harvest.validate import measure_point, predict_point, relative_er
 
 pytestmark = pytest.mark.engine
 
-GGUF = Path(os.environ.get("INFERASIM_GGUF", "/work/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+GGUF = Path(os.environ.get("INFERASIM_GGUF", Path(os.environ.get("INFERASIM_CACHE", "~/.cache/inferasim"))
+                           / "SmolLM2-135M-Instruct.Q4_1.gguf")).expanduser()
 UNSEEN_PROMPT_TOKENS = 384          # between the sweep's 256 and 512, used by no sweep
 OUTPUT_TOKENS = 16
 CHECK_REPEATS = 5
