@@ -19,10 +19,11 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e ".[test,plot,ray]"
 
+.venv/bin/python -m pytest -q -n 2 "$@"
 if [[ "$real" == 1 ]]; then
     # A failed build or download leaves the marked tests to skip, and says so here.
     PYTHON=.venv/bin/python bash scripts/local_llm.sh setup \
         || echo "warning: local LLM setup failed: the llm and engine tests will be skipped" >&2
-    exec .venv/bin/python -m pytest -q -n 2 -m "" "$@"
+    # One at a time, after the suite: they time a real server on this machine's cores.
+    .venv/bin/python -m pytest -q -p no:xdist -m "llm or engine" "$@"
 fi
-exec .venv/bin/python -m pytest -q -n 2 "$@"
