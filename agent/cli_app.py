@@ -26,8 +26,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (logs, CI) gets a wide page instead of rich's 80-column default, so
+# tables of configurations stay readable; a terminal keeps its own width.
+PIPED_WIDTH = 140
+console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 EXIT_USER_ERROR = 2
 

@@ -138,7 +138,8 @@ def render(result: TuneResult) -> None:
 def trial_table(trials: list[Trial], title: str) -> Table:
     table = Table(title=title)
     for column in ("#", "found by", "objective", *(name for name, _ in METRIC_COLUMNS), "SLOs", "mode", "flags"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold",
+                         justify="right" if column in ("#", "objective", "flags") else "left")
     for trial in trials:
         metrics = trial.metrics or {}
         values = [_number(metrics.get(key)) for _, key in METRIC_COLUMNS]
