@@ -24,7 +24,6 @@ from levers.configuration import Configuration
 from objectives.objectives import resolve_objective
 from predictor.feasibility import check_configuration
 from predictor.hardware import Cluster
-from predictor.predict import AGENTIC_CONTEXT_TOKENS
 from predictor.sim.agentic import AGENTIC_REQUESTS_PER_CLIENT
 from predictor.sim.workloads import FIXED_CLOSED_REQUESTS_PER_CLIENT
 from predictor.target import Target, resolve_target
@@ -82,9 +81,6 @@ class WithDistribution:
         return self.predict_fn(target, config, workload, **{**options, "need_distribution": True})
 
 
-def context_tokens_for(workload: WorkloadSpec) -> int:
-    """The memory-check sequence length the predictor uses for this workload."""
-    return workload.isl + workload.osl if workload.is_fixed else AGENTIC_CONTEXT_TOKENS
 
 
 def search_context(target: Target, workload: WorkloadSpec, predict_fn: Callable[..., Any] | None = None,
@@ -92,7 +88,7 @@ def search_context(target: Target, workload: WorkloadSpec, predict_fn: Callable[
     return SearchContext(
         target=target, workload=workload, objective=resolve_objective(RANKING_OBJECTIVE),
         predict_fn=WithDistribution(predict_fn) if predict_fn else None, check_fn=check_configuration,
-        seed=seed, context_tokens=context_tokens_for(workload), num_requests=num_requests,
+        seed=seed, context_tokens=workload.context_tokens, num_requests=num_requests,
     )
 
 

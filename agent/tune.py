@@ -36,9 +36,9 @@ from levers.errors import InputError
 from objectives.objectives import resolve_objective
 from objectives.slo import parse_slos
 from predictor.feasibility import check_configuration
-from predictor.predict import AGENTIC_CONTEXT_TOKENS, default_store, predict
+from predictor.predict import default_store, predict
 from predictor.target import resolve_target
-from predictor.workload import WorkloadSpec, parse_workload
+from predictor.workload import parse_workload
 
 DEFAULT_OBJECTIVE = "throughput"
 DEFAULT_TOP = 10
@@ -96,9 +96,6 @@ class TuneResult:
         return any(t.mode == "rank-only" for t in ([self.best] if self.best else self.outcome.nearest_misses[:1]))
 
 
-def context_tokens(workload: WorkloadSpec) -> int:
-    """The sequence length the memory check uses: the predictor's rule."""
-    return workload.isl + workload.osl if workload.is_fixed else AGENTIC_CONTEXT_TOKENS
 
 
 def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
@@ -116,7 +113,7 @@ def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
     return SearchContext(
         target=target, workload=workload, objective=objective, predict_fn=predict_fn or predict,
         check_fn=check_fn or check_configuration, slos=slos, seed=request.seed,
-        context_tokens=context_tokens(workload), store=store, num_requests=request.num_requests,
+        context_tokens=workload.context_tokens, store=store, num_requests=request.num_requests,
         precisions=precisions, guidance=(request.guidance or "").strip() or None,
         bounded_fidelity=request.search_fidelity and request.num_requests is None)
 

@@ -38,3 +38,8 @@ def handoff_us(backend: str, bytes_per_gpu: float, num_layers: int, link_gbps: f
     exposed = bytes_per_gpu / max(1, num_layers) if spec.last_layer_only else bytes_per_gpu
     rate_gbps = min(spec.bandwidth_gbps, link_gbps)
     return spec.floor_us + exposed / (rate_gbps * 1e9) * 1e6
+
+
+def link_gbps(total_gpus: int, scale_up_gpus: int, fabric_gbps: float, nic_gbps: float) -> float:
+    """The link a hand-off crosses: the fabric inside one scale-up domain, else the NIC."""
+    return fabric_gbps if total_gpus <= scale_up_gpus else nic_gbps

@@ -20,7 +20,7 @@ from predictor.anchor_store import AnchorStore
 from predictor.anchored import AnchoredStepModel
 from predictor.feasibility import check_configuration, pool_configs
 from predictor.fusions import fusion_opportunities
-from predictor.handoff import DEFAULT_BACKEND, handoff_us
+from predictor.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
 from predictor.memory import MemoryBreakdown
 from predictor.prediction import Prediction, illegal
 from predictor.simulate import SimulateStepModel
@@ -28,7 +28,6 @@ from predictor.step import Mode, StepCost, StepModel
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
-AGENTIC_CONTEXT_TOKENS = 32768  # memory check context for agentic traffic (long prompts)
 
 
 @lru_cache(maxsize=1)
@@ -92,8 +91,8 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     """Price ``config`` for ``target`` under ``workload``; illegal configurations come
     back with their reasons and ``metrics=None``."""
     started = time.perf_counter()
-    context = workload.isl + workload.osl if workload.is_fixed else AGENTIC_CONTEXT_TOKENS
-    feasibility = check_configuration(target.card, target.cluster, target.engine, config, context)
+    feasibility = check_configuration(target.card, target.cluster, target.engine, config,
+                                      workload.context_tokens)
     if not feasibility.legal:
         return illegal(feasibility.reasons, feasibility.memory)
     if workload.is_fixed and not need_distribution:
@@ -162,8 +161,8 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     decode_model = step_model_for(target, decode_config, store)
     backend = config.kv_transfer_backend or DEFAULT_BACKEND[target.engine]
     cluster = target.cluster
-    same_domain = config.total_gpus <= cluster.scale_up_gpus()
-    link_gbps = cluster.gpu.intra_node_bw_gbps if same_domain else cluster.gpu.nic_bw_gbps
+    link = link_gbps(config.total_gpus, cluster.scale_up_gpus(), cluster.gpu.intra_node_bw_gbps,
+                     cluster.gpu.nic_bw_gbps)
     kv_bytes = workload.isl * memory.kv_bytes_per_token + memory.state_bytes_per_sequence
     pools = PoolLoad(
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
@@ -172,7 +171,7 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
                     running_cap=max(1, min(config.max_running_requests, memory.max_concurrency)),
                     gpus=decode_config.replica_gpus, replicas=config.decode_replicas),
         prefill_budget_tokens=config.max_batched_tokens * max(1, prefill_config.attention_dp),
-        handoff_us=handoff_us(backend, kv_bytes, target.card.num_layers, link_gbps),
+        handoff_us=handoff_us(backend, kv_bytes, target.card.num_layers, link),
     )
     state, rate = disaggregated_state(prefill_model, decode_model, pools, config.concurrency)
     total_gpus = config.total_gpus

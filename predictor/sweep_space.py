@@ -33,7 +33,6 @@ from predictor.cards import ModelCard
 from predictor.feasibility import check_configuration
 from predictor.hardware import Cluster
 from predictor.memory import dtype_bytes
-from predictor.predict import AGENTIC_CONTEXT_TOKENS
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
@@ -93,15 +92,12 @@ class SweepPlan:
                        spec_method=method, spec_depth=depth)
 
 
-def memory_context_tokens(workload: WorkloadSpec) -> int:
-    """The context the memory check holds per sequence (as `predict` does)."""
-    return workload.isl + workload.osl if workload.is_fixed else AGENTIC_CONTEXT_TOKENS
 
 
 def build_plan(target: Target, workload: WorkloadSpec, options: SpaceOptions) -> SweepPlan:
     """Every legal family of ``target`` and its groups, in a fixed order."""
     card, cluster, engine = target.card, target.cluster, target.engine
-    context = memory_context_tokens(workload)
+    context = workload.context_tokens
     variants = speculative_variants(card, engine, options.max_spec_depth)
     families: list[Family] = []
     reasons: Counter[str] = Counter()

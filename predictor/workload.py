@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from levers.errors import InputError
 
 ACCEPTED = "1k/1k, 8k/1k, ISL/OSL in tokens (e.g. 2048/256), or agentic"
+# The context one sequence is checked at for memory on agentic traffic (long, growing
+# prompts: the public coding sessions have a ~104k-token median input; 32k is the
+# legality floor, the DES then admits what the KV pool really holds).
+AGENTIC_CONTEXT_TOKENS = 32768
 _LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")
 
 
@@ -34,6 +38,11 @@ class WorkloadSpec:
     @property
     def is_fixed(self) -> bool:
         return self.kind == "fixed"
+
+    @property
+    def context_tokens(self) -> int:
+        """The per-sequence context the memory check uses (METHOD §3.9)."""
+        return self.isl + self.osl if self.is_fixed else AGENTIC_CONTEXT_TOKENS
 
     @property
     def name(self) -> str:

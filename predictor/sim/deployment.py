@@ -20,7 +20,8 @@ from predictor.analytical import host_time_ms
 from predictor.feasibility import pool_configs
 from predictor.handoff import DEFAULT_BACKEND
 from predictor.sim.capacity import CapacityModel, PoolCapacity
-from predictor.sim.handoff import HandoffLaw, HandoffLinks, link_gbps
+from predictor.handoff import link_gbps
+from predictor.sim.handoff import HandoffLaw, HandoffLinks
 from predictor.sim.host_tier import HostLink, dram_capacity_blocks
 from predictor.sim.kv_pool import KvPool, PoolShape
 from predictor.sim.prefix_cache import CACHES, EvictionPolicy

@@ -33,11 +33,6 @@ class HandoffLaw:
         return self.duration_us(prompt_tokens) - BACKENDS[self.backend].floor_us
 
 
-def link_gbps(total_gpus: int, scale_up_gpus: int, fabric_gbps: float, nic_gbps: float) -> float:
-    """The link a hand-off crosses: the fabric inside one scale-up domain, else the NIC."""
-    return fabric_gbps if total_gpus <= scale_up_gpus else nic_gbps
-
-
 class HandoffLinks:
     """One FIFO per prefill rank."""
 
