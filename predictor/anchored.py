@@ -72,6 +72,15 @@ class FixedCost(StrEnum):
     SPLIT_WEIGHT_READ = "split-weight-read"
 
 
+# Which Eq. 1 variant to use, chosen on measured TP ladders (METHOD §3.1: "keep whichever
+# scores better"): anchors from one TP width of each stack, every other width predicted
+# through Eq. 1 (`inferasim score CORPUS --anchor-where tp=4` / `tp=2`; 2026-11-29).
+# Median TPOT / throughput APE of the carried rows:
+#   InferenceX (tp=4 anchors, 675 rows):       kept 12.6% / 14.1%, split 10.6% / 12.5%
+#   AIConfigurator (tp=2 anchors, 1638 rows):  kept 20.1% / 22.1%, split 15.7% / 18.8%
+DEFAULT_FIXED_COST = FixedCost.SPLIT_WEIGHT_READ
+
+
 def weight_read_us(card: ModelCard, cluster: Cluster, config: Configuration) -> float:
     """Modelled batch-1 weight-read time of one GPU (METHOD §3.1 refinement): every
     non-expert weight it holds, the LM head (not the input embedding) and `top_k / E` of
@@ -95,7 +104,7 @@ class AnchoredStepModel:
 
     def __init__(self, anchor: Anchor, card: ModelCard, cluster: Cluster, engine: Engine | str,
                  config: Configuration, *, sibling: Anchor | None = None, flags: tuple[str, ...] = (),
-                 fixed_cost: FixedCost = FixedCost.KEPT, breakdown_factory: BreakdownFactory | None = None,
+                 fixed_cost: FixedCost = DEFAULT_FIXED_COST, breakdown_factory: BreakdownFactory | None = None,
                  acceptance: AcceptanceFn | None = None) -> None:
         sig = anchor.signature
         self.anchor, self.card, self.cluster, self.config = anchor, card, cluster, config

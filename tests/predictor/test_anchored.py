@@ -48,9 +48,10 @@ def make_anchor(tp=8, ep=1, dp=1, second=False, spec="none", depth=0, host_ms=0.
                         Provenance(source="test", timestamp="2025-06-01"), host_time_ms=host_ms, **extra)
 
 
-def model(anchor=None, **changes):
+def model(anchor=None, fixed_cost=FixedCost.KEPT, **changes):
     config = Configuration(**{"tp": 8, **changes})
-    return AnchoredStepModel(anchor or make_anchor(), CARD, MI355X, "sglang", config, breakdown_factory=StandIn)
+    return AnchoredStepModel(anchor or make_anchor(), CARD, MI355X, "sglang", config, breakdown_factory=StandIn,
+                             fixed_cost=fixed_cost)
 
 
 def test_is_a_step_model_in_anchored_mode():
@@ -76,7 +77,7 @@ def test_staircase_pads_batch_33_to_40():
 
 def test_eq1_across_tp_keeps_the_fixed_cost():
     narrow = make_anchor(tp=4)
-    step = model(anchor=narrow)   # TP4 anchor -> TP8 target, default rho 1/2
+    step = model(anchor=narrow)   # TP4 anchor -> TP8 target, default rho 1/2, f kept whole
     fixed = ITL_MS[1] * 1000
     excess = (ITL_MS[64] - ITL_MS[1]) * 1000
     terms = step.decode(64, 1024)
@@ -94,7 +95,8 @@ def test_measured_rho_from_sibling_and_weight_read_refinement():
         update={"itl_ms": tuple(20.0 + 0.4 * b for b in BATCHES)})})
     anchor = make_anchor(tp=8)
     config = Configuration(tp=8)
-    measured = AnchoredStepModel(anchor, CARD, MI355X, "sglang", config, sibling=slower, breakdown_factory=StandIn)
+    measured = AnchoredStepModel(anchor, CARD, MI355X, "sglang", config, sibling=slower, breakdown_factory=StandIn,
+                                 fixed_cost=FixedCost.KEPT)
     # Same width: zero doublings, rho = 1 whatever was measured.
     assert measured.decode_us(64, 1024) == pytest.approx(ITL_MS[64] * 1000)
     wider = replace(config, tp=16)
@@ -218,3 +220,13 @@ def test_piecewise_capture_softens_the_staircase_by_the_attention_share():
     step = model(graph_capture="piecewise")
     linear_33 = ITL_MS[32] + (ITL_MS[40] - ITL_MS[32]) / 8
     assert step.decode_us(33, 1024) == pytest.approx(1000 * (0.75 * ITL_MS[40] + 0.25 * linear_33))
+
+
+def test_the_default_eq1_variant_is_the_one_that_scored_better():
+    """METHOD §3.1 asks to keep the variant that scores better on TP ladders: splitting
+    f into the weight read (sharded) and the true fixed cost (kept) did (docstring of
+    `predictor.anchored.DEFAULT_FIXED_COST` has the figures)."""
+    import inspect
+
+    default = inspect.signature(AnchoredStepModel).parameters["fixed_cost"].default
+    assert default is FixedCost.SPLIT_WEIGHT_READ
