@@ -10,7 +10,7 @@ model has several variants of one method (the plain recipe, not the GQA-head or
 block-rejection variants).
 
 Usage: python scripts/build_acceptance.py [CSV]
-(CSV defaults to /work/shared/data/acceptance/golden_acceptance_length_curves.csv.)
+(CSV defaults to ../shared/data/acceptance/golden_acceptance_length_curves.csv.)
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+# The public data folder laid beside the checkout (read-only; build time only).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = Path("/work/shared/data/acceptance/golden_acceptance_length_curves.csv")
+DEFAULT_SOURCE = SHARED_DATA / "acceptance" / "golden_acceptance_length_curves.csv"
 OUT_PATH = REPO / "predictor" / "data" / "acceptance.json"
 
 CARD_BY_CSV_MODEL = {

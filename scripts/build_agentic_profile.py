@@ -9,7 +9,7 @@ the prefix siblings share) from the subagent groups of the 47 sessions in
 `shared/data/traces/agentic-coding/`. Distributions are lognormal fits through the
 published p50 and p90 (sigma = ln(p90/p50) / z90).
 
-Run: python scripts/build_agentic_profile.py [--shared /work/shared/data/traces]
+Run: python scripts/build_agentic_profile.py [--shared ../shared/data/traces]
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+# The public data folder laid beside the checkout (read-only; build time only).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "predictor" / "data" / "agentic_profile.json"
@@ -140,7 +143,7 @@ def build(shared: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=os.environ.get("INFERASIM_SHARED_TRACES", "/work/shared/data/traces"))
+    parser.add_argument("--shared", default=os.environ.get("INFERASIM_SHARED_TRACES", str(SHARED_DATA / "traces")))
     args = parser.parse_args()
     profile = build(Path(args.shared))
     OUT.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")

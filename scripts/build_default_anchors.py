@@ -3,9 +3,9 @@ the measured corpora, by the corpus rule (`predictor.corpus_anchors`, RULE_VERSI
 
 Sources (read here, never by package code at run time; both Apache-2.0):
 - InferenceX fixed-sequence runs (SemiAnalysisAI/InferenceX CI artifacts, Dec 2025 - Jan
-  2026): /work/shared/data/inferencex/fixed_seq_runs_dev.csv
+  2026): ../shared/data/inferencex/fixed_seq_runs_dev.csv
 - AIConfigurator's silicon sample (ai-dynamo/aiconfigurator, InferenceX database dump of
-  2026-04): /work/shared/data/aiconfigurator/silicon_sample_dev.csv
+  2026-04): ../shared/data/aiconfigurator/silicon_sample_dev.csv
 
 Every mappable row is an anchor row. One anchor per (stack, replica layout) and corpus;
 when both corpora anchor the same kernel set and layout, the one with more decode batches
@@ -34,8 +34,11 @@ from predictor.corpus_assemble import build_anchors
 from predictor.corpus_host import HOST_BY_ENGINE, fit_host_constants
 from predictor.corpus_refine import refine
 
+# The public data folder laid beside the checkout (read-only; build time only).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path("/work/shared/data")
+DATA = SHARED_DATA
 CORPORA = (
     (DATA / "inferencex" / "fixed_seq_runs_dev.csv", "inferencex",
      "InferenceX results, Apache-2.0 (SemiAnalysisAI/InferenceX)"),

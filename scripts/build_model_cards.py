@@ -7,7 +7,7 @@ copied from the record's `derived` block for checking only (tests compare it wit
 count derived from the card's architecture).
 
 Usage: python scripts/build_model_cards.py [SOURCE_DIR] [--check]
-(SOURCE_DIR defaults to /work/shared/data/models; --check only reports differences.)
+(SOURCE_DIR defaults to ../shared/data/models; --check only reports differences.)
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ sys.path.insert(0, str(REPO))
 from predictor.card_builder import card_from_hf_config  # noqa: E402
 from predictor.model_card import CardSource, ModelCard  # noqa: E402
 
-DEFAULT_SOURCE = Path("/work/shared/data/models")
+# The public data folder laid beside the checkout (read-only; build time only).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+DEFAULT_SOURCE = SHARED_DATA / "models"
 OUT_DIR = REPO / "predictor" / "data" / "models"
 
 # Hugging Face ids (the records name the model, not always its repository), plus the

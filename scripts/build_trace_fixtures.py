@@ -1,6 +1,6 @@
 """Copy small public trace fixtures into predictor/data/traces/ (tests, benchmarks, demos).
 
-Nothing under /work/shared is read at run time; this script records where each fixture
+Nothing under ../shared is read at run time; this script records where each fixture
 came from in predictor/data/traces/SOURCES.json:
 - 3 agentic coding sessions (two with subagent groups), Apache-2.0, WEKA /
   callanjfox/kv-cache-tester;
@@ -9,7 +9,7 @@ came from in predictor/data/traces/SOURCES.json:
 - Vidur's processed Splitwise conversation trace (MIT, microsoft/vidur; Azure LLM
   inference traces, CC-BY).
 
-Run: python scripts/build_trace_fixtures.py [--shared /work/shared/data/traces]
+Run: python scripts/build_trace_fixtures.py [--shared ../shared/data/traces]
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import json
 import os
 import shutil
 from pathlib import Path
+
+# The public data folder laid beside the checkout (read-only; build time only).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "predictor" / "data" / "traces"
@@ -33,7 +36,7 @@ SOURCES = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=os.environ.get("INFERASIM_SHARED_TRACES", "/work/shared/data/traces"))
+    parser.add_argument("--shared", default=os.environ.get("INFERASIM_SHARED_TRACES", str(SHARED_DATA / "traces")))
     shared = Path(parser.parse_args().shared)
     OUT.mkdir(parents=True, exist_ok=True)
     manifest = {}

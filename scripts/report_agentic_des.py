@@ -24,7 +24,10 @@ from predictor.predict import step_model_for
 from predictor.sim import load_trace, memory_capacity, simulate
 from predictor.target import resolve_target
 
-DEFAULT_SESSIONS = os.environ.get("INFERASIM_SHARED_TRACES", "/work/shared/data/traces") + "/agentic-coding"
+# The public data folder laid beside the checkout (read-only; build time only).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+DEFAULT_SESSIONS = os.environ.get("INFERASIM_SHARED_TRACES", str(SHARED_DATA / "traces")) + "/agentic-coding"
 CONCURRENCIES = (4, 16)
 POOL_TOKENS = (1_000_000, 2_000_000, 4_000_000, None)     # None: the memory model's pool
 
