@@ -280,8 +280,18 @@ class AnchoredStepModel:
             terms["speculation"] = (transfer.interpolate_linear(equivalent, self._batches, self._steps)
                                     - transfer.interpolate_linear(micro, self._batches, self._steps))
         terms["pipeline"] = self._pipeline_us(batch, micro, stages)
-        terms["slope"] = self._curve(micro, self._slopes) if self._slopes else 0.0
+        terms["slope"] = self._slope(micro) if self._slopes else 0.0
         return terms
+
+    def _slope(self, batch: int) -> float:
+        """The context slope at `batch` (§3.4). Inside the sweep it is read like the
+        step; above the largest measured batch it grows in proportion to the batch (every
+        running request reads its own KV), not along the line through the last two
+        points: two noisy slopes extrapolated linearly can dwarf the step itself."""
+        largest = self._batches[-1]
+        if batch <= largest:
+            return self._curve(batch, self._slopes)
+        return self._slopes[-1] * batch / largest
 
     def _pipeline_us(self, clients: int, micro: int, stages: int) -> float:
         """Eq. 4 (METHOD §3.6) beyond the full-depth forward."""

@@ -230,3 +230,22 @@ def test_the_default_eq1_variant_is_the_one_that_scored_better():
 
     default = inspect.signature(AnchoredStepModel).parameters["fixed_cost"].default
     assert default is FixedCost.SPLIT_WEIGHT_READ
+
+
+def test_context_slope_above_the_sweep_grows_with_the_batch_not_along_the_last_segment():
+    """METHOD §3.4: above the largest measured batch the slope is the last one scaled by
+    batch / largest, so a noisy last segment cannot swing the step."""
+    base = make_anchor()
+    sweep = base.decode_sweep
+    second = tuple(t + 0.001 * b * 1000 for b, t in zip(BATCHES, sweep.itl_ms))   # +1 us/token/request
+    noisy = list(second)
+    noisy[-2] = sweep.itl_ms[-2] + 0.0001   # the next-to-last slope collapses to ~0
+    anchor = base.model_copy(update={"decode_sweep": sweep.model_copy(
+        update={"second_prompt_tokens": sweep.prompt_tokens + 1000, "second_itl_ms": tuple(noisy)})})
+    step = model(anchor=anchor, graph_capture="none")
+    largest = BATCHES[-1]
+    last_slope_us = (noisy[-1] - sweep.itl_ms[-1]) * 1000 / 1000      # us per token of context
+    above = 2 * largest
+    # One token of context less at twice the largest batch: the slope doubles, no more.
+    delta = step.decode_us(above, sweep.prompt_tokens) - step.decode_us(above, sweep.prompt_tokens - 1)
+    assert delta == pytest.approx(last_slope_us * above / largest, rel=1e-6)
