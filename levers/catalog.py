@@ -101,7 +101,7 @@ class Lever:
                 if value != int(value):
                     raise ValueError
                 value = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
             raise InputError(self.name, f"'{raw}' is not a valid value", self.accepted_text()) from None
         low, high = self.bounds
         if not low <= value <= high:

@@ -64,6 +64,7 @@ def test_parse_config_text_merges_left_to_right():
     ("tp=3", "'3' is not a legal value"),
     ("kv_memory_fraction=0.95", "out of range"),
     ("max_running_requests=abc", "not a valid value"),
+    ("max_running_requests=inf", "not a valid value"),
     ("fusions=norm_quant+turbo", "unknown fusion 'turbo'"),
     ("decode_layout=TP8/XX2", "cannot parse"),
 ])
