@@ -93,9 +93,7 @@ def budget(session: "SearchSession") -> str:
 
 
 def describe(config: Configuration | None, base: Configuration | None) -> str:
-    if config is None:
-        return "(not applied)"
-    return config.describe(base) if base is not None else config.describe()
+    return "(not applied)" if config is None else config.describe(base)
 
 
 def trial_line(trial: Trial, base: Configuration | None) -> str:

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from agent.cli_app import EXIT_USER_ERROR, app, cli_errors, console, err_console, print_json
+from agent.commands_info import JsonOpt
 from predictor.anchor import Anchor
 from predictor.anchor_check import INVALID, REFUSED, check_anchors, coverage_summary
 from predictor.anchor_store import AnchorStore, StoredAnchor
@@ -18,7 +19,6 @@ from levers.catalog import parse_engine
 anchors_app = typer.Typer(help="The anchor cache: list, show and check anchors.", no_args_is_help=True)
 app.add_typer(anchors_app, name="anchors")
 
-JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 
 
 def _row(item: StoredAnchor) -> dict:

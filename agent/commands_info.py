@@ -10,7 +10,7 @@ from rich.table import Table
 
 from agent.cli_app import app, cli_errors, console, print_json
 from levers.catalog import LEVERS, Engine, parse_engine
-from levers.configuration import Configuration, parse_config_text
+from levers.configuration import Configuration, parse_config_text, parse_partial
 from objectives.objectives import list_objectives
 from predictor.cards import list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for
@@ -116,8 +116,12 @@ def objectives(json_out: bool = JsonOpt) -> None:
     console.print(table)
 
 
-def _configuration(config: list[str] | None) -> Configuration:
-    return Configuration().with_changes(parse_config_text(config))
+def configuration_from_options(config: list[str] | None, concurrency: int | None = None) -> Configuration:
+    """``--config`` pairs over the lever defaults; ``--concurrency`` (when given) wins."""
+    partial = parse_config_text(config)
+    if concurrency is not None:
+        partial.update(parse_partial({"concurrency": concurrency}))
+    return Configuration().with_changes(partial)
 
 
 @app.command("check")
@@ -126,7 +130,7 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
           config: Optional[list[str]] = ConfigOpt, json_out: bool = JsonOpt) -> None:
     """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not."""
     target = resolve_target(model, cluster, engine)
-    configuration = _configuration(config)
+    configuration = configuration_from_options(config)
     result = check_configuration(target.card, target.cluster, target.engine, configuration)
     if json_out:
         print_json({**target.to_json(), "config": configuration.to_dict(), **result.to_json()})
@@ -148,7 +152,7 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt,
            json_out: bool = JsonOpt) -> None:
     """Per-GPU memory: weights by component, KV per token, pool, largest concurrency."""
     target = resolve_target(model, cluster, "vllm")
-    breakdown = memory_for(target.card, target.cluster, _configuration(config), context)
+    breakdown = memory_for(target.card, target.cluster, configuration_from_options(config), context)
     data = breakdown.to_json()
     if json_out:
         return print_json({"model": target.card.name, "cluster": target.cluster.spec,

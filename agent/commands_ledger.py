@@ -11,14 +11,14 @@ import typer
 from rich.table import Table
 
 from agent.cli_app import app, cli_errors, console, print_json
+from agent.commands_info import JsonOpt
 from ledgers.review import best_record, compare, overview, rows
-from ledgers.store import load_ledger, resolve_ledger
+from ledgers.store import load_ledger
 from levers.configuration import configuration_from_dict
 
 ledger_app = typer.Typer(help="Review persisted ledgers (one per search).", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
 
-JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 LedgerArg = typer.Argument(..., help="Ledger path, search id, or a unique prefix of the id.")
 DEFAULT_SHOWN = 10
 
@@ -99,7 +99,7 @@ def best_command(ledger: str = LedgerArg, json_out: bool = JsonOpt) -> None:
 def compare_command(first: str = typer.Argument(..., help="First ledger."),
                     second: str = typer.Argument(..., help="Second ledger."), json_out: bool = JsonOpt) -> None:
     """Two searches side by side: question, outcome, and how their best configurations differ."""
-    data = compare(load_ledger(resolve_ledger(first)), load_ledger(resolve_ledger(second)))
+    data = compare(load_ledger(first), load_ledger(second))
     if json_out:
         return print_json(data)
     table = Table(title="Ledger comparison")

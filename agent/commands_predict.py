@@ -13,24 +13,18 @@ import typer
 from rich.table import Table
 
 from agent.cli_app import app, cli_errors, console, print_json
-from agent.commands_info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt
-from levers.configuration import Configuration, parse_config_text
+from agent.commands_info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
+from levers.configuration import Configuration
 from predictor.prediction import Prediction
 from predictor.predict import default_store, predict
 from predictor.target import Target, resolve_target
+from predictor.units import US_PER_MS
 from predictor.workload import parse_workload
 
 
 def target_with_default_engine(model: str, cluster: str | None, engine: str | None) -> Target:
     """PRODUCT.md §2: the first engine with an anchor for the model there, else vllm."""
     return resolve_target(model, cluster, engine, has_anchor=default_store().has_anchor)
-
-
-def configuration_from_options(config: list[str] | None, concurrency: int | None = None) -> Configuration:
-    partial = parse_config_text(config)
-    if concurrency is not None:
-        partial.update(parse_config_text(f"concurrency={concurrency}"))
-    return Configuration().with_changes(partial)
 
 
 @app.command("predict")
@@ -81,8 +75,8 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
                       f"KV pool {memory['kv_pool_per_gpu_gb']:.1f} GB, max concurrency {memory['max_concurrency']}")
     step = result.breakdown.get("decode_step")
     if step:
-        terms = ", ".join(f"{k} {v / 1000:.2f}" for k, v in step.items() if k != "total_us" and v)
-        console.print(f"decode step {step['total_us'] / 1000:.2f} ms = {terms} (ms)", markup=False)
+        terms = ", ".join(f"{k} {v / US_PER_MS:.2f}" for k, v in step.items() if k != "total_us" and v)
+        console.print(f"decode step {step['total_us'] / US_PER_MS:.2f} ms = {terms} (ms)", markup=False)
     for item in result.fusion_opportunities:
         console.print(f"fusion opportunity: {item.get('name')} saves {item.get('saving_us', 0):.1f} us "
                       f"({100 * item.get('share', 0):.1f}% of the decode step)", markup=False)

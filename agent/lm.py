@@ -35,6 +35,7 @@ from dspy.adapters.types.tool import ToolCalls  # noqa: E402
 
 from agent.redact import redact  # noqa: E402
 from levers.errors import InputError  # noqa: E402
+from predictor.units import MS_PER_S  # noqa: E402
 
 LM_ENV = "INFERASIM_LM"
 LM_BASE_URL_ENV = "INFERASIM_LM_BASE_URL"
@@ -175,7 +176,7 @@ class LmRuntime:
         record = {
             "role": role, "outcome": str(Outcome.OK if error is None else classify(error)),
             "message": None if error is None else _message(error),
-            "started_at": started_at, "wall_ms": round((time.perf_counter() - started) * 1000.0, 1),
+            "started_at": started_at, "wall_ms": round((time.perf_counter() - started) * MS_PER_S, 1),
             "num_requests": max(0, requests),
         }
         return result, record

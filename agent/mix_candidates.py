@@ -81,8 +81,6 @@ class WithDistribution:
         return self.predict_fn(target, config, workload, **{**options, "need_distribution": True})
 
 
-
-
 def search_context(target: Target, workload: WorkloadSpec, predict_fn: Callable[..., Any] | None = None,
                    seed: int = 0, num_requests: int | None = None) -> SearchContext:
     return SearchContext(

@@ -29,10 +29,10 @@ from objectives.objectives import LATENCY_STATS
 from objectives.slo import SLO
 from predictor.cards import load_card
 from predictor.hardware import DEFAULT_CLUSTER, parse_cluster
+from predictor.units import MS_PER_S
 from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
 
 AUTO = "auto"
-MS_PER_S = 1000.0
 TTFT_CAP_SHARE = 0.5  # METHOD §7: predicted TTFT must be at most half the cap
 Stat = Literal["mean", "p50", "p90", "p95", "p99", "p999"]
 

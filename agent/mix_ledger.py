@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.mix_candidates import RANKING_OBJECTIVE, CandidateTask
+from agent.recorder import summary, trial_stats
 from agent.scoring import Trial, with_index
+from agent.session import LlmNotes
 from ledgers.model import SCHEMA_VERSION
 from ledgers.store import SUFFIX, LedgerWriter, ledgers_dir
 from objectives.objectives import resolve_objective
@@ -76,26 +78,11 @@ def _record(task: CandidateTask, trial: Trial) -> dict[str, Any]:
     return record
 
 
-def _summary(trial: Trial) -> dict[str, Any]:
-    return {"index": trial.index, "phase": str(trial.phase), "configuration": trial.config.to_dict(),
-            "objective_value": trial.objective_value, "slo_met": trial.slo_met,
-            "miss_distance": trial.miss_distance, "mode": trial.mode, "anchor_id": trial.anchor_id,
-            "flags": list(trial.flags)}
-
-
 def _tail(trials: list[Trial], wall_s: float) -> dict[str, Any]:
-    priced = [t for t in trials if t.priced]
-    best = max(priced, key=lambda t: (t.score, -t.index), default=None)
-    predict_ms = sum(t.wall_ms for t in trials)
+    best = max((t for t in trials if t.priced), key=lambda t: (t.score, -t.index), default=None)
     return {
-        "best": _summary(best) if best else None, "nearest_misses": [], "stop_reason": STOP_REASON,
-        "llm": {"rationale": None, "hypotheses": [], "polish_plan": None, "scratchpad": [],
-                "what_worked": [], "follow_ups": [], "calls": [], "phase_end_reason": None},
-        "stats": {"num_trials": len(trials), "num_legal": sum(t.legal for t in trials),
-                  "num_priced": len(priced), "num_rejected": sum(not t.legal for t in trials),
-                  "num_duplicates": 0, "wall_s": round(wall_s, 3),
-                  "trials_per_s": round(len(trials) / wall_s, 3) if wall_s > 0 else 0.0,
-                  "predict_wall_ms": round(predict_ms, 3)},
+        "best": summary(best) if best else None, "nearest_misses": [], "stop_reason": STOP_REASON,
+        "llm": LlmNotes().to_json(), "stats": trial_stats(trials, wall_s),
     }
 
 

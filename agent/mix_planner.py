@@ -16,7 +16,6 @@ prints nothing.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -34,6 +33,7 @@ from agent.mix_candidates import (
 )
 from agent.mix_config import MixSpec, ModelPlan, Tier
 from agent.mix_ledger import write_plan_ledgers
+from agent.pricing import available_cores
 from agent.mix_selection import SlotChoice, choose
 from agent.scoring import Trial
 from levers.configuration import Configuration
@@ -94,14 +94,6 @@ class MixReport:
         }
 
 
-def default_workers() -> int:
-    """All local cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # platforms without affinity masks
-        return max(1, os.cpu_count() or 1)
-
-
 def default_predict_fn() -> Callable[..., Any]:
     """The real predictor (a module-level function, so worker processes can receive it)."""
     return predict
@@ -117,7 +109,7 @@ def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, see
     per_entry, excluded = build_tasks(spec, lookup)
     unique = tuple(unique_tasks(per_entry.values()))
     settings = EvalSettings(predict_fn or default_predict_fn(), seed, max_requests)
-    workers = workers or default_workers()
+    workers = workers or available_cores()
     trials = evaluate_all(unique, settings, workers, progress)
     slots = tuple(
         Slot(entry, spec.tiers[name], choose(spec.tiers[name],

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.mix_candidates import CandidateTask
-from agent.mix_config import MS_PER_S, Tier
+from agent.mix_config import Tier
 from agent.scoring import Trial
 from objectives.slo import SloCheck, check_all, miss_distance
+from predictor.units import MS_PER_S
 
 BAND_SHARE = 0.05       # qualifiers within 5% of the best throughput per GPU compete on headroom
 SHORT_LIST_SIZE = 5

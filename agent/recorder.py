@@ -12,10 +12,9 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.fidelity import fidelity_json
-from agent.lm import LmSettings
 from agent.ranking import meets_slos
 from agent.redact import redact, redact_argv
 from agent.scoring import Phase, SearchContext, Stage, Trial
@@ -23,6 +22,9 @@ from agent.session import SearchSession
 from ledgers.model import Ledger, TrialRecord
 from ledgers.store import LedgerWriter, ledgers_dir
 from levers.configuration import Configuration, configuration_from_dict
+
+if TYPE_CHECKING:  # annotations only: plan-mix writes ledgers without loading DSPy
+    from agent.lm import LmSettings
 
 NEAREST_MISSES = 5
 
@@ -90,16 +92,19 @@ class LedgerRecorder:
         }
 
     def stats(self, session: SearchSession) -> dict[str, Any]:
-        trials = session.trials
-        wall_s = self.previous_wall_s + time.perf_counter() - self.started
-        return {
-            "num_trials": len(trials), "num_legal": sum(t.legal for t in trials),
-            "num_priced": sum(t.priced for t in trials),
-            "num_rejected": sum(not t.legal for t in trials),
-            "num_duplicates": sum(t.duplicate_of is not None for t in trials),
-            "wall_s": round(wall_s, 3), "trials_per_s": round(len(trials) / wall_s, 3) if wall_s > 0 else 0.0,
-            "predict_wall_ms": round(sum(t.wall_ms for t in trials), 3),
-        }
+        return trial_stats(session.trials, self.previous_wall_s + time.perf_counter() - self.started)
+
+
+def trial_stats(trials: list[Trial], wall_s: float) -> dict[str, Any]:
+    """The ledger's ``stats`` block for ``trials`` priced in ``wall_s`` seconds."""
+    return {
+        "num_trials": len(trials), "num_legal": sum(t.legal for t in trials),
+        "num_priced": sum(t.priced for t in trials),
+        "num_rejected": sum(not t.legal for t in trials),
+        "num_duplicates": sum(t.duplicate_of is not None for t in trials),
+        "wall_s": round(wall_s, 3), "trials_per_s": round(len(trials) / wall_s, 3) if wall_s > 0 else 0.0,
+        "predict_wall_ms": round(sum(t.wall_ms for t in trials), 3),
+    }
 
 
 def summary(trial: Trial) -> dict[str, Any]:

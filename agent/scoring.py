@@ -30,6 +30,7 @@ from agent.guards import config_guard_reasons
 from levers.configuration import Configuration
 from objectives.objectives import Objective
 from objectives.slo import SLO, check_all, miss_distance, needs_distribution
+from predictor.units import MS_PER_S
 
 if TYPE_CHECKING:  # the predictor is reached through the injected functions only
     from predictor.feasibility import Feasibility
@@ -236,4 +237,4 @@ def _check_json(check: Any) -> dict[str, Any]:
 
 
 def _ms_since(started: float) -> float:
-    return (time.perf_counter() - started) * 1000.0
+    return (time.perf_counter() - started) * MS_PER_S

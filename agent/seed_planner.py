@@ -24,6 +24,7 @@ from agent.scoring import SearchContext
 from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
 from levers.configuration import Configuration
 from levers.errors import InputError
+from levers.legality import effective_activation_dtype
 
 # Ladders for ranged levers (values a first search should try; the LLM may go further).
 CONCURRENCY_LADDER = (1, 4, 16, 32, 64, 128, 256, 512, 1024)
@@ -90,13 +91,9 @@ def baseline(context: SearchContext) -> Configuration:
 def _dtype_choices(context: SearchContext) -> list[tuple[str | None, str | None]]:
     """(weight, expert) overrides: the checkpoint's first, then narrower validated ones."""
     probe = Configuration()
-    choices: list[tuple[str | None, str | None]] = []
     weights = _precision_options(context, probe, "weight_dtype")
     experts = _precision_options(context, probe, "expert_dtype") if context.target.card.is_moe else [None]
-    for weight in weights:
-        for expert in experts:
-            choices.append((weight, expert))
-    return choices
+    return [(weight, expert) for weight in weights for expert in experts]
 
 
 def _precision_options(context: SearchContext, probe: Configuration, lever: str) -> list[str | None]:
@@ -119,28 +116,19 @@ class SeedPlanner:
 
     def seeds(self, start: Configuration, incumbent: Callable[[], Configuration | None] = lambda: None,
               seen: Callable[[Configuration], bool] = lambda config: False) -> Iterator[Seed]:
-        """Baseline ``start``, its one-lever moves, then rounds around ``incumbent()``."""
-        yielded: set[Configuration] = set()
-        if not seen(start) and self.legal(start):
-            yielded.add(start)
-            yield Seed(start, start.diff(Configuration()), "baseline")
-        centre, centres = start, {start}
-        while True:
-            yield from self._round(centre, yielded, seen)
-            centre = incumbent()
-            if centre is None or centre in centres:
-                return
-            centres.add(centre)
+        """Baseline ``start``, its one-lever moves, then rounds around ``incumbent()``:
+        the rounds of :meth:`rounds`, one seed at a time."""
+        for seeds in self.rounds(start, incumbent, seen):
+            yield from seeds
 
     def rounds(self, start: Configuration, incumbent: Callable[[], Configuration | None] = lambda: None,
                seen: Callable[[Configuration], bool] = lambda config: False) -> Iterator[list[Seed]]:
-        """The seeds of :meth:`seeds`, one list per round (the baseline opens round 0).
+        """The seeds, one list per round (the baseline opens round 0).
 
         A round is listed when it is asked for, so the caller prices a whole round at
         once (in parallel) and must record it before asking for the next: the next
         centre is ``incumbent()`` then. Seeds ``seen`` after their round was listed (an
-        LLM phase in between) are the caller's to skip; then the order and contents
-        equal :meth:`seeds`'s.
+        LLM phase in between) are the caller's to skip.
         """
         yielded: set[Configuration] = set()
         first: list[Seed] = []
@@ -227,8 +215,7 @@ class SeedPlanner:
         if lever in ("weight_dtype", "expert_dtype"):
             return effective_dtype(self.context, config, lever)
         if lever == "activation_dtype":
-            weight = effective_dtype(self.context, config, "weight_dtype")
-            return config.activation_dtype or ("bf16" if weight == "fp4" else weight)
+            return effective_activation_dtype(config, self.card)
         return config.kv_cache_dtype or str(self.card.native_dtypes.kv_cache)
 
     def _load(self, base: Configuration) -> Iterator[Partial]:

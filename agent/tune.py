@@ -96,8 +96,6 @@ class TuneResult:
         return any(t.mode == "rank-only" for t in ([self.best] if self.best else self.outcome.nearest_misses[:1]))
 
 
-
-
 def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
                   check_fn: CheckFn | None = None, store=None) -> SearchContext:
     """Validate the question and bind it to the predictor."""
@@ -120,9 +118,8 @@ def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
 
 def _settings(request: TuneRequest, budget: int) -> SearchSettings:
     base = SearchSettings(budget=budget, no_llm=request.no_llm)
-    return SearchSettings(budget=budget, no_llm=request.no_llm, seed_share=base.seed_share,
-                          max_cycles=request.max_cycles or base.max_cycles,
-                          max_steps=request.max_steps or base.max_steps)
+    return replace(base, max_cycles=request.max_cycles or base.max_cycles,
+                   max_steps=request.max_steps or base.max_steps)
 
 
 def _check_budget(budget: int) -> int:

@@ -8,10 +8,10 @@ means "the engine default" (backends, block size) or "the checkpoint's dtype"
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Mapping
 
-from levers.catalog import LEVER_NAMES, get_lever, parse_layout
+from levers.catalog import get_lever, parse_layout
 from levers.errors import InputError
 
 
@@ -87,7 +87,9 @@ class Configuration:
 
     # --- conversion -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """Every lever by name (JSON-ready: ``fusions`` as a list). Written per trial to the
+        ledger, so a flat read of the fields, not ``dataclasses.asdict``'s deep copy."""
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}
         data["fusions"] = list(self.fusions)
         return data
 
@@ -97,27 +99,25 @@ class Configuration:
 
     def diff(self, other: "Configuration") -> dict[str, Any]:
         """Levers whose value differs in ``self`` relative to ``other``."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) != getattr(other, f.name)}
+        return {name: getattr(self, name) for name in _FIELD_NAMES
+                if getattr(self, name) != getattr(other, name)}
 
     def describe(self, base: "Configuration | None" = None) -> str:
         """Compact ``k=v,...`` of what differs from ``base`` (default: the defaults)."""
         changed = self.diff(base or Configuration())
         return ",".join(f"{k}={format_value(v)}" for k, v in changed.items()) or "defaults"
 
-    def key(self) -> tuple:
-        """Hashable identity (the dataclass is hashable already; kept for clarity)."""
-        return tuple(getattr(self, name) for name in LEVER_NAMES)
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Configuration))
 
 
 def normalise(config: Configuration) -> Configuration:
     """One convention everywhere: a disaggregated deployment's top-level tp/ep/dp
-    describe its decode pool, and a colocated one carries no pool levers."""
-    if config.disaggregated:
-        if config.decode_layout:
-            tp, ep, dp = parse_layout(config.decode_layout)
-            return replace(config, tp=tp, ep=ep, attention_dp=dp)
-        return config
+    describe its decode pool (a colocated one with pool levers set is left for
+    :mod:`levers.legality` to reject)."""
+    if config.disaggregated and config.decode_layout:
+        tp, ep, dp = parse_layout(config.decode_layout)
+        return replace(config, tp=tp, ep=ep, attention_dp=dp)
     return config
 
 
