@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from predictor.step import StepModel
+from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
 
 ITERATIONS = 12
 TOKENIZE_US_PER_TOKEN = 8.0   # METHOD §3.12: 5-11 us per prompt token (midpoint)
@@ -65,14 +66,15 @@ class SteadyState:
         gpus = load.gpus
         ttft = self.ttft_ms + host_ms
         e2e = self.e2e_ms + host_ms
-        metrics = {
+        tokens_per_s = MS_PER_S / self.tpot_ms
+        return {
             "ttft_ms_mean": ttft, "ttft_ms_p50": ttft,
             "ttft_admission_ms_mean": self.ttft_admission_ms + host_ms,
             "tpot_ms_mean": self.tpot_ms, "tpot_ms_p50": self.tpot_ms,
             "itl_ms_mean": self.itl_ms, "itl_ms_p50": self.itl_ms,
             "e2e_ms_mean": e2e, "e2e_ms_p50": e2e,
-            "interactivity_mean": 1000.0 / self.tpot_ms, "interactivity_p50": 1000.0 / self.tpot_ms,
-            "generation_rate": 1000.0 / self.tpot_ms,
+            "interactivity_mean": tokens_per_s, "interactivity_p50": tokens_per_s,
+            "generation_rate": tokens_per_s,
             "output_throughput_per_gpu": out_rate / gpus,
             "input_throughput_per_gpu": in_rate / gpus,
             "throughput_per_gpu": (out_rate + in_rate) / gpus,
@@ -83,7 +85,6 @@ class SteadyState:
             "mixed_decode_step_ms": self.mixed_step_ms,
             "tpot_pollution": self.step_ms / self.decode_step_ms if self.decode_step_ms else 1.0,
         }
-        return metrics
 
 
 def chunks(isl: int, chunk_tokens: int) -> list[tuple[int, int]]:
@@ -95,13 +96,14 @@ def chunks(isl: int, chunk_tokens: int) -> list[tuple[int, int]]:
 def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: int, ctx: float) -> tuple[float, float]:
     """(sum over chunks of the mixed-step time, sum of marginal cost over decode)."""
     base = model.decode_us(batch, ctx) if batch > 0 else 0.0
+    pieces = chunks(isl, chunk_tokens)
     mixed_total = 0.0
-    for tokens, prior in chunks(isl, chunk_tokens):
+    for tokens, prior in pieces:
         if batch > 0:
             mixed_total += model.mixed_us(tokens, batch, ctx, prior)
         else:
             mixed_total += model.prefill_us(tokens, 1, prior)
-    return mixed_total, mixed_total - base * len(chunks(isl, chunk_tokens))
+    return mixed_total, mixed_total - base * len(pieces)
 
 
 def steady_state(model: StepModel, load: Load) -> SteadyState:
@@ -126,33 +128,33 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         if closed:
             busy_share = None
         else:
-            busy_share = rate_per_s * marginal_us / 1e6
+            busy_share = rate_per_s * marginal_us / US_PER_S
             if busy_share >= 0.95:
                 overloaded, busy_share = True, 0.95
         step_us = _step_us(decode_us, marginal_us, others, osl_steps, busy_share)
         admission_ttft_us = mixed_total_us
         e2e_us = admission_ttft_us + osl_steps * step_us
         if closed:
-            rate_per_s = in_system / (e2e_us / 1e6)
+            rate_per_s = in_system / (e2e_us / US_PER_S)
             running = in_system * (osl_steps * step_us) / e2e_us if e2e_us else 0.0
         else:
-            running = min(cap, rate_per_s * osl_steps * step_us / 1e6)
+            running = min(cap, rate_per_s * osl_steps * step_us / US_PER_S)
             if running >= cap:
                 overloaded = True
     queue_us = 0.0
     if closed and load.concurrency > cap:
         # Little's law over the whole closed loop: clients beyond the cap wait.
-        queue_us = (load.concurrency - cap) / rate_per_s * 1e6 if rate_per_s else 0.0
+        queue_us = (load.concurrency - cap) / rate_per_s * US_PER_S if rate_per_s else 0.0
     elif not closed:
         queue_us = step_us / 2.0  # an open-loop arrival waits for the running step to end
     mixed_one_us = model.mixed_us(min(load.chunk_tokens, load.isl), max(1, round(running)), ctx)
-    steps_per_s = 1e6 / step_us
+    steps_per_s = US_PER_S / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / steps_per_s) if steps_per_s else 0.0
     return SteadyState(
-        ttft_ms=(admission_ttft_us + queue_us) / 1000.0, ttft_admission_ms=admission_ttft_us / 1000.0,
-        tpot_ms=step_us / L / 1000.0, itl_ms=step_us / 1000.0,
-        e2e_ms=(admission_ttft_us + queue_us + osl_steps * step_us) / 1000.0,
-        step_ms=step_us / 1000.0, decode_step_ms=decode_us / 1000.0, mixed_step_ms=mixed_one_us / 1000.0,
+        ttft_ms=(admission_ttft_us + queue_us) / US_PER_MS, ttft_admission_ms=admission_ttft_us / US_PER_MS,
+        tpot_ms=step_us / L / US_PER_MS, itl_ms=step_us / US_PER_MS,
+        e2e_ms=(admission_ttft_us + queue_us + osl_steps * step_us) / US_PER_MS,
+        step_ms=step_us / US_PER_MS, decode_step_ms=decode_us / US_PER_MS, mixed_step_ms=mixed_one_us / US_PER_MS,
         running=running, requests_per_s=rate_per_s, mixed_step_fraction=mixed_fraction, overloaded=overloaded,
     )
 
@@ -190,7 +192,7 @@ def benchmark_ttft_ms(model: StepModel, load: Load, state: SteadyState, requests
     request of each client meets the first wave (and any one-off start-up stall its
     anchor measured), the others the steady state."""
     wave_share = 1.0 / max(1, requests_per_client)
-    wave_ms = first_wave_ttft_us(model, load) / 1000.0 + getattr(model, "first_wave_stall_ms", 0.0)
+    wave_ms = first_wave_ttft_us(model, load) / US_PER_MS + getattr(model, "first_wave_stall_ms", 0.0)
     return wave_share * max(wave_ms, state.ttft_admission_ms) + (1.0 - wave_share) * state.ttft_ms
 
 
@@ -219,8 +221,8 @@ def host_time_ms(model: StepModel, isl: int) -> float:
     fixed = getattr(model, "host_time_ms", None)
     per_token = getattr(model, "host_us_per_prompt_token", None)
     if fixed is None:
-        return HOST_BASE_MS + TOKENIZE_US_PER_TOKEN * isl / 1000.0
-    return fixed + (per_token or 0.0) * isl / 1000.0
+        return HOST_BASE_MS + TOKENIZE_US_PER_TOKEN * isl / US_PER_MS
+    return fixed + (per_token or 0.0) * isl / US_PER_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +250,7 @@ def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools
         single_us = sum(prefill_model.prefill_us(n, 1, prior)
                         for n, prior in chunks(isl, pools.prefill_budget_tokens))
         service_us, prompts_per_step = single_us, 1
-    prefill_capacity = pools.prefill.replicas * prompts_per_step / (service_us / 1e6)
+    prefill_capacity = pools.prefill.replicas * prompts_per_step / (service_us / US_PER_S)
     per_replica_cap = max(1, pools.decode.running_cap)
     decode_cap = per_replica_cap * pools.decode.replicas
     running = min(total_concurrency / pools.decode.replicas, per_replica_cap)
@@ -258,20 +260,18 @@ def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools
         wait_us = utilisation / (2 * (1 - utilisation)) * service_us
         ttft_us = wait_us + single_us + pools.handoff_us + step_us / 2.0
         e2e_us = ttft_us + osl_steps * step_us
-        rate = min(total_concurrency / (e2e_us / 1e6), prefill_capacity * 0.98,
-                   decode_cap / (max(osl_steps, 1e-9) * step_us / 1e6))
-        target = min(per_replica_cap, max(1.0, rate * osl_steps * step_us / 1e6 / pools.decode.replicas))
+        rate = min(total_concurrency / (e2e_us / US_PER_S), prefill_capacity * 0.98,
+                   decode_cap / (max(osl_steps, 1e-9) * step_us / US_PER_S))
+        target = min(per_replica_cap, max(1.0, rate * osl_steps * step_us / US_PER_S / pools.decode.replicas))
         running = 0.5 * running + 0.5 * target  # damped: the step depends on the batch
-    overloaded = False
-    if rate >= prefill_capacity * 0.97:
-        overloaded = True
+    overloaded = rate >= prefill_capacity * 0.97
     queue_us = 0.0
     if total_concurrency > decode_cap:
-        queue_us = (total_concurrency - decode_cap) / rate * 1e6
+        queue_us = (total_concurrency - decode_cap) / rate * US_PER_S
     state = SteadyState(
-        ttft_ms=(ttft_us + queue_us) / 1000.0, ttft_admission_ms=ttft_us / 1000.0,
-        tpot_ms=step_us / L / 1000.0, itl_ms=step_us / 1000.0, e2e_ms=(e2e_us + queue_us) / 1000.0,
-        step_ms=step_us / 1000.0, decode_step_ms=step_us / 1000.0, mixed_step_ms=step_us / 1000.0,
+        ttft_ms=(ttft_us + queue_us) / US_PER_MS, ttft_admission_ms=ttft_us / US_PER_MS,
+        tpot_ms=step_us / L / US_PER_MS, itl_ms=step_us / US_PER_MS, e2e_ms=(e2e_us + queue_us) / US_PER_MS,
+        step_ms=step_us / US_PER_MS, decode_step_ms=step_us / US_PER_MS, mixed_step_ms=step_us / US_PER_MS,
         running=running, requests_per_s=rate, mixed_step_fraction=0.0, overloaded=overloaded,
     )
     return state, rate
@@ -279,4 +279,4 @@ def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools
 
 def rate_guess(running: float, osl_steps: float, step_us: float, pools: PoolLoad) -> float:
     """Fleet request rate implied by ``running`` decoding requests per decode replica."""
-    return running * pools.decode.replicas / max(osl_steps * step_us / 1e6, 1e-9)
+    return running * pools.decode.replicas / max(osl_steps * step_us / US_PER_S, 1e-9)

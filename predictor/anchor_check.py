@@ -89,8 +89,9 @@ def _warnings(anchor: Anchor) -> list[str]:
     missing = sorted(set(sig.captured_sizes) - set(sweep.batch_sizes))
     if missing and sweep.is_full_sweep:
         warnings.append(f"marked full sweep but captured sizes {missing[:6]} were not measured")
-    if anchor.id != anchor_id_for(sig):
-        warnings.append(f"id is not derived from the signature (expected {anchor_id_for(sig)})")
+    expected_id = anchor_id_for(sig)
+    if anchor.id != expected_id:
+        warnings.append(f"id is not derived from the signature (expected {expected_id})")
     return warnings
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -32,6 +32,7 @@ from predictor.anchor_coverage import (
     WILDCARD_BACKEND, WILDCARD_BUILD, anchor_flags, cover_rank, coverage_gaps, is_foreign, near_rank,
 )
 from predictor.cards import ModelCard, inferasim_home
+from predictor.feasibility import pool_configs
 from predictor.hardware import Cluster
 from predictor.transfer import fit_prefill
 
@@ -121,12 +122,8 @@ def build_anchor(signature: Signature, decode_sweep: DecodeSweep, prefill_tokens
 def decode_layout(config: Configuration) -> Configuration:
     """The replica layout anchors are matched against: the decode pool when
     disaggregated (call with a pool's own configuration to match the prefill pool)."""
-    layouts = config.pool_layouts()
-    if layouts is None:
-        return config
-    tp, ep, dp = layouts[1]
-    return replace(config, disaggregated=False, tp=tp, ep=ep, attention_dp=dp,
-                   replicas=config.decode_replicas, prefill_layout=None, decode_layout=None)
+    pools = pool_configs(config)
+    return config if pools is None else pools[1]
 
 
 def signature_for(card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration, *,

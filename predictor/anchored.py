@@ -46,11 +46,12 @@ from predictor.hardware import Cluster
 from predictor.imbalance import imbalance_ratio
 from predictor.memory import memory_breakdown
 from predictor.model_card import ModelCard
+from predictor.operators import GB_PER_S_TO_BYTES_PER_US
 from predictor.simulate import SimulateStepModel, moe_share
 from predictor.speculation import acceptance_curve
 from predictor.step import Mode, StepCost
+from predictor.units import BYTES_PER_GB, US_PER_MS
 
-US_PER_MS = 1000.0
 CONTEXT_MISMATCH_RATIO = 1.5        # a context more than 1.5x from the anchor's is flagged (§3.4)
 PREFILL_GRID_MIN_TOKENS = 16        # EP/communication prefill terms: log2 grid from here
 NO_SPECULATION = "none"
@@ -86,7 +87,7 @@ def weight_read_us(card: ModelCard, cluster: Cluster, config: Configuration) -> 
     non-expert weight it holds, the LM head (not the input embedding) and `top_k / E` of
     its routed experts, over HBM bandwidth."""
     gpu = cluster.gpu
-    parts = memory_breakdown(card, hbm_bytes=int(gpu.hbm_gb * 1e9), vendor=gpu.vendor, tp=config.tp,
+    parts = memory_breakdown(card, hbm_bytes=int(gpu.hbm_gb * BYTES_PER_GB), vendor=gpu.vendor, tp=config.tp,
                              ep=config.ep, attention_dp=config.attention_dp, dcp=config.dcp,
                              weight_dtype=config.weight_dtype, expert_dtype=config.expert_dtype,
                              activation_dtype=config.activation_dtype).weights_by_component_bytes
@@ -94,7 +95,7 @@ def weight_read_us(card: ModelCard, cluster: Cluster, config: Configuration) -> 
     read += parts.get("embeddings", 0) / card.embedding_matrices()
     if card.is_moe:
         read += parts.get("routed_experts", 0) * card.top_k / card.num_experts
-    return read / (gpu.hbm_bandwidth_gbps * 1e3)
+    return read / (gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US)
 
 
 class AnchoredStepModel:
@@ -121,6 +122,9 @@ class AnchoredStepModel:
         self._target_comm: CommModel = build_comm_model(card, cluster, replace(config, pp=1))
         self._comm_changes = self._anchor_comm != self._target_comm
         self._hops = build_comm_model(card, cluster, config).hops_us
+        # the anchor's own Eq. 4 hops, when its PP width is neither 1 nor the target's
+        self._anchor_hops = (build_comm_model(card, cluster, replace(self._anchor_config, pp=sig.pp)).hops_us
+                             if 1 < sig.pp != max(1, config.pp) else None)
         self._breakdown_factory = breakdown_factory or SimulateStepModel
         self._breakdown_model = None
         self.tokens_per_step = self._tokens_per_step(acceptance)
@@ -157,7 +161,7 @@ class AnchoredStepModel:
         self._stages = 1 if pa == pt else pt
         if pa <= 1 or pa == pt:
             return sweep.batch_sizes, first, second
-        hops = build_comm_model(self.card, self.cluster, replace(self._anchor_config, pp=pa)).hops_us
+        hops = self._anchor_hops
         hop_us = self.cluster.gpu.pp_hop_overhead_us
         rows: dict[int, tuple[float, float | None]] = {}
         for index, clients in enumerate(sweep.batch_sizes):
@@ -381,8 +385,7 @@ class AnchoredStepModel:
         target = self._hops(num_tokens) + stages * hop_us if stages > 1 else 0.0
         if anchor_stages <= 1:
             return target
-        anchor_hops = build_comm_model(self.card, self.cluster, replace(self._anchor_config, pp=anchor_stages))
-        return target - (anchor_hops.hops_us(num_tokens) + anchor_stages * hop_us)
+        return target - (self._anchor_hops(num_tokens) + anchor_stages * hop_us)
 
     def prefill(self, num_tokens: int, num_seqs: int = 1, context_tokens: float = 0.0) -> StepCost:
         if num_tokens <= 0:
@@ -418,4 +421,6 @@ class AnchoredStepModel:
         decode = self.decode_us(decode_batch, context_tokens)
         if prefill_tokens <= 0:
             return decode
-        return decode + sum(self._prefill_marginal(prefill_tokens, prefill_context_tokens).values())
+        terms = self._prefill_terms(prefill_tokens, 1, prefill_context_tokens)
+        del terms["fixed"]
+        return decode + sum(terms.values())

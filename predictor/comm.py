@@ -18,8 +18,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-BYTES_PER_GB = 1e9
-US_PER_S = 1e6
+from predictor.units import BYTES_PER_GB, US_PER_S
 
 
 class Collective(StrEnum):

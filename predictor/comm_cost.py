@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from levers.configuration import Configuration
+from levers.legality import effective_activation_dtype
 from predictor.comm import Collective
 from predictor.hardware import Cluster, GpuProfile
 from predictor.model_card import ModelCard
@@ -168,13 +169,6 @@ class CommModel:
                                 mean_bytes * self.p2p_inter_us_per_byte)
 
 
-def _resolved_activation(card: ModelCard, config: Configuration) -> str:
-    if config.activation_dtype:
-        return config.activation_dtype
-    weight = config.weight_dtype or str(card.native_dtypes.weight)
-    return "fp8" if weight == "fp8" else "bf16"
-
-
 def _collective_or_inter(gpu: GpuProfile, name: str, inter: str, group: int, crosses: bool,
                          inter_share: float = 1.0) -> float:
     if group <= 1:
@@ -196,7 +190,7 @@ def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -
     dense_ar = AllReduceTier.build(gpu, dense_group, algorithm, dense_group > scale_up)
     backend = config.all_to_all_backend in EP_BACKENDS and ep > 1
     moe_ar = AllReduceTier.build(gpu, tp, algorithm, crosses) if (dp == 1 and not backend) else None
-    low_precision = _resolved_activation(card, config) in LOW_PRECISION
+    low_precision = effective_activation_dtype(config, card) in LOW_PRECISION
     width = card.expert_hidden_size * card.top_k
     a2a = _collective_or_inter(gpu, Collective.ALL_TO_ALL, Collective.ALL_TO_ALL_INTER, ep, ep > scale_up) if backend else 0.0
     gather_group = dp if (dp > 1 and not backend) else 1

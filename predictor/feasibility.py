@@ -15,6 +15,7 @@ from levers.legality import effective_activation_dtype, structural_reasons
 from predictor.cards import ModelCard
 from predictor.hardware import Cluster
 from predictor.memory import MemoryBreakdown, memory_breakdown
+from predictor.units import BYTES_PER_GB
 
 DEFAULT_CONTEXT_TOKENS = 2048
 
@@ -38,7 +39,7 @@ def memory_for(card: ModelCard, cluster: Cluster, config: Configuration,
                context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> MemoryBreakdown:
     """The memory model for the configuration's (decode/colocated) replica layout."""
     return memory_breakdown(
-        card, hbm_bytes=int(cluster.gpu.hbm_gb * 1e9), vendor=cluster.gpu.vendor,
+        card, hbm_bytes=int(cluster.gpu.hbm_gb * BYTES_PER_GB), vendor=cluster.gpu.vendor,
         tp=config.tp, pp=config.pp, ep=config.ep, attention_dp=config.attention_dp, dcp=config.dcp,
         weight_dtype=config.weight_dtype, expert_dtype=config.expert_dtype,
         activation_dtype=effective_activation_dtype(config, card), kv_cache_dtype=config.kv_cache_dtype,

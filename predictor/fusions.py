@@ -42,8 +42,9 @@ from functools import lru_cache
 from levers.catalog import FUSIONS, MOE_FUSIONS, QUANT_FED_FUSIONS
 from levers.configuration import Configuration
 from predictor.hardware import GpuProfile
+from predictor.memory import heads_per_rank
 from predictor.model_card import ModelCard
-from predictor.operators import GB_PER_S_TO_BYTES_PER_US, Precisions, heads_per_rank, resolve_precisions
+from predictor.operators import GB_PER_S_TO_BYTES_PER_US, Precisions, resolve_precisions
 
 NAMED_REALISED_FRACTION = 0.875
 GENERIC_REALISED_FRACTION = 0.75
@@ -109,7 +110,7 @@ def _savings(shape: _Shape, precisions: Precisions, enabled: frozenset[str]) -> 
     act = precisions.activation_bytes
     quant = 1 if precisions.is_low_precision_activation else 0
     routed_act_quant = 0 if "moe_expert" in enabled else 1
-    shared = 1 if shared_present(shape) else 0
+    shared = 1 if shape.shared_inner > 0 else 0
     act_rows = shape.dense_layers * shape.dense_inner + shape.moe_layers * shape.shared_inner
     return {
         "norm_quant": FusionSaving("norm_quant", 2 * shape.layers, 2 * shape.layers * 2 * shape.hidden * BF16_BYTES, 0.0),
@@ -126,10 +127,6 @@ def _savings(shape: _Shape, precisions: Precisions, enabled: frozenset[str]) -> 
         "rope_kvstore": FusionSaving("rope_kvstore", shape.softmax_layers,
                                      shape.softmax_layers * 2 * shape.rope_values * BF16_BYTES, 0.0),
     }
-
-
-def shared_present(shape: _Shape) -> bool:
-    return shape.shared_inner > 0
 
 
 def legal_fusions(card: ModelCard, precisions: Precisions) -> tuple[str, ...]:
@@ -151,8 +148,7 @@ class FusionPlan:
         """(launch, other-bytes, MoE-bytes) microseconds the enabled fusions remove."""
         launch = other = moe = 0.0
         for saving, fraction in self.enabled:
-            kernels_us, _ = saving.ideal_us(launch_us, bytes_per_us, 0.0, 0.0)
-            launch += fraction * kernels_us
+            launch += fraction * (saving.kernels_removed * launch_us)
             other += fraction * saving.bytes_per_rank_row * rank_rows / bytes_per_us
             moe += fraction * saving.bytes_per_moe_row * moe_rows / bytes_per_us
         return launch, other, moe

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from levers.catalog import Engine
+from predictor.units import BYTES_PER_GB, US_PER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ def handoff_us(backend: str, bytes_per_gpu: float, num_layers: int, link_gbps: f
     spec = BACKENDS[backend]
     exposed = bytes_per_gpu / max(1, num_layers) if spec.last_layer_only else bytes_per_gpu
     rate_gbps = min(spec.bandwidth_gbps, link_gbps)
-    return spec.floor_us + exposed / (rate_gbps * 1e9) * 1e6
+    return spec.floor_us + exposed / (rate_gbps * BYTES_PER_GB) * US_PER_S
 
 
 def link_gbps(total_gpus: int, scale_up_gpus: int, fabric_gbps: float, nic_gbps: float) -> float:

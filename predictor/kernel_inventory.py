@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 from levers.configuration import Configuration
 from predictor.comm_cost import EP_BACKENDS
+from predictor.memory import heads_per_rank
 from predictor.model_card import AttentionGroup, AttentionKind, ModelCard
-from predictor.operators import Precisions, heads_per_rank
+from predictor.operators import Precisions
 
 EAGER_CPU_US_PER_KERNEL = 25.0
 SAMPLING_KERNELS = 3

@@ -51,13 +51,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from levers.errors import InputError, accepted_list
+from predictor.hardware import FP4_BITS_PER_VALUE_BY_VENDOR
 from predictor.model_card import COMPONENTS, AttentionGroup, AttentionKind, Dtype, ModelCard
+from predictor.units import BYTES_PER_GB
 
-GB = 1e9
 HBM_LEGAL_FRACTION = 0.9
-FP4_BYTES = {"nvidia": 4.5 / 8, "amd": 4.25 / 8, "cpu": 5.0 / 8}  # cpu: GGUF Q4_1 (predictor.harvest.cpu)
+FP4_BYTES = {vendor: bits / 8 for vendor, bits in FP4_BITS_PER_VALUE_BY_VENDOR.items()}
 DTYPE_BYTES = {Dtype.BF16: 2.0, Dtype.FP8: 1.0}
-GRAPH_BASE_BYTES = 0.25 * GB
+GRAPH_BASE_BYTES = 0.25 * BYTES_PER_GB
 GRAPH_BYTES_PER_BATCH = 4e6
 GRAPH_CAPTURES = ("none", "piecewise", "full")
 RESIDUAL_BUFFERS = 4
@@ -96,7 +97,7 @@ class MemoryBreakdown:
         return self.context_tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence
 
     def to_json(self) -> dict:
-        gb = lambda value: round(value / GB, 3)  # noqa: E731
+        gb = lambda value: round(value / BYTES_PER_GB, 3)  # noqa: E731
         return {
             "weights_per_gpu_gb": gb(self.weights_bytes),
             "weights_by_component_gb": {k: gb(v) for k, v in self.weights_by_component_bytes.items()},
@@ -253,7 +254,8 @@ def _weights(card: ModelCard, layout: _Layout, w_bytes: float, e_bytes: float, e
 
 
 # -- KV cache and state ---------------------------------------------------------------
-def _heads_per_rank(heads: int, attention_tp: int) -> int:
+def heads_per_rank(heads: int, attention_tp: int) -> int:
+    """Heads one attention-TP rank holds: at least one once TP exceeds the heads."""
     return max(1, -(-heads // attention_tp))
 
 
@@ -272,7 +274,7 @@ def _cache(groups: tuple[AttentionGroup, ...], layout: _Layout, kv_bytes: float,
 def _group_cache(g: AttentionGroup, atp: int, kv_bytes: float, context: int) -> tuple[float, float, float]:
     """One layer of a group: (per-token KV, fixed window/compressor bytes, linear state)."""
     if g.kind is AttentionKind.GQA:
-        token = 2 * _heads_per_rank(g.num_kv_heads, atp) * g.head_dim * kv_bytes
+        token = 2 * heads_per_rank(g.num_kv_heads, atp) * g.head_dim * kv_bytes
         index = DSA_INDEX_KEY_BYTES if g.indexer_heads else 0
         if g.window_tokens:
             return index, min(context, g.window_tokens) * token, 0.0
@@ -304,10 +306,10 @@ def _compressed_cache(g: AttentionGroup, kv_bytes: float, context: int) -> tuple
 
 def _linear_state(g: AttentionGroup, atp: int) -> float:
     """Fixed per-sequence state of one linear-attention layer on one attention-TP rank."""
-    nv = _heads_per_rank(g.linear_num_v_heads, atp)
+    nv = heads_per_rank(g.linear_num_v_heads, atp)
     dk, dv = g.linear_k_head_dim, g.linear_v_head_dim
     if g.kind is AttentionKind.GDN:
-        nk = _heads_per_rank(g.linear_num_k_heads, atp)
+        nk = heads_per_rank(g.linear_num_k_heads, atp)
         conv = (2 * nk * dk + nv * dv) * (g.conv_kernel - 1)
     elif g.kind is AttentionKind.KDA:
         conv = 3 * nv * dk * (g.conv_kernel - 1)
@@ -347,11 +349,12 @@ def _reason(hbm: int, weights: int, activations: int, graph: int, per_sequence: 
             concurrency: int, fraction: float) -> str | None:
     needed = weights + activations + graph + per_sequence
     limit = hbm * HBM_LEGAL_FRACTION
+    gb = BYTES_PER_GB
     if needed > limit:
-        return (f"weights {weights / GB:,.1f} GB + activations {activations / GB:,.1f} GB + graphs "
-                f"{graph / GB:,.1f} GB + one {context}-token sequence {per_sequence / GB:,.2f} GB per GPU "
-                f"exceed 90% of HBM ({limit / GB:,.1f} of {hbm / GB:,.1f} GB)")
+        return (f"weights {weights / gb:,.1f} GB + activations {activations / gb:,.1f} GB + graphs "
+                f"{graph / gb:,.1f} GB + one {context}-token sequence {per_sequence / gb:,.2f} GB per GPU "
+                f"exceed 90% of HBM ({limit / gb:,.1f} of {hbm / gb:,.1f} GB)")
     if concurrency < 1:
         return (f"kv_memory_fraction={fraction} leaves no room for one {context}-token sequence "
-                f"({per_sequence / GB:,.2f} GB per GPU)")
+                f"({per_sequence / gb:,.2f} GB per GPU)")
     return None

@@ -34,7 +34,8 @@ import math
 from dataclasses import dataclass
 
 from levers.configuration import Configuration
-from predictor.memory import dtype_bytes
+from levers.legality import effective_activation_dtype
+from predictor.memory import dtype_bytes, heads_per_rank
 from predictor.model_card import AttentionGroup, AttentionKind, ModelCard
 
 GEMM_PEAK_EFFICIENCY = 0.80
@@ -78,10 +79,6 @@ def gemm_us(rows: float, params: float, weight_bytes: float, act_bytes_per_row: 
 def elementwise_us(num_bytes: float, bytes_per_us: float) -> float:
     """A bandwidth-bound elementwise pass over ``num_bytes``."""
     return num_bytes / (bytes_per_us * ELEMENTWISE_BW_EFFICIENCY)
-
-
-def heads_per_rank(heads: int, attention_tp: int) -> int:
-    return max(1, -(-heads // attention_tp))
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +147,9 @@ class AttentionOp:
         return self.num_layers * max(compute, memory)
 
 
-def attention_op(group: AttentionGroup, attention_tp: int, dcp: int, kv_bytes: float,
-                 num_layers: int | None = None) -> AttentionOp:
+def attention_op(group: AttentionGroup, attention_tp: int, dcp: int, kv_bytes: float) -> AttentionOp:
     """The coefficients of ``group`` on one rank of attention TP ``attention_tp``."""
-    layers = group.num_layers if num_layers is None else num_layers
+    layers = group.num_layers
     heads = group.num_heads / attention_tp
     if group.kind.is_linear:
         return _linear_op(group, attention_tp, layers)
@@ -244,7 +240,7 @@ def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> P
     native = card.native_dtypes
     weight = config.weight_dtype or str(native.weight)
     expert = config.expert_dtype or str(native.expert)
-    activation = config.activation_dtype or ("fp8" if weight == "fp8" else "bf16")
+    activation = effective_activation_dtype(config, card)
     kv = config.kv_cache_dtype or str(native.kv_cache)
     embedding = str(native.embedding)
     return Precisions(weight, expert, activation, kv, embedding,

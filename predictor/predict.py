@@ -26,8 +26,8 @@ from predictor.prediction import Prediction, illegal
 from predictor.simulate import SimulateStepModel
 from predictor.step import Mode, StepCost, StepModel
 from predictor.target import Target
+from predictor.units import BYTES_PER_GB, MS_PER_S, US_PER_MS
 from predictor.workload import WorkloadSpec
-
 
 
 @lru_cache(maxsize=1)
@@ -62,7 +62,7 @@ class ProjectedStepModel:
 def uncontended_step_ms(model: StepModel, context_tokens: float) -> float:
     """The batch-1 decode step (an objective), priced without raising flags."""
     probe = getattr(model, "probe_decode_us", model.decode_us)
-    return probe(1, context_tokens) / 1000.0
+    return probe(1, context_tokens) / US_PER_MS
 
 
 def communication_ms(model: StepModel, step: StepCost, tokens: float) -> float:
@@ -70,8 +70,8 @@ def communication_ms(model: StepModel, step: StepCost, tokens: float) -> float:
     they report the target's modelled collectives instead of a term of the step."""
     modelled = getattr(model, "communication_us", None)
     if modelled is not None:
-        return modelled(tokens) / 1000.0
-    return step.get("communication") / 1000.0
+        return modelled(tokens) / US_PER_MS
+    return step.get("communication") / US_PER_MS
 
 
 def step_model_for(target: Target, config: Configuration, store: AnchorStore | None = None) -> StepModel:
@@ -99,19 +99,45 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
         prediction = _analytical(target, config, workload, store, feasibility.memory)
     else:
         prediction = _des(target, config, workload, store, feasibility.memory, seed, num_requests)
-    return replace(prediction, wall_ms=(time.perf_counter() - started) * 1000.0)
+    return replace(prediction, wall_ms=(time.perf_counter() - started) * MS_PER_S)
 
 
 def _memory_metrics(memory: MemoryBreakdown, config: Configuration) -> dict[str, float]:
     return {
         "memory_per_gpu_gb": (memory.weights_bytes + memory.activations_bytes + memory.graph_bytes
-                              + max(0, memory.kv_pool_bytes)) / 1e9,
-        "kv_cache_per_gpu_gb": max(0, memory.kv_pool_bytes) / 1e9,
-        "weights_per_gpu_gb": memory.weights_bytes / 1e9,
-        "activations_per_gpu_gb": (memory.activations_bytes + memory.graph_bytes) / 1e9,
+                              + max(0, memory.kv_pool_bytes)) / BYTES_PER_GB,
+        "kv_cache_per_gpu_gb": max(0, memory.kv_pool_bytes) / BYTES_PER_GB,
+        "weights_per_gpu_gb": memory.weights_bytes / BYTES_PER_GB,
+        "activations_per_gpu_gb": (memory.activations_bytes + memory.graph_bytes) / BYTES_PER_GB,
         "max_concurrency": float(memory.max_concurrency * max(1, config.replicas)),
         "gpus_per_replica": float(config.replica_gpus),
     }
+
+
+def _running_cap(config: Configuration, memory: MemoryBreakdown) -> int:
+    """Running requests one (decode) replica holds: the engine cap or the KV pool."""
+    return max(1, min(config.max_running_requests, memory.max_concurrency))
+
+
+def _steps(prefill_model: StepModel, decode_model: StepModel, workload: WorkloadSpec,
+           running: float) -> tuple[int, StepCost, StepCost, dict[str, float]]:
+    """(decode batch, decode step, prefill step, step metrics) of a priced steady state."""
+    batch = max(1, round(running))
+    decode_step = decode_model.decode(batch, workload.isl + workload.osl / 2.0)
+    prefill_step = prefill_model.prefill(workload.isl, 1, 0.0)
+    metrics = {
+        "uncontended_step_ms": uncontended_step_ms(decode_model, workload.isl),
+        "decode_comm_ms": communication_ms(decode_model, decode_step, batch),
+        "prefill_comm_ms": communication_ms(prefill_model, prefill_step, workload.isl),
+    }
+    return batch, decode_step, prefill_step, metrics
+
+
+def _combined(models: list[StepModel]) -> tuple[Mode, str | None]:
+    """Anchored only when every model is; the distinct anchor ids, comma-joined."""
+    mode = Mode.ANCHORED if {m.mode for m in models} == {Mode.ANCHORED} else Mode.RANK_ONLY
+    anchors = [m.anchor_id for m in models if m.anchor_id]
+    return mode, ",".join(dict.fromkeys(anchors)) or None
 
 
 def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
@@ -123,7 +149,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
     load = Load(
         isl=workload.isl, osl=workload.osl, concurrency=config.concurrency / replicas,
         arrival_rate=config.arrival_rate / replicas,
-        running_cap=max(1, min(config.max_running_requests, memory.max_concurrency)),
+        running_cap=_running_cap(config, memory),
         chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
         gpus=config.replica_gpus, replicas=replicas,
     )
@@ -132,14 +158,9 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
     metrics = state.metrics(load, host_ms)
     if workload.requests_per_client:
         metrics["ttft_ms_mean"] = benchmark_ttft_ms(model, load, state, workload.requests_per_client) + host_ms
-    batch = max(1, round(state.running))
-    ctx = workload.isl + workload.osl / 2.0
-    decode_step = model.decode(batch, ctx)
-    prefill_step = model.prefill(workload.isl, 1, 0.0)
+    batch, decode_step, prefill_step, step_metrics = _steps(model, model, workload, state.running)
     metrics.update(_memory_metrics(memory, config))
-    metrics["uncontended_step_ms"] = uncontended_step_ms(model, workload.isl)
-    metrics["decode_comm_ms"] = communication_ms(model, decode_step, batch)
-    metrics["prefill_comm_ms"] = communication_ms(model, prefill_step, workload.isl)
+    metrics.update(step_metrics)
     flags = list(model.flags)
     if state.overloaded:
         flags.append("overloaded")
@@ -168,7 +189,7 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
                      replicas=config.prefill_replicas),
         decode=Load(workload.isl, workload.osl, config.concurrency / config.decode_replicas,
-                    running_cap=max(1, min(config.max_running_requests, memory.max_concurrency)),
+                    running_cap=_running_cap(config, memory),
                     gpus=decode_config.replica_gpus, replicas=config.decode_replicas),
         prefill_budget_tokens=config.max_batched_tokens * max(1, prefill_config.attention_dp),
         handoff_us=handoff_us(backend, kv_bytes, target.card.num_layers, link),
@@ -179,23 +200,16 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     fleet_state = replace(state, requests_per_s=rate)
     host_ms = host_time_ms(prefill_model, workload.isl) / 2.0 + host_time_ms(decode_model, 0) / 2.0
     metrics = fleet_state.metrics(fleet, host_ms)
-    batch = max(1, round(state.running))
-    ctx = workload.isl + workload.osl / 2.0
-    decode_step = decode_model.decode(batch, ctx)
-    prefill_step = prefill_model.prefill(workload.isl, 1, 0.0)
+    batch, decode_step, prefill_step, step_metrics = _steps(prefill_model, decode_model, workload, state.running)
     metrics.update(_memory_metrics(memory, decode_config))
     metrics["gpus_per_replica"] = float(total_gpus)
-    metrics["uncontended_step_ms"] = uncontended_step_ms(decode_model, workload.isl)
-    metrics["decode_comm_ms"] = communication_ms(decode_model, decode_step, batch)
-    metrics["prefill_comm_ms"] = communication_ms(prefill_model, prefill_step, workload.isl)
-    modes = {prefill_model.mode, decode_model.mode}
-    mode = Mode.ANCHORED if modes == {Mode.ANCHORED} else Mode.RANK_ONLY
+    metrics.update(step_metrics)
+    mode, anchor_id = _combined([prefill_model, decode_model])
     flags = tuple(dict.fromkeys([*(f"prefill: {f}" for f in prefill_model.flags),
                                  *(f"decode: {f}" for f in decode_model.flags),
                                  *(["overloaded"] if state.overloaded else [])]))
-    anchors = [a for a in (prefill_model.anchor_id, decode_model.anchor_id) if a]
     return Prediction(
-        legal=True, reasons=(), mode=mode, anchor_id=",".join(dict.fromkeys(anchors)) or None,
+        legal=True, reasons=(), mode=mode, anchor_id=anchor_id,
         flags=flags, metrics=metrics, memory=memory,
         breakdown={"decode_step": decode_step.to_json(), "prefill_step": prefill_step.to_json(),
                    "decode_batch": batch, "kv_handoff_us": round(pools.handoff_us, 3),
@@ -225,11 +239,9 @@ def _des(target: Target, config: Configuration, workload: WorkloadSpec, store: A
     metrics = dict(result.metrics)
     metrics.update(_memory_metrics(memory, config))
     chosen = list(models.values())
-    modes = {m.mode for m in chosen}
-    mode = Mode.ANCHORED if modes == {Mode.ANCHORED} else Mode.RANK_ONLY
+    mode, anchor_id = _combined(chosen)
     flags = tuple(dict.fromkeys(f for m in chosen for f in m.flags))
-    anchors = [m.anchor_id for m in chosen if m.anchor_id]
     return Prediction(
-        legal=True, reasons=(), mode=mode, anchor_id=",".join(dict.fromkeys(anchors)) or None,
+        legal=True, reasons=(), mode=mode, anchor_id=anchor_id,
         flags=flags, metrics=metrics, memory=memory, breakdown={"des": result.to_json()}, source="des",
     )

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable, Protocol, runtime_checkable
 
+from predictor.units import US_PER_MS
+
 
 class Mode(StrEnum):
     ANCHORED = "anchored"
@@ -36,7 +38,7 @@ class StepCost:
 
     @property
     def total_ms(self) -> float:
-        return self.total_us / 1000.0
+        return self.total_us / US_PER_MS
 
     def get(self, name: str) -> float:
         return sum(value for key, value in self.terms if key == name)
