@@ -21,8 +21,8 @@ from agent.commands_info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt
 from agent.commands_predict import target_with_default_engine
 from predictor.executors import ProgressFn, make_executor
 from predictor.sweep import SweepResult, parse_modes, run_sweep
-from predictor.sweep_output import write_sweep
-from predictor.sweep_space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions
+from predictor.sweep_output import sweep_json, write_sweep
+from predictor.sweep_space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions, spread
 from predictor.workload import parse_workload
 
 MAX_TABLE_ROWS = 30
@@ -60,7 +60,7 @@ def pareto_command(
                            num_requests=num_requests, on_progress=on_progress)
     paths = write_sweep(result, folder, plot=plot)
     if json_out:
-        print_json({**result.to_json(), "files": {name: str(path) for name, path in paths.items()}})
+        print_json(sweep_json(result, paths))
     else:
         render_sweep(result, paths)
     if not result.points:
@@ -103,7 +103,7 @@ def render_sweep(result: SweepResult, paths: dict[str, Path]) -> None:
     for column in ("tok/s/user", "tok/s/GPU", "TTFT ms", "GPUs", "mode"):
         table.add_column(column, justify="left" if column == "mode" else "right", no_wrap=True)
     table.add_column("configuration", overflow="fold")
-    for point in _spread(frontier, MAX_TABLE_ROWS):
+    for point in spread(frontier, MAX_TABLE_ROWS):
         metrics = point.metrics
         table.add_row(f"{point.interactivity:,.1f}", f"{point.throughput_per_gpu:,.0f}",
                       _ms(metrics.get("ttft_ms_mean")), str(point.config.total_gpus), str(point.mode),
@@ -126,14 +126,6 @@ def _render_empty(result: SweepResult) -> None:
     console.print(f"[red]no legal point[/red] for {where}")
     for reason, count in result.illegal_reasons:
         console.print(f"  - {count} x {reason}", markup=False)
-
-
-def _spread(items: tuple, limit: int) -> list:
-    """At most ``limit`` items evenly spread, first and last included."""
-    if len(items) <= limit:
-        return list(items)
-    step = (len(items) - 1) / (limit - 1)
-    return [items[round(i * step)] for i in range(limit)]
 
 
 def _ms(value: float | None) -> str:

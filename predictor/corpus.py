@@ -61,7 +61,7 @@ def read_corpus(path: str | Path, fmt: str = AUTO) -> CorpusRead:
             rows, failures = [], []
             for raw in reader:
                 row_id = f"{file.name}:{reader.line_num}"
-                clean = {(k or "").strip(): (v or "").strip() if isinstance(v, str) else "" for k, v in raw.items()}
+                clean = {(k or "").strip(): v.strip() if isinstance(v, str) else "" for k, v in raw.items()}
                 try:
                     rows.append(READERS[fmt].row(clean, row_id))
                 except (MappingError, InputError, ValueError, ZeroDivisionError) as error:

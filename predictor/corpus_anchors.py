@@ -73,11 +73,11 @@ from predictor.corpus_row import CorpusRow, RowFailure
 from predictor.corpus_host import ttft_typical
 from predictor.speculation import acceptance_curve
 from predictor.transfer import padded_batch
+from predictor.units import US_PER_MS
 
 RULE_VERSION = "corpus-rule-1"
 CAPTURE_LADDER: tuple[int, ...] = (1, 2, 4) + tuple(range(8, 1025, 8))
 BINS_PER_OCTAVE_LOG2 = 4         # above the capture range: 16 batch bins per octave
-US_PER_MS = 1000.0
 
 Layout = tuple[int, int, int, int]          # tp, ep, attention_dp, pp
 GroupKey = tuple[tuple[str, ...], Layout]   # (stack, layout)
@@ -111,6 +111,10 @@ class Group:
     host_base_ms: float = 0.0                 # H0 (step 5)
     host_per_token_us: float = 0.0            # h (step 5)
     first_wave_stall_ms: float = 0.0          # benchmark start-up stall (step 6)
+
+    def source_rows(self) -> dict[str, CorpusRow]:
+        """The group's rows by id (each once, in the order its roles first name them)."""
+        return {role.row.id: role.row for role in (*self.decode, *self.prefill)}
 
     def prefill_points(self) -> dict[int, float]:
         """`T(n) = H0 + h n + F_gpu + M(n)`: the TTFT a concurrency-1 harvest would see."""

@@ -32,10 +32,7 @@ def layout_reasons(row: CorpusRow, key: GroupKey) -> list[str]:
 
 
 def _rows_of(group: Group) -> list[CorpusRow]:
-    seen: dict[str, CorpusRow] = {}
-    for role in (*group.decode, *group.prefill):
-        seen.setdefault(role.row.id, role.row)
-    return list(seen.values())
+    return list(group.source_rows().values())
 
 
 def _signature(group: Group):
@@ -113,12 +110,12 @@ def build_anchors(rows: list[CorpusRow], *, command_line: str = "", groups: dict
         grouped, failures = group_rows(rows)
         groups = {}
         for key, group in grouped.items():
-            any_row = _rows_of(group)[0]
-            reasons = layout_reasons(any_row, key)
+            members = _rows_of(group)
+            reasons = layout_reasons(members[0], key)
             if reasons:
                 tp, ep, dp, _ = key[1]
                 failures += [RowFailure(r.id, f"layout TP{tp}/EP{ep}/DP{dp} cannot be anchored: {reasons[0]}")
-                             for r in _rows_of(group)]
+                             for r in members]
                 continue
             fill_points(group, simulate_marginal(group))
             groups[key] = group
@@ -159,5 +156,4 @@ def rebuild(build: AnchorBuild, command_line: str = "") -> AnchorBuild:
     groups = {g.key: g for g in build.groups.values()}
     for group in groups.values():
         group.flags = [f for f in group.flags if f not in ("decode-sweep-carried", "prefill-sweep-carried")]
-    fresh = _assemble_all(groups, list(build.failures), command_line)
-    return fresh
+    return _assemble_all(groups, list(build.failures), command_line)

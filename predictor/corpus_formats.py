@@ -52,6 +52,7 @@ from predictor.corpus_row import (
     CorpusRow, Format, MappingError, Measured, card_name_for, engine_for, gpu_name_for, running_cap,
 )
 from predictor.hardware import load_gpu
+from predictor.units import MS_PER_S
 
 Raw = Mapping[str, str]
 _WIDTH_BITS = {"bf16": 16, "fp8": 8, "fp4": 4}
@@ -60,7 +61,6 @@ _LABELS = {"": None, "none": None, "bf16": "bf16", "fp16": "bf16", "fp8": "fp8",
 _WEIGHT_ONLY = frozenset({"int4", "int4_wo"})
 _SPEC = {"": "none", "none": "none", "mtp": "mtp", "eagle": "eagle3", "eagle3": "eagle3", "ngram": "ngram",
          "dspark": "dspark"}
-_MS_PER_S = 1000.0
 
 
 # --- small parsers -------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def _little_throughput(concurrency: int, isl: int, osl: int, ttft_ms: float | No
     """Output and total tokens/s per GPU of a closed loop by Little's law."""
     if ttft_ms is None or tpot_ms is None:
         return None, None
-    e2e_s = (ttft_ms + (osl - 1) * tpot_ms) / _MS_PER_S
+    e2e_s = (ttft_ms + (osl - 1) * tpot_ms) / MS_PER_S
     output = concurrency * osl / e2e_s / gpus
     return output, output * (isl + osl) / osl
 
@@ -237,9 +237,9 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     out = _float(raw, "total_output_tput")
     tot = _float(raw, "total_tput")
     measured = Measured(
-        ttft_ms_mean=_float(raw, "mean_ttft", _MS_PER_S), ttft_ms_median=_float(raw, "median_ttft", _MS_PER_S),
-        tpot_ms_mean=_float(raw, "mean_tpot", _MS_PER_S), tpot_ms_median=_float(raw, "median_tpot", _MS_PER_S),
-        itl_ms_mean=_float(raw, "mean_itl", _MS_PER_S), itl_ms_median=_float(raw, "median_itl", _MS_PER_S),
+        ttft_ms_mean=_float(raw, "mean_ttft", MS_PER_S), ttft_ms_median=_float(raw, "median_ttft", MS_PER_S),
+        tpot_ms_mean=_float(raw, "mean_tpot", MS_PER_S), tpot_ms_median=_float(raw, "median_tpot", MS_PER_S),
+        itl_ms_mean=_float(raw, "mean_itl", MS_PER_S), itl_ms_median=_float(raw, "median_itl", MS_PER_S),
         output_throughput_per_gpu=out / total if out else _float(raw, "output_tput_per_total_gpu"),
         throughput_per_gpu=tot / total if tot else None,
     )

@@ -29,10 +29,10 @@ import numpy as np
 from levers.catalog import Engine
 from predictor.analytical import HOST_BASE_MS, TOKENIZE_US_PER_TOKEN
 from predictor.corpus_row import CorpusRow
+from predictor.units import US_PER_MS
 
 PER_TOKEN_STREAM_TOLERANCE = 0.10   # |mean ITL / mean TPOT - 1| for a per-token stream
 MIN_INTERFERENCE_SHARE = 0.03       # below this the ITL/TPOT gap is noise
-US_PER_MS = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,18 @@ def is_per_token_stream(row: CorpusRow) -> bool:
     return abs(ratio - 1.0) <= PER_TOKEN_STREAM_TOLERANCE and row.spec == "none" and not row.config.disaggregated
 
 
+def request_rate_per_ms(row: CorpusRow, clients: float) -> float:
+    """`lambda`: requests per ms of `clients` closed-loop clients, by Little's law."""
+    return clients / (ttft_typical(row) + (row.osl - 1) * row.measured.tpot_ms_mean)
+
+
+def interference_marginal(row: CorpusRow, clients: float) -> float | None:
+    """`M = (1 - median ITL / mean TPOT) / lambda` of a per-token-streaming run; None when
+    the ITL/TPOT gap is noise."""
+    share = 1.0 - row.measured.itl_ms_median / row.measured.tpot_ms_mean
+    return share / request_rate_per_ms(row, clients) if share > MIN_INTERFERENCE_SHARE else None
+
+
 def host_points(rows: list[CorpusRow]) -> dict[str, list[tuple[int, float]]]:
     """(prompt tokens, host ms) per engine from per-token-streaming layouts."""
     groups: dict[tuple, list[CorpusRow]] = defaultdict(list)
@@ -80,13 +92,7 @@ def host_points(rows: list[CorpusRow]) -> dict[str, list[tuple[int, float]]]:
             groups[(row.stack, row.layout_name, row.isl, row.osl)].append(row)
     points: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for (stack, _, isl, _), found in groups.items():
-        marginals = []
-        for row in found:
-            m = row.measured
-            rate = row.concurrency / (m.ttft_ms_median + (row.osl - 1) * m.tpot_ms_mean)
-            share = 1.0 - m.itl_ms_median / m.tpot_ms_mean
-            if share > MIN_INTERFERENCE_SHARE:
-                marginals.append(share / rate)
+        marginals = [m for row in found if (m := interference_marginal(row, row.concurrency)) is not None]
         if len(marginals) < 2:
             continue
         marginal = statistics.median(marginals)

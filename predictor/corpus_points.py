@@ -25,19 +25,21 @@ from typing import Callable
 from levers.catalog import Engine
 from predictor.analytical import chunks
 from predictor.corpus_anchors import Group, Role, context_of, decode_batch, layout_config, tokens_per_step
-from predictor.corpus_host import MIN_INTERFERENCE_SHARE, host_for, is_per_token_stream, ttft_typical
+from predictor.corpus_host import (
+    host_for, interference_marginal, is_per_token_stream, request_rate_per_ms, ttft_typical,
+)
 from predictor.simulate import SimulateStepModel
+from predictor.units import US_PER_MS
 
 MIN_BUSY_SHARE_LEFT = 0.2        # a decode step keeps at least this share of L * TPOT
 MIN_MARGINAL_SHARE = 0.02        # M(n) keeps at least this share of the TTFT
-US_PER_MS = 1000.0
 
 SimMarginal = Callable[[int], float | None]   # n -> simulate-mode prefill marginal (ms)
 
 
 def rate_per_ms(role: Role) -> float:
     """Requests per ms per replica by Little's law (median TTFT when given)."""
-    return role.clients / (ttft_typical(role.row) + (role.row.osl - 1) * role.row.measured.tpot_ms_mean)
+    return request_rate_per_ms(role.row, role.clients)
 
 
 def _step(role: Role) -> float:
@@ -51,13 +53,9 @@ def _chunks(role: Role) -> int:
 
 def itl_marginal(group: Group, isl: int) -> float | None:
     """M(n) from the prefill interference of per-token-streaming runs."""
-    found = []
-    for role in group.decode:
-        m = role.row.measured
-        if role.colocated and role.row.isl == isl and is_per_token_stream(role.row):
-            share = 1.0 - m.itl_ms_median / m.tpot_ms_mean
-            if share > MIN_INTERFERENCE_SHARE:
-                found.append(share / rate_per_ms(role))
+    found = [m for role in group.decode
+             if role.colocated and role.row.isl == isl and is_per_token_stream(role.row)
+             and (m := interference_marginal(role.row, role.clients)) is not None]
     return statistics.median(found) if len(found) >= 2 else None
 
 
@@ -121,7 +119,8 @@ def _lowest_rows(roles: list[Role]) -> dict[int, list[Role]]:
     by_isl: dict[int, list[Role]] = {}
     for role in roles:
         by_isl.setdefault(role.row.isl, []).append(role)
-    return {isl: [r for r in found if r.clients == min(x.clients for x in found)] for isl, found in by_isl.items()}
+    lowest = {isl: min(r.clients for r in found) for isl, found in by_isl.items()}
+    return {isl: [r for r in found if r.clients == lowest[isl]] for isl, found in by_isl.items()}
 
 
 def _nearest(values: dict[int, float], key: int) -> float:

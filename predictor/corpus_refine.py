@@ -47,10 +47,6 @@ def _uses(prediction: Prediction, anchor_id: str) -> bool:
             and anchor_id in (prediction.anchor_id or "").split(","))
 
 
-def _rows(group: Group) -> dict[str, CorpusRow]:
-    return {role.row.id: role.row for role in (*group.decode, *group.prefill)}
-
-
 def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int = REFINE_ROUNDS,
            command_line: str = "") -> AnchorBuild:
     """Step 6: `rounds` corrections of every point through the predictor."""
@@ -64,7 +60,7 @@ def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int 
             return cache[row.id]
 
         for anchor_id, group in build.groups.items():
-            rows = _rows(group)
+            rows = group.source_rows()
             _correct_decode(group, anchor_id, rows, predicted)
             _correct_host(group, anchor_id, rows, predicted)
             _correct_stall(group, anchor_id, rows, predicted)
@@ -127,7 +123,7 @@ def _correct_stall(group: Group, anchor_id: str, rows: dict[str, CorpusRow], pre
         prediction = predicted(row)
         if _uses(prediction, anchor_id):
             miss = measured.ttft_ms_mean - prediction.metrics["ttft_ms_mean"]
-            shifts.append(miss * (row.requests_per_client or 1) / _ttft_sensitivity(prediction))
+            shifts.append(miss * row.requests_per_client / _ttft_sensitivity(prediction))
     if shifts:
         group.first_wave_stall_ms = max(0.0, group.first_wave_stall_ms + HOST_DAMPING * statistics.median(shifts))
 
@@ -151,5 +147,5 @@ def reproduce(build: AnchorBuild, predict_fn: PredictFn = predict_row) -> list[R
     store = AnchorStore.from_anchors(list(build.anchors))
     seen: dict[str, CorpusRow] = {}
     for group in build.groups.values():
-        seen.update(_rows(group))
+        seen.update(group.source_rows())
     return [Reproduction(row, predict_fn(row, store)) for row in seen.values()]

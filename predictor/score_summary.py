@@ -15,11 +15,11 @@ from enum import StrEnum
 from predictor.corpus_row import CorpusRow
 from predictor.prediction import Prediction
 from predictor.score_metrics import Choice, ape, error_factor, frontier_hits, quantile, rank, relative_spread
+from predictor.units import MS_PER_S
 
 DEFAULT_NOISE = 0.005        # README: median run-to-run variation of throughput per GPU
 METRICS = {"ttft": ("ttft_ms_mean", "ttft_ms_mean"), "tpot": ("tpot_ms_mean", "tpot_ms_mean"),
            "throughput": ("output_throughput_per_gpu", "output_throughput_per_gpu")}
-MS_PER_S = 1000.0
 
 
 class RowKind(StrEnum):

@@ -52,8 +52,9 @@ def default_anchor_rows(rows: Iterable[CorpusRow]) -> tuple[list[CorpusRow], lis
     for key, levels in ladders.items():
         ordered = sorted(levels)
         chosen[key] = set(ordered[::2]) | {ordered[-1]}
-    anchors = [r for r in rows if r.concurrency in chosen[_ladder(r)]]
-    held = [r for r in rows if r.concurrency not in chosen[_ladder(r)]]
+    anchors, held = [], []
+    for row in rows:
+        (anchors if row.concurrency in chosen[_ladder(row)] else held).append(row)
     return anchors, held
 
 

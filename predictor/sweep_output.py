@@ -42,9 +42,13 @@ def write_sweep(result: SweepResult, out_dir: str | Path, *, plot: bool = True) 
     _atomic_text(paths["frontier"], points_csv(result.frontier))
     if plot:
         plot_frontier(result.points, paths["plot"], plot_title(result))
-    summary = {**result.to_json(), "files": {name: str(path) for name, path in paths.items()}}
-    _atomic_text(paths["sweep"], json.dumps(summary, indent=1) + "\n")
+    _atomic_text(paths["sweep"], json.dumps(sweep_json(result, paths), indent=1) + "\n")
     return paths
+
+
+def sweep_json(result: SweepResult, paths: dict[str, Path]) -> dict[str, Any]:
+    """`sweep.json` (and `pareto --json`): the result with the files written."""
+    return {**result.to_json(), "files": {name: str(path) for name, path in paths.items()}}
 
 
 def points_csv(points: Sequence[SweepPoint]) -> str:

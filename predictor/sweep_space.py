@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from typing import TypeVar
 
 from levers.catalog import Engine, format_layout, get_lever
 from levers.configuration import Configuration
@@ -44,6 +46,7 @@ KV_DTYPES = ("bf16", "fp8")
 TOP_REASONS = 8
 
 Layout = tuple[int, int, int, int]  # (tp, pp, ep, attention_dp)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +93,6 @@ class SweepPlan:
         method, depth = variant
         return replace(self.families[group.family].base, concurrency=group.concurrency,
                        spec_method=method, spec_depth=depth)
-
-
 
 
 def build_plan(target: Target, workload: WorkloadSpec, options: SpaceOptions) -> SweepPlan:
@@ -241,7 +242,7 @@ def _capped(plan: SweepPlan, options: SpaceOptions) -> SweepPlan:
         rungs, width = by_family[index], len(plan.families[index].variants)
         fitting = min(len(rungs), budget // width)
         if fitting:
-            chosen[index] = rungs if fitting == len(rungs) else _spread(rungs, fitting)
+            chosen[index] = spread(rungs, fitting)
             budget -= fitting * width
         if fitting < len(rungs):
             break
@@ -251,8 +252,11 @@ def _capped(plan: SweepPlan, options: SpaceOptions) -> SweepPlan:
     return replace(sampled, num_sampled_out=plan.num_points - sampled.num_points)
 
 
-def _spread(items: list[int], count: int) -> list[int]:
-    """``count`` items evenly spread over ``items`` (first and last included)."""
+def spread(items: Sequence[T], count: int) -> list[T]:
+    """``count`` items evenly spread over ``items`` (first and last included); all of
+    them when there are no more than ``count``."""
+    if len(items) <= count:
+        return list(items)
     if count == 1:
         return [items[0]]
     step = (len(items) - 1) / (count - 1)

@@ -32,17 +32,17 @@ from predictor.anchor_store import AnchorStore, load_anchor_file
 from predictor.corpus import read_corpus
 from predictor.corpus_assemble import build_anchors
 from predictor.corpus_host import HOST_BY_ENGINE, fit_host_constants
-from predictor.corpus_refine import refine
+from predictor.corpus_refine import predict_row, refine
+from predictor.score_metrics import ape
 
 # The public data folder laid beside the checkout (read-only; build time only).
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = SHARED_DATA
 CORPORA = (
-    (DATA / "inferencex" / "fixed_seq_runs_dev.csv", "inferencex",
+    (SHARED_DATA / "inferencex" / "fixed_seq_runs_dev.csv", "inferencex",
      "InferenceX results, Apache-2.0 (SemiAnalysisAI/InferenceX)"),
-    (DATA / "aiconfigurator" / "silicon_sample_dev.csv", "aiconfigurator",
+    (SHARED_DATA / "aiconfigurator" / "silicon_sample_dev.csv", "aiconfigurator",
      "aiconfigurator silicon data, Apache-2.0 (ai-dynamo/aiconfigurator)"),
 )
 COMMAND = "scripts/build_default_anchors.py"
@@ -100,8 +100,6 @@ def _write(anchors: list[Anchor], out: Path) -> None:
 def report(anchors: list[Anchor], rows, failures) -> dict:
     """Reproduction of every source row with the shipped anchors, and stack coverage."""
     store = AnchorStore.from_anchors(anchors)
-    from predictor.corpus_refine import predict_row
-
     used = {i for a in anchors for i in a.provenance.source_rows}
     apes: dict[str, list[float]] = defaultdict(list)
     modes = Counter()
@@ -117,7 +115,7 @@ def report(anchors: list[Anchor], rows, failures) -> dict:
                                     ("ttft_vs_median", m.ttft_ms_median or m.ttft_ms_mean, "ttft_ms_mean"),
                                     ("throughput", m.output_throughput_per_gpu, "output_throughput_per_gpu")):
             if measured:
-                apes[name].append(abs(prediction.metrics[key] - measured) / measured * 100)
+                apes[name].append(ape(prediction.metrics[key], measured))
     stacks = Counter(r.stack for r in rows)
     anchored = {r.stack for r in rows if r.id in used}
     missing = sorted("/".join(s) for s in stacks if s not in anchored)
