@@ -13,7 +13,12 @@ from rich.table import Table
 from agent.cli_app import app, cli_errors, console, err_console, print_json
 from levers.errors import InputError
 from predictor.harvest.harvester import HarvestReport, run_harvest
-from predictor.harvest.plan import HarvestPlan, HarvestRequest, plan_harvest
+from predictor.harvest.plan import (
+    DEFAULT_READY_TIMEOUT_S,
+    HarvestPlan,
+    HarvestRequest,
+    plan_harvest,
+)
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -83,7 +88,7 @@ def harvest(
     repeats: int | None = typer.Option(None, "--repeats", help="TTFT samples per prefill length."),
     probe: bool = typer.Option(True, "--probe/--no-probe", help="Run the packed-prefill probe."),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads (llamacpp)."),
-    ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds to wait for the engine."),
+    ready_timeout: float = typer.Option(DEFAULT_READY_TIMEOUT_S, "--ready-timeout", help="Seconds to wait for the engine."),
     engine_arg: list[str] | None = typer.Option(None, "--engine-arg", help="Extra engine argument (repeatable)."),
     record: str | None = typer.Option(None, "--record", help="Also write every timed stream to this JSON file."),
     seed: int = typer.Option(0, "--seed", help="Prompt RNG seed."),

@@ -23,11 +23,11 @@ from levers.errors import InputError
 from predictor.feasibility import check_configuration
 from predictor.predict import step_model_for
 from predictor.sim import SimOptions, SimResult, load_trace, simulate
+from predictor.sim.results import JSON_STATS
 from predictor.step import StepModel
 from predictor.target import Target, resolve_target
 from predictor.workload import parse_workload
 
-STATS = ("mean", "p50", "p90", "p99", "p999")
 TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV.")
 CsvOpt = typer.Option(None, "--csv", help="Write one row per request to this CSV file.")
 LATENCIES = ("ttft_ms", "ttft_admission_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -126,10 +126,10 @@ def _render(info: dict, result: SimResult) -> None:
     table = Table(title=f"DES: {info['model']} on {info['cluster']} ({info['engine']}), "
                         f"{info['workload']}, {info['config']}")
     table.add_column("ms")
-    for stat in STATS:
+    for stat in JSON_STATS:
         table.add_column(stat, justify="right")
     for name in LATENCIES:
-        table.add_row(name, *(_fmt(data[name][stat]) for stat in STATS))
+        table.add_row(name, *(_fmt(data[name][stat]) for stat in JSON_STATS))
     console.print(table)
     hit = data["hit_rate"]
     console.print(f"throughput/GPU {data['throughput_per_gpu']:.1f} tok/s (output "

@@ -101,14 +101,10 @@ def _refuse(engine: Engine, lever: str, value: object, accepted: str) -> InputEr
                       accepted + "; or launch the engine yourself and pass --endpoint")
 
 
-def _ladder(config: Configuration) -> tuple[int, ...]:
+def _ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:
+    """``ladder`` cut at the largest batch the configuration captures and runs."""
     limit = min(config.max_captured_batch, config.max_running_requests)
-    return tuple(b for b in CAPTURE_LADDER if b <= limit) or (1,)
-
-
-def _eager(config: Configuration) -> tuple[int, ...]:
-    limit = min(config.max_captured_batch, config.max_running_requests)
-    return tuple(b for b in EAGER_LADDER if b <= limit) or (1,)
+    return tuple(b for b in ladder if b <= limit) or (1,)
 
 
 def _changed_dtype(config: Configuration, native: dict[str, str], lever: str) -> str | None:
@@ -127,11 +123,11 @@ class _GpuAdapter:
     serves_one_request_at_a_time = False
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
-        return () if config.graph_capture == "none" else _ladder(config)
+        return () if config.graph_capture == "none" else _ladder(config, CAPTURE_LADDER)
 
     def sweep_batches(self, config: Configuration) -> tuple[int, ...]:
         """METHOD §4: every captured size; an eager engine gets the doubling ladder."""
-        return self.captured_sizes(config) or _eager(config)
+        return self.captured_sizes(config) or _ladder(config, EAGER_LADDER)
 
     def request_extras(self, eos_token_id: int | None) -> dict:
         return {"ignore_eos": True}
@@ -194,8 +190,7 @@ class VllmAdapter(_GpuAdapter):
         if config.kv_block_size:
             argv += ["--block-size", str(config.kv_block_size)]
         if config.spec_method != "none":
-            method = {"eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram", "dspark": "dspark"}[config.spec_method]
-            argv += ["--speculative-config", json.dumps({"method": method,
+            argv += ["--speculative-config", json.dumps({"method": config.spec_method,
                                                          "num_speculative_tokens": config.spec_depth})]
         return LaunchCommand(tuple(argv), env)
 

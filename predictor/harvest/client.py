@@ -24,13 +24,13 @@ import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from levers.errors import InputError
+from predictor.units import S_PER_MS
 
 REQUEST_TIMEOUT_S = 600.0
 CONNECT_TIMEOUT_S = 10.0
 METADATA_ATTEMPTS = 3
 METADATA_WAIT_S = 0.5
 MAX_CONNECTIONS = 2048
-S_PER_MS = 1e-3
 
 
 @dataclass(frozen=True, slots=True)

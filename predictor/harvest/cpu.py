@@ -32,13 +32,13 @@ from pathlib import Path
 from levers.errors import InputError
 from predictor.comm import Collective, CollectiveFit
 from predictor.hardware import Cluster, GpuProfile
+from predictor.units import BYTES_PER_GB
 
 CPU_PROFILE_NAME = "cpu"
 DEFAULT_BANDWIDTH_GBPS = 20.0     # documented default (module docstring); override when measured
 DEFAULT_CLOCK_GHZ = 2.5
 DEFAULT_MEMORY_GB = 8.0
-BYTES_PER_GB = 1e9
-KIB_PER_GB = 1e9 / 1024
+KIB_PER_GB = BYTES_PER_GB / 1024
 # Small nonzero stand-ins where the schema needs positive numbers a CPU does not have.
 CPU_KERNEL_LAUNCH_US = 1.0        # llama.cpp graph-node dispatch, order of magnitude
 CPU_NIC_GBPS = 1.25               # nominal 10 GbE; a CPU anchor never spans nodes

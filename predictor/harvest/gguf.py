@@ -222,15 +222,20 @@ def hf_config_from_gguf(header: GgufHeader, origin: str = "gguf") -> dict:
     return config
 
 
-def weight_dtype_of(header: GgufHeader) -> Dtype:
-    """The precision class holding most parameters of the 2-D weight tensors."""
+def _dominant_type(header: GgufHeader) -> int | None:
+    """The ggml type holding most parameters of the 2-D weight tensors (None: no such tensor)."""
     by_type: dict[int, int] = {}
     for tensor in header.tensors:
         if len(tensor.shape) >= 2:
             by_type[tensor.ggml_type] = by_type.get(tensor.ggml_type, 0) + tensor.elements
-    if not by_type:
+    return max(by_type, key=by_type.get) if by_type else None
+
+
+def weight_dtype_of(header: GgufHeader) -> Dtype:
+    """The precision class holding most parameters of the 2-D weight tensors."""
+    dominant = _dominant_type(header)
+    if dominant is None:
         return Dtype.BF16
-    dominant = max(by_type, key=by_type.get)
     bits = GGML_TYPES.get(dominant, ("?", 16.0))[1]
     if bits <= FP4_CLASS_MAX_BITS:
         return Dtype.FP4
@@ -241,13 +246,10 @@ def weight_dtype_of(header: GgufHeader) -> Dtype:
 
 def quantization_name(header: GgufHeader) -> str:
     """The dominant ggml type's name, e.g. "Q4_1" (recorded in provenance)."""
-    by_type: dict[int, int] = {}
-    for tensor in header.tensors:
-        if len(tensor.shape) >= 2:
-            by_type[tensor.ggml_type] = by_type.get(tensor.ggml_type, 0) + tensor.elements
-    if not by_type:
+    dominant = _dominant_type(header)
+    if dominant is None:
         return "unknown"
-    return GGML_TYPES.get(max(by_type, key=by_type.get), (f"type{max(by_type, key=by_type.get)}", 0))[0]
+    return GGML_TYPES.get(dominant, (f"type{dominant}", 0))[0]
 
 
 _QUANT_SUFFIX = re.compile(r"[.-](?:i?q\d\w*|f16|f32|bf16)$", re.IGNORECASE)

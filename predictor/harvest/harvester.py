@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,17 +140,12 @@ def measure(plan: HarvestPlan, client: StreamClient, *, rng: random.Random | Non
     recorder.phase = "warm-up"
     warm_up(recorder, factory, sweep.prompt_tokens, sweep.decode_tokens)
     warm_records = len(recorder.records)
-    waves = []
-    for batch in sweep.batches:
-        recorder.phase = f"decode b={batch} prompt={sweep.prompt_tokens}"
-        waves += run_decode_sweep(recorder, factory, (batch,), sweep.prompt_tokens, sweep.decode_tokens, progress,
-                                  sweep.waves_per_batch)
+    waves = _decode_waves(recorder, factory, plan, sweep.batches, sweep.prompt_tokens, progress)
     second: list[WaveResult] = []
     if sweep.second_prompt_tokens:
-        for batch in [b for b in sweep.batches if b not in serialised_batches(waves)]:
-            recorder.phase = f"decode b={batch} prompt={sweep.second_prompt_tokens}"
-            second += run_decode_sweep(recorder, factory, (batch,), sweep.second_prompt_tokens, sweep.decode_tokens,
-                                       progress, sweep.waves_per_batch)
+        serialised = serialised_batches(waves)
+        second = _decode_waves(recorder, factory, plan, [b for b in sweep.batches if b not in serialised],
+                               sweep.second_prompt_tokens, progress)
     recorder.phase = "prefill"
     prefill, _ = run_prefill_sweep(recorder, factory, sweep.prefill_lengths, sweep.repeats, progress)
     probe = None
@@ -168,6 +163,17 @@ def measure(plan: HarvestPlan, client: StreamClient, *, rng: random.Random | Non
     host = host_us_per_prompt_token(recorder, factory, sweep.prefill_lengths[0], sweep.prefill_lengths[-1])
     return Measurements(waves=tuple(waves), second_waves=tuple(second), prefill=prefill, probe=probe, reuse_ms=reuse,
                         host_us_per_token=host, prompt_texts=texts, traces=tuple(recorder.records))
+
+
+def _decode_waves(recorder: RecordingClient, factory: PromptFactory, plan: HarvestPlan, batches: Sequence[int],
+                  prompt_tokens: int, progress: Progress | None) -> list[WaveResult]:
+    """The decode sweep at one prompt length, each batch's streams recorded under its own phase."""
+    waves: list[WaveResult] = []
+    for batch in batches:
+        recorder.phase = f"decode b={batch} prompt={prompt_tokens}"
+        waves += run_decode_sweep(recorder, factory, (batch,), prompt_tokens, plan.sweep.decode_tokens, progress,
+                                  plan.sweep.waves_per_batch)
+    return waves
 
 
 # --- assembling ---------------------------------------------------------------------------
@@ -272,7 +278,6 @@ def _client(plan: HarvestPlan, base_url: str) -> OpenAIStreamClient:
     adapter = plan.adapter
     return OpenAIStreamClient(base_url, plan.served_name, extras=adapter.request_extras(plan.eos_token_id),
                               tokenize_path=adapter.tokenize_path, tokenize_body=adapter.tokenize_body)
-
 
 
 def _register_gguf_card(plan: HarvestPlan) -> None:

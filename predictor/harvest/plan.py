@@ -196,8 +196,8 @@ def _positive(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuration, cpu: bool) -> SweepPlan:
-    base = CPU_DEFAULTS if cpu else GPU_DEFAULTS
+def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuration,
+           base: SweepDefaults) -> SweepPlan:
     batches = tuple(sorted(set(request.batches))) if request.batches else adapter.sweep_batches(config)
     if any(b < 1 for b in batches):
         raise InputError("--batches", f"{list(batches)} must be positive", "e.g. 1,2,4")
@@ -227,11 +227,11 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     reasons = structural_reasons(config, engine, card, cluster)
     if reasons:
         raise InputError("--config", "; ".join(reasons), "a legal configuration (inferasim levers)")
-    cpu = cluster.gpu.vendor == "cpu"
-    sweep = _sweep(request, adapter, config, cpu)
+    defaults = CPU_DEFAULTS if cluster.gpu.vendor == "cpu" else GPU_DEFAULTS
+    sweep = _sweep(request, adapter, config, defaults)
     native = {"weight_dtype": card.native_dtypes.weight.value, "expert_dtype": card.native_dtypes.expert.value,
               "activation_dtype": None, "kv_cache_dtype": card.native_dtypes.kv_cache.value}
-    context = request.context_tokens or max(CPU_DEFAULTS.context_tokens if cpu else GPU_DEFAULTS.context_tokens,
+    context = request.context_tokens or max(defaults.context_tokens,
                                             2 * max(sweep.prefill_lengths + (sweep.prompt_tokens,)))
     served = card.name
     launch_request = launch = None

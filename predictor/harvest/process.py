@@ -157,16 +157,12 @@ class EngineProcess:
         """SIGTERM the group, SIGKILL it after the grace period; idempotent."""
         popen = self.popen
         if popen is not None:
-            self._signal_group(popen.pid, signal.SIGTERM)
-            try:
-                popen.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            self._signal_group(popen.pid, signal.SIGKILL)
-            try:
-                popen.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
+            for signum in (signal.SIGTERM, signal.SIGKILL):
+                self._signal_group(popen.pid, signum)
+                try:
+                    popen.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
         with _LOCK:
             _LIVE.discard(self)
             empty = not _LIVE

@@ -28,20 +28,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from predictor.harvest.client import (
-    S_PER_MS,
-    RequestTrace,
-    StreamClient,
-    failed,
-    run_wave,
-)
+from predictor.harvest.client import RequestTrace, StreamClient, failed, run_wave
 from predictor.harvest.prompts import Prompt, PromptFactory
 from predictor.transfer import fit_prefill, prefill_time
+from predictor.units import S_PER_MS, US_PER_MS
 
 MIN_WAVE_GAPS = 3            # fewer pooled gaps than this: no measurement for the wave
 PREFILL_OUTPUT_TOKENS = 1
 HOST_PROBE_REPEATS = 5
-US_PER_MS = 1000.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,14 +19,14 @@ from itertools import pairwise
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
+from predictor.analytical import host_time_ms
 from predictor.anchor import Anchor
 from predictor.anchored import AnchoredStepModel
 from predictor.cards import ModelCard
 from predictor.hardware import Cluster
-from predictor.harvest.client import S_PER_MS, StreamClient, failed
+from predictor.harvest.client import StreamClient, failed
 from predictor.harvest.prompts import PromptFactory
-
-US_PER_MS = 1000.0
+from predictor.units import S_PER_MS, US_PER_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +45,7 @@ def predict_point(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: Eng
                   prompt_tokens: int, output_tokens: int) -> tuple[PointFigures, tuple[str, ...]]:
     """(prediction, the step model's flags) for one request at a time (module docstring)."""
     model = AnchoredStepModel(anchor, card, cluster, engine, config, flags=anchor.flags)
-    host_ms = model.host_time_ms + model.host_us_per_prompt_token * prompt_tokens / US_PER_MS
-    ttft = model.prefill_us(prompt_tokens) / US_PER_MS + host_ms
+    ttft = model.prefill_us(prompt_tokens) / US_PER_MS + host_time_ms(model, prompt_tokens)
     tpot = model.decode_us(1, prompt_tokens + output_tokens / 2.0) / US_PER_MS
     return PointFigures(prompt_tokens, output_tokens, ttft, tpot), model.flags
 

@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict
 
 from predictor.sim.request import RequestSpec
 from predictor.sim.workloads import ArrivalMode, Session
+from predictor.units import US_PER_S
 
 Z90 = 1.2815515655446004     # standard normal quantile at 0.9
-US_PER_S = 1e6
 SESSION_ID_SHIFT = 36        # block ids: session << 36 | stream << 24 | block
 STREAM_ID_SHIFT = 24
 AGENTIC_REQUESTS_PER_CLIENT = 40

@@ -18,9 +18,8 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.analytical import host_time_ms
 from predictor.feasibility import pool_configs
-from predictor.handoff import DEFAULT_BACKEND
+from predictor.handoff import DEFAULT_BACKEND, link_gbps
 from predictor.sim.capacity import CapacityModel, PoolCapacity
-from predictor.handoff import link_gbps
 from predictor.sim.handoff import HandoffLaw, HandoffLinks
 from predictor.sim.host_tier import HostLink, dram_capacity_blocks
 from predictor.sim.kv_pool import KvPool, PoolShape
@@ -31,8 +30,8 @@ from predictor.sim.request import Request
 from predictor.sim.results import Recorder
 from predictor.sim.scheduler import PROFILES, SCHEDULERS, Limits
 from predictor.step import StepModel
+from predictor.units import US_PER_MS
 
-US_PER_MS = 1e3
 StepModelFactory = Callable[[Configuration], StepModel]
 
 
@@ -57,7 +56,6 @@ class Pool:
     units: list[Rank]
     model: StepModel
     capacity: PoolCapacity
-    config: Configuration
     host: HostTimes
     ttft_host_share: float       # share of the host time added to TTFT / end-to-end
 
@@ -136,4 +134,4 @@ def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_pr
         replicas.append(Replica(r, ranks, SCHEDULERS[inputs.engine], model, limits, inputs.recorder,
                                 host_us_on_prefill=billed[0], host_us_per_prompt_token=billed[1]))
     share = 0.0 if bill_host_on_prefill else 1.0
-    return Pool(role, replicas, units, model, capacity, config, host, share)
+    return Pool(role, replicas, units, model, capacity, host, share)

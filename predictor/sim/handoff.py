@@ -28,9 +28,10 @@ class HandoffLaw:
         num_bytes = prompt_tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence
         return handoff_us(self.backend, num_bytes, self.num_layers, self.link_gbps)
 
-    def occupancy_us(self, prompt_tokens: int) -> float:
-        """Link time one hand-off holds (the floor overlaps the previous transfer)."""
-        return self.duration_us(prompt_tokens) - BACKENDS[self.backend].floor_us
+    @property
+    def floor_us(self) -> float:
+        """The part of a hand-off that does not hold the link (it overlaps the previous transfer)."""
+        return BACKENDS[self.backend].floor_us
 
 
 class HandoffLinks:
@@ -43,6 +44,6 @@ class HandoffLinks:
     def schedule(self, unit: int, now_us: float, prompt_tokens: int) -> float:
         """Queue a hand-off from prefill rank ``unit``; return when the KV has arrived."""
         start = max(now_us, self.free_at_us[unit])
-        done = start + self.law.duration_us(prompt_tokens)
-        self.free_at_us[unit] = start + self.law.occupancy_us(prompt_tokens)
-        return done
+        duration = self.law.duration_us(prompt_tokens)
+        self.free_at_us[unit] = start + (duration - self.law.floor_us)
+        return start + duration

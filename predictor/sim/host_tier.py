@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BYTES_PER_GB = 1e9
-US_PER_S = 1e6
+from predictor.units import BYTES_PER_GB, US_PER_S
 
 
 def dram_capacity_blocks(host_kv_tier_gb: float, kv_bytes_per_token: float, block_tokens: int) -> int:
@@ -29,12 +28,9 @@ class HostLink:
 
     bandwidth_gbps: float
     free_at_us: float = 0.0
-    busy_us: float = 0.0
 
     def load(self, now_us: float, num_bytes: float) -> float:
         """Queue a load of ``num_bytes``; return when it completes."""
         start = max(now_us, self.free_at_us)
-        duration = num_bytes / (self.bandwidth_gbps * BYTES_PER_GB) * US_PER_S
-        self.free_at_us = start + duration
-        self.busy_us += duration
+        self.free_at_us = start + num_bytes / (self.bandwidth_gbps * BYTES_PER_GB) * US_PER_S
         return self.free_at_us

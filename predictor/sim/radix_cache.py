@@ -202,19 +202,11 @@ class LeafFirstCache:
         return raised
 
     def promote(self, ids: Sequence[int], start: int, stop: int) -> int:
-        key = _getter(ids)
-        path, node, pos = [], self.root, 0
-        while pos < stop:                    # the nodes holding ids[:stop] (resident ones)
-            child = node.children.get(key(pos))
-            if child is None:
-                break
-            take = min(len(child.keys), stop - pos)
-            if child.keys[take - 1] != key(pos + take - 1):
-                take = _common(child.keys, 0, _as_list(ids[pos:pos + take]), 0)
-            path.append(child)
-            node, pos = child, pos + take
-            if take < len(child.keys):
-                break
+        node, path = self._walk(ids, stop)[0], []
+        while node is not self.root:         # the nodes holding ids[:stop] (resident ones)
+            path.append(node)
+            node = node.parent
+        path.reverse()
         promoted, pos = 0, start
         for node in path:
             if pos >= stop:

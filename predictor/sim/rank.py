@@ -51,9 +51,6 @@ class Rank:
     def num_requests(self) -> int:
         return len(self.waiting) + self.num_running + self.num_loading
 
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.prefilling or self.num_decoders)
-
     # -- decode bookkeeping ----------------------------------------------------------------
     def add_decoder(self, request: Request, now_us: float) -> None:
         """The request has its first token; it decodes from the next step on."""

@@ -97,10 +97,6 @@ class Replica:
     def bills_host(self) -> bool:
         return bool(self.host_us_on_prefill or self.host_us_per_prompt_token)
 
-    @property
-    def is_stretching(self) -> bool:
-        return self.plan is not None and self.plan.num_steps > 1
-
     def begin_step(self, now_us: float) -> StepPlan | None:
         """Schedule and price the next step; None when there is nothing to do."""
         batch = self.scheduler.schedule(self, now_us)
@@ -131,7 +127,7 @@ class Replica:
 
     # -- pricing ---------------------------------------------------------------------------
     def _price(self, batch: Batch, now_us: float) -> StepPlan:
-        dp, model = self.dp, self.model
+        dp, model, bills_host = self.dp, self.model, self.bills_host
         num_decoders = max_decoders = max_tokens = max_seqs = 0
         ctx_sum = prior_sum = host_us = 0.0
         num_chunks, stalls, mixes = 0, False, False
@@ -149,7 +145,7 @@ class Replica:
             for request, take in w.chunks:
                 tokens += take
                 prior_sum += request.cached_tokens + request.prefilled
-                if self.bills_host and request.prefilled == 0:
+                if bills_host and request.prefilled == 0:
                     host_us += self.host_us_on_prefill + self.host_us_per_prompt_token * request.prompt_tokens
             max_tokens = max(max_tokens, tokens)
             max_seqs = max(max_seqs, len(w.chunks))

@@ -113,9 +113,5 @@ class Request:
         self.host_us = 0.0
         self.rank = None             # the scheduler rank holding it (set when routed)
 
-    @property
-    def is_finished(self) -> bool:
-        return self.finish_us >= 0.0
-
     def __repr__(self) -> str:
         return f"Request({self.rid}, isl={self.prompt_tokens}, osl={self.output_tokens})"

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from predictor.sim.request import Request
+from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
 
 STATS = ("mean", "p50", "p90", "p95", "p99", "p999")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 JSON_STATS = ("mean", "p50", "p90", "p99", "p999")
-US_PER_MS, US_PER_S = 1e3, 1e6
 
 
 class Recorder:
@@ -168,7 +168,7 @@ def latency_distributions(requests: list[Request], recorder: Recorder) -> dict[s
         "tpot_ms": _stats(tpot),
         "itl_ms": _stats(itl, np.asarray(recorder.itl_weights, float)) if itl.size else _stats(itl),
         "e2e_ms": _stats((finish - arrival + host) / US_PER_MS),
-        "interactivity": _stats(1000.0 / positive),
+        "interactivity": _stats(MS_PER_S / positive),
     }
 
 

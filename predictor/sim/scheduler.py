@@ -171,9 +171,14 @@ def admit(rank: Rank, request: Request, now_us: float) -> None:
     rank.prefilling.append(request)
 
 
-def _decode_stretch(work: list[RankWork]) -> int:
+def _batch(work: list[RankWork]) -> Batch | None:
+    """The step's batch (None: no rank has work); a decode-only step may stretch to the
+    next finish."""
+    if not any(w.chunks or w.decodes for w in work):
+        return None
     steps = [w.rank.steps_to_next_finish() for w in work if w.decodes and not w.chunks]
-    return max(1, min(steps)) if steps and all(not w.chunks for w in work) else 1
+    stretch = max(1, min(steps)) if steps and all(not w.chunks for w in work) else 1
+    return Batch(tuple(work), stretch)
 
 
 class MixedScheduler:
@@ -188,9 +193,7 @@ class MixedScheduler:
             budget = limits.token_budget - rank.num_decoders * limits.decode_tokens
             chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
             work.append(RankWork(rank, tuple(chunks), rank.num_decoders > 0))
-        if not any(w.chunks or w.decodes for w in work):
-            return None
-        return Batch(tuple(work), _decode_stretch(work))
+        return _batch(work)
 
 
 class PrefillFirstScheduler:
@@ -207,9 +210,7 @@ class PrefillFirstScheduler:
         for rank in replica.ranks:
             chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
             work.append(RankWork(rank, tuple(chunks), not chunks and rank.num_decoders > 0))
-        if not any(w.chunks or w.decodes for w in work):
-            return None
-        return Batch(tuple(work), _decode_stretch(work))
+        return _batch(work)
 
 
 SCHEDULERS: dict[Engine, EngineScheduler] = {

@@ -39,10 +39,10 @@ from predictor.sim.results import (
 from predictor.sim.router import Router, RouterPolicy
 from predictor.sim.source import SessionSource
 from predictor.sim.workloads import ArrivalMode
+from predictor.units import US_PER_MS, US_PER_S
 
 Progress = Callable[[int, int], None]
 PROGRESS_STEPS = 100
-US_PER_MS = 1e3
 
 
 class Simulation:
@@ -223,7 +223,7 @@ class Simulation:
         rows = request_rows(self.finished, {r.rid for r in measured}) if self.keep_rows else ()
         extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished)}
         return SimResult(distributions, scalars, hit_rates(deployment), len(measured), wall_s,
-                         self.now_us / 1e6, extra, rows)
+                         self.now_us / US_PER_S, extra, rows)
 
 
 def hit_rates(deployment: Deployment) -> dict:

@@ -11,7 +11,7 @@ request is released ends a closed loop's steady-state window.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,7 +30,6 @@ class _LiveSession:
     pending: list[int]                       # unfinished deps per request
     children: list[list[int]]
     outstanding: int = 0                     # released, not finished
-    released: list[bool] = field(default_factory=list)
 
 
 class SessionSource:
@@ -45,8 +44,6 @@ class SessionSource:
         self._slot_sessions = [0] * self.concurrency
         self._live: dict[int, _LiveSession] = {}
         self.released = 0
-        self.finished = 0
-        self.last_release_us = 0.0
         self.is_exhausted = False
 
     # -- public ----------------------------------------------------------------------------
@@ -64,7 +61,6 @@ class SessionSource:
         return out
 
     def on_finish(self, request: Request, now_us: float) -> list[Release]:
-        self.finished += 1
         live = self._live[request.session]
         live.outstanding -= 1
         out: list[Release] = []
@@ -94,8 +90,7 @@ class SessionSource:
                 children[dep].append(index)
         is_warmup = self._slot_sessions[slot] < self.warmup_per_slot
         self._slot_sessions[slot] += 1
-        live = _LiveSession(self._next_session, slot, session, is_warmup, pending, children,
-                            released=[False] * len(requests))
+        live = _LiveSession(self._next_session, slot, session, is_warmup, pending, children)
         self._live[live.index] = live
         self._next_session += 1
         for index, spec in enumerate(requests):
@@ -117,9 +112,7 @@ class SessionSource:
         request = Request(self.released, live.session.requests[index], live.index, live.slot,
                           at_us, live.is_warmup, local_index=index)
         live.outstanding += 1
-        live.released[index] = True
         self.released += 1
-        self.last_release_us = max(self.last_release_us, at_us)
         if self.released >= self.budget:
             self.is_exhausted = True
         out.append((at_us, request))

@@ -19,8 +19,8 @@ import numpy as np
 from levers.errors import InputError
 from predictor.sim.request import RequestSpec
 from predictor.sim.workloads import ArrivalMode, Session
+from predictor.units import US_PER_S
 
-US_PER_S = 1e6
 ROOT = -1
 CANDIDATE_BLOCK_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 BLOCK_SIZE_AGREEMENT = 0.99      # share of records a candidate block size must explain

@@ -36,8 +36,8 @@ from predictor.sim.trace_base import (
     infer_block_tokens,
 )
 from predictor.sim.workloads import ArrivalMode, Session
+from predictor.units import US_PER_MS, US_PER_S
 
-US_PER_MS, US_PER_S = 1e3, 1e6
 Key = int | str
 
 

@@ -31,8 +31,8 @@ from levers.errors import InputError
 from predictor.sim.request import RequestSpec
 from predictor.sim.trace_base import BadLines, PrefixChecker, TraceWorkload, empty_trace
 from predictor.sim.workloads import ArrivalMode, Session
+from predictor.units import MS_PER_S, US_PER_S
 
-US_PER_S, MS_PER_S = 1e6, 1e3
 IDLE_GAP_CAP_S = 300.0
 SESSION_ID_SHIFT = 36          # local scope: session index << 36 | id
 LOCAL_ID_LIMIT = 1 << SESSION_ID_SHIFT

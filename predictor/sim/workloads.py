@@ -23,8 +23,8 @@ import numpy as np
 
 from levers.errors import InputError
 from predictor.sim.request import RequestSpec
+from predictor.units import US_PER_S
 
-US_PER_S = 1e6
 PREFIX_ID_BASE = 1 << 40          # synthetic block-id ranges (prefix pool, unique blocks)
 PREFIX_ID_STRIDE = 1 << 24
 UNIQUE_ID_BASE = 1 << 50
