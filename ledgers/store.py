@@ -11,8 +11,6 @@ join rather than re-encoding the whole search.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +18,15 @@ from pydantic import ValidationError
 
 from ledgers.model import Ledger
 from levers.errors import InputError
+from predictor.cards import inferasim_home
+from predictor.files import atomic_write_text  # noqa: F401  (the ledger API re-exports it)
 
 LEDGERS_SUBDIR = "ledgers"
 SUFFIX = ".json"
-FILE_MODE = 0o644  # a ledger is an ordinary user file (mkstemp would leave it 0600)
-
-
-def inferasim_home() -> Path:
-    """`$INFERASIM_HOME`, default `~/.inferasim` (the same rule as the model cards)."""
-    return Path(os.environ.get("INFERASIM_HOME") or "~/.inferasim").expanduser()
 
 
 def ledgers_dir() -> Path:
     return inferasim_home() / LEDGERS_SUBDIR
-
-
-def atomic_write_text(path: Path, text: str, *, durable: bool = False) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(temporary, FILE_MODE)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            if durable:
-                stream.flush()
-                os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 class LedgerWriter:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -33,6 +31,7 @@ from predictor.anchor_coverage import (
 )
 from predictor.cards import ModelCard, inferasim_home
 from predictor.feasibility import pool_configs
+from predictor.files import atomic_write_text
 from predictor.hardware import Cluster
 from predictor.transfer import fit_prefill
 
@@ -79,14 +78,7 @@ def save_anchor(anchor: Anchor, directory: str | Path | None = None) -> Path:
     folder = Path(directory) if directory is not None else user_anchors_dir()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{anchor.id}.json"
-    handle, temp_name = tempfile.mkstemp(prefix=f".{anchor.id}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(anchor.model_dump_json(indent=2) + "\n")
-        os.replace(temp_name, target)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    atomic_write_text(target, anchor.model_dump_json(indent=2) + "\n")
     return target
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -22,6 +21,7 @@ from pydantic import ValidationError
 
 from levers.errors import InputError, accepted_list
 from predictor.card_builder import card_aliases, card_from_hf_config
+from predictor.files import atomic_write_text
 from predictor.model_card import (
     COMPONENTS, AttentionGroup, AttentionKind, CardSource, Dtype, ModelCard, NativeDtypes,
 )
@@ -90,14 +90,7 @@ def _write_user_card(card: ModelCard) -> ModelCard:
     folder = user_cards_dir()
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps(card.model_dump(mode="json"), indent=1)
-    handle, tmp = tempfile.mkstemp(dir=folder, prefix=f".{card.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(tmp, folder / f"{card.name}.json")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(folder / f"{card.name}.json", text)
     _catalog.cache_clear()
     return card
 

@@ -13,12 +13,11 @@ temporary name and renamed, so an interrupted run leaves no half-written file.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 from levers.errors import InputError
+from predictor.files import atomic_write
 from predictor.step import Mode
 from predictor.sweep import SweepPoint
 
@@ -32,7 +31,6 @@ COLOURS = {Mode.ANCHORED: "#1f77b4", Mode.RANK_ONLY: "#d62728"}
 LABELS = {Mode.ANCHORED: "anchored", Mode.RANK_ONLY: "rank-only"}
 X_LABEL = "Interactivity (tok/s/user)"
 Y_LABEL = "Throughput per GPU (tok/s/GPU)"
-FILE_MODE = 0o644
 PLOT_INSTALL_HINT = "pip install 'inferasim[plot]'"
 
 
@@ -85,17 +83,7 @@ def _draw_frontier(axes: Any, frontier: Sequence[SweepPoint]) -> None:
 
 
 def _save(figure: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        figure.savefig(tmp, format="png")
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda temporary: figure.savefig(temporary, format="png"))
 
 
 def _pyplot() -> Any:

@@ -13,13 +13,12 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 from levers.configuration import format_value
 from predictor.executors import POINT_METRICS
+from predictor.files import atomic_write_text
 from predictor.plot import plot_frontier
 from predictor.sweep import SweepPoint, SweepResult
 
@@ -29,7 +28,6 @@ CONFIG_COLUMNS = (
     "kv_cache_dtype", "spec_method", "spec_depth",
 )
 COLUMNS = ("on_frontier", "mode", "source", *POINT_METRICS, "total_gpus", *CONFIG_COLUMNS, "configuration")
-FILE_MODE = 0o644
 FILES = {"points": "points.csv", "frontier": "frontier.csv", "sweep": "sweep.json", "plot": "pareto.png"}
 
 
@@ -38,11 +36,11 @@ def write_sweep(result: SweepResult, out_dir: str | Path, *, plot: bool = True) 
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {name: folder / file for name, file in FILES.items() if plot or name != "plot"}
-    _atomic_text(paths["points"], points_csv(result.points))
-    _atomic_text(paths["frontier"], points_csv(result.frontier))
+    atomic_write_text(paths["points"], points_csv(result.points))
+    atomic_write_text(paths["frontier"], points_csv(result.frontier))
     if plot:
         plot_frontier(result.points, paths["plot"], plot_title(result))
-    _atomic_text(paths["sweep"], json.dumps(sweep_json(result, paths), indent=1) + "\n")
+    atomic_write_text(paths["sweep"], json.dumps(sweep_json(result, paths), indent=1) + "\n")
     return paths
 
 
@@ -80,13 +78,3 @@ def _number(value: float | None) -> str:
     return f"{value:.6g}"
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,0 +1,44 @@
+"""Atomic file writes (PRODUCT.md §6: nothing is left half-written).
+
+Every file the product writes (ledgers, anchors, user model cards, sweep CSV/JSON, plots)
+goes through :func:`atomic_write`: a temporary file in the target's directory, then
+``os.replace``, so a reader sees the old file or the new one, never a torn one. Files get
+an ordinary user mode (``mkstemp`` alone would leave them 0600).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+FILE_MODE = 0o644
+
+
+def atomic_write(path: Path, write: Callable[[str], None], *, durable: bool = False) -> Path:
+    """Call ``write(temporary_path)``, then move the result onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(temporary)
+        if durable:
+            descriptor = os.open(temporary, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        os.chmod(temporary, FILE_MODE)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: Path, text: str, *, durable: bool = False) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"),
+                        durable=durable)
