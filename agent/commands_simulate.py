@@ -18,7 +18,8 @@ from rich.table import Table
 
 from agent.cli_app import app, cli_errors, console, print_json
 from agent.commands_info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt
-from levers.configuration import Configuration, parse_config_text
+from agent.commands_info import configuration_from_options
+from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.feasibility import check_configuration
 from predictor.predict import step_model_for
@@ -46,13 +47,6 @@ def step_model_factory_for(target: Target) -> Callable[[Configuration], StepMode
     return factory
 
 
-def _configuration(config: list[str] | None, concurrency: int | None) -> Configuration:
-    partial = parse_config_text(config)
-    if concurrency is not None:
-        partial.update(parse_config_text(f"concurrency={concurrency}"))
-    return Configuration().with_changes(partial)
-
-
 def _workload(workload: str | None, trace: Path | None, skip_bad_lines: bool):
     if workload and trace:
         raise InputError("--trace", "give --workload or --trace, not both", "one workload source")
@@ -77,7 +71,7 @@ def simulate_command(
 ) -> None:
     """Run the discrete-event simulator: TTFT/ITL/TPOT/E2E distributions, throughput, hit rates."""
     target = resolve_target(model, cluster, engine)
-    configuration = _configuration(config, concurrency)
+    configuration = configuration_from_options(config, concurrency)
     feasibility = check_configuration(target.card, target.cluster, target.engine, configuration)
     if not feasibility.legal:
         raise InputError("--config", "; ".join(feasibility.reasons), "a legal configuration (see inferasim check)")

@@ -28,6 +28,7 @@ from predictor.sim.agentic import AGENTIC_REQUESTS_PER_CLIENT
 from predictor.sim.workloads import FIXED_CLOSED_REQUESTS_PER_CLIENT
 from predictor.target import Target, resolve_target
 from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
+from predictor.sweep_space import spread
 
 RANKING_OBJECTIVE = "throughput_per_gpu"  # METHOD §7 ranks qualifiers by throughput per GPU
 MAX_AUTO_CONCURRENCY = 128               # past it agentic runs are saturated and take tens of seconds
@@ -126,18 +127,6 @@ def auto_candidates(target: Target, workload: WorkloadSpec, max_gpus: int | None
     for group, quota in (quotas or AUTO_QUOTAS).items():
         chosen += spread(by_group.get(group, []), quota)
     return list(dict.fromkeys(chosen))
-
-
-def spread(items: list[Any], count: int) -> list[Any]:
-    """``count`` items evenly spaced over ``items`` (first and last included)."""
-    if count <= 0 or not items:
-        return []
-    if len(items) <= count:
-        return list(items)
-    if count == 1:
-        return [items[0]]
-    step = (len(items) - 1) / (count - 1)
-    return [items[round(i * step)] for i in range(count)]
 
 
 def within_budget(configs: Iterable[Configuration], max_gpus: int | None) -> tuple[list[Configuration], int]:

@@ -254,7 +254,9 @@ def _capped(plan: SweepPlan, options: SpaceOptions) -> SweepPlan:
 
 def spread(items: Sequence[T], count: int) -> list[T]:
     """``count`` items evenly spread over ``items`` (first and last included); all of
-    them when there are no more than ``count``."""
+    them when there are no more than ``count``, none for a count below one."""
+    if count <= 0 or not items:
+        return []
     if len(items) <= count:
         return list(items)
     if count == 1:
