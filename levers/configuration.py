@@ -68,6 +68,12 @@ class Configuration:
         return self.tp // self.attention_dp if self.attention_dp else self.tp
 
     @property
+    def dense_tp(self) -> int:
+        """TP of dense MLP layers and shared experts: the whole stage, unless attention
+        DP is on, when they follow the attention ranks (PRODUCT.md §3)."""
+        return self.attention_tp if self.attention_dp > 1 else self.tp
+
+    @property
     def moe_tp(self) -> int:
         return self.tp // self.ep if self.ep else self.tp
 

@@ -186,7 +186,7 @@ def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -
     crosses = tp > scale_up
     algorithm = config.allreduce_algorithm
     attention_ar = AllReduceTier.build(gpu, atp, algorithm, atp > scale_up)
-    dense_group = atp if dp > 1 else tp
+    dense_group = config.dense_tp
     dense_ar = AllReduceTier.build(gpu, dense_group, algorithm, dense_group > scale_up)
     backend = config.all_to_all_backend in EP_BACKENDS and ep > 1
     moe_ar = AllReduceTier.build(gpu, tp, algorithm, crosses) if (dp == 1 and not backend) else None

@@ -88,7 +88,7 @@ class _Shape:
 
 def _shape(card: ModelCard, config: Configuration) -> _Shape:
     atp = config.attention_tp
-    dense_tp = atp if config.attention_dp > 1 else config.tp
+    dense_tp = config.dense_tp
     softmax = [g for g in card.attention if not g.kind.is_linear]
     rope = 0.0
     for group in softmax:

@@ -80,7 +80,7 @@ def count_kernels(card: ModelCard, config: Configuration, precisions: Precisions
     """Kernels of one full-depth forward (see the module docstring)."""
     quant = 1 if precisions.is_low_precision_activation else 0
     atp, dp, tp = config.attention_tp, config.attention_dp, config.tp
-    mlp_tp = atp if dp > 1 else tp
+    mlp_tp = config.dense_tp
     moe_layers = card.moe_layers if card.is_moe else 0
     dense_layers = card.num_layers - moe_layers
     per_layer_common = 4 + 2 * quant + (2 if card.hyper_connection_mult > 1 else 0)
@@ -115,7 +115,7 @@ def elementwise_bytes(card: ModelCard, config: Configuration, precisions: Precis
     """Bytes per row of the bandwidth-bound kernels (see the module docstring)."""
     act, atp = precisions.activation_bytes, config.attention_tp
     quant = precisions.is_low_precision_activation
-    mlp_tp = atp if config.attention_dp > 1 else config.tp
+    mlp_tp = config.dense_tp
     hidden, mult = card.hidden_size, card.hyper_connection_mult
     per_layer = 2 * (3 * hidden * mult * BF16) + 2 * (2 * hidden * BF16)  # 2 adds (x, r -> r), 2 norms
     if mult > 1:  # mHC: each sub-layer mixes the streams in (mult h -> h) and out (h + mult h -> mult h)

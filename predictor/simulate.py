@@ -141,7 +141,7 @@ class SimulateStepModel:
 
     def _build_gemms(self) -> tuple[_Gemm, ...]:
         card, p, atp = self.card, self._precisions, self._atp
-        mlp_tp = atp if self._dp > 1 else self._tp
+        mlp_tp = self.config.dense_tp
         hidden = card.hidden_size
         gemms = []
         for group in card.attention:
