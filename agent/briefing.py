@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from agent.guards import allowed_values
-from agent.scoring import Trial
+from agent.trial import Trial
 from levers.catalog import LEVERS
 from levers.configuration import Configuration, format_value
 

@@ -31,13 +31,11 @@ there is no confirm step (all trials already share one fidelity).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent.trial import SearchContext, Trial
+from levers.configuration import Configuration
 from predictor.sim.api import as_workload
-
-if TYPE_CHECKING:
-    from agent.scoring import SearchContext, Trial
-    from levers.configuration import Configuration
 
 SEARCH_MAX_REQUESTS = 1024        # DES requests of a search trial, at most (below the floor)
 SEARCH_REQUESTS_PER_CLIENT = 4    # ... but at least this many per client

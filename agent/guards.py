@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
+from agent.trial import SearchContext
 from levers.catalog import DTYPES, LEVERS_BY_NAME, get_lever
 from levers.configuration import Configuration, format_value, parse_config_text
 from levers.errors import InputError, accepted_list
-
-if TYPE_CHECKING:
-    from agent.scoring import SearchContext
 
 PRECISION_LEVERS = ("weight_dtype", "expert_dtype")
 MAX_PROPOSAL_TEXT = 2000  # longer proposal text is truncated in reasons

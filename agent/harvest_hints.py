@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from agent.scoring import Trial
+from agent.trial import Trial
 from levers.catalog import LEVERS, LeverKind
 from levers.configuration import Configuration, format_value
 from predictor.feasibility import pool_configs

@@ -25,8 +25,8 @@ from agent import briefing
 from agent.guards import guard_proposal
 from agent.lm import LmRuntime, StopAgent
 from agent.redact import redact
-from agent.scoring import Phase
 from agent.session import SearchSession
+from agent.trial import Phase
 from prompts import load_prompt
 
 DEFAULT_MAX_STEPS = 30

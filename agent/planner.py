@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent import briefing
 from agent.lm import LmRuntime
 from agent.redact import redact
-from agent.scoring import Phase
 from agent.session import SearchSession
+from agent.trial import Phase
 from prompts import load_prompt
 
 MAX_HYPOTHESES = 5

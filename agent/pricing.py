@@ -22,15 +22,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agent.scoring import Phase, SearchContext, Trial, evaluate
+from agent.question import TuneRequest, build_context
+from agent.scoring import evaluate
 from agent.seed_planner import Seed
+from agent.trial import Phase, SearchContext, Trial
 from levers.configuration import Configuration
 from levers.errors import InputError
-
-if TYPE_CHECKING:
-    from agent.tune import TuneRequest
 
 MAX_WORKERS = 256
 DEFAULT_MAX_WORKERS = 8   # a seed round has ~75 candidates: more processes mostly add memory
@@ -70,8 +69,6 @@ _WORKER_CONTEXT: SearchContext | None = None
 
 def _init_worker(question: "TuneRequest") -> None:
     """Per-process context, rebuilt from names (no big object crosses per task)."""
-    from agent.tune import build_context
-
     global _WORKER_CONTEXT
     _WORKER_CONTEXT = build_context(question)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from agent.scoring import Trial
+from agent.trial import Trial
 
 NO_SCORE = float("-inf")
 

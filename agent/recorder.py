@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from agent.fidelity import fidelity_json
 from agent.ranking import meets_slos
 from agent.redact import redact, redact_argv
-from agent.scoring import Phase, SearchContext, Stage, Trial
 from agent.session import SearchSession
+from agent.trial import Phase, SearchContext, Stage, Trial
 from ledgers.model import Ledger, TrialRecord
 from ledgers.store import LedgerWriter, ledgers_dir
 from levers.configuration import Configuration, configuration_from_dict

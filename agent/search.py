@@ -26,9 +26,10 @@ from agent.lm import LmRuntime, Outcome
 from agent.planner import execute_plan, run_planner
 from agent.pricing import Job, Pricer, SeedQueue
 from agent.ranking import meets_slos, nearest_misses, top_trials
-from agent.scoring import Phase, Trial, confirmed
+from agent.scoring import confirmed
 from agent.seed_planner import SeedPlanner
 from agent.session import SearchSession
+from agent.trial import Phase, Trial
 
 DEFAULT_BUDGET = 300
 SEED_SHARE_WITH_LLM = 0.4   # share of the budget the seeds take before the LLM phase

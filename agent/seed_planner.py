@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, Callable, Iterator
 
 from agent.guards import allowed_values, config_guard_reasons, effective_dtype
-from agent.scoring import SearchContext
+from agent.trial import SearchContext
 from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
 from levers.configuration import Configuration
 from levers.errors import InputError

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from agent.fidelity import confirms, is_full_fidelity
 from agent.guards import guard_proposal
 from agent.ranking import best_trial, is_better, nearest_misses, top_trials
-from agent.scoring import Phase, SearchContext, Stage, Trial, duplicate, evaluate, rejected, with_index
+from agent.scoring import duplicate, evaluate, rejected, with_index
+from agent.trial import Phase, SearchContext, Stage, Trial
 from levers.configuration import Configuration
 
 STALE_FRACTION = 0.7

@@ -20,60 +20,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from agent.guards import parse_precisions
 from agent.harvest_hints import harvest_plan
-from agent.lm import DEFAULT_TIMEOUT_S, LmRuntime, LmSettings, resolve_lm_settings
+from agent.lm import LmRuntime, LmSettings, resolve_lm_settings
 from agent.pricing import Pricer, resolve_workers
+from agent.question import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, build_context  # noqa: F401
 from agent.recorder import LedgerRecorder, ledger_header, new_search_id, resume_header, trial_from_record
-from agent.scoring import CheckFn, PredictFn, SearchContext, Trial
 from agent.search import DEFAULT_BUDGET, SearchOutcome, SearchSettings, run_search
 from agent.seed_planner import baseline
 from agent.session import LlmNotes, SearchSession
+from agent.trial import CheckFn, PredictFn, SearchContext, Trial
 from ledgers.model import Ledger
 from ledgers.store import LedgerWriter, load_ledger, resolve_ledger
 from levers.configuration import configuration_from_dict
 from levers.errors import InputError
-from objectives.objectives import resolve_objective
-from objectives.slo import parse_slos
-from predictor.feasibility import check_configuration
-from predictor.predict import default_store, predict
-from predictor.target import resolve_target
-from predictor.workload import parse_workload
 
-DEFAULT_OBJECTIVE = "throughput"
-DEFAULT_TOP = 10
 MAX_BUDGET = 100_000
 
 TrialListener = Callable[[SearchSession, Trial], None]
-
-
-@dataclass(frozen=True)
-class TuneRequest:
-    """The options of `inferasim tune` (None: the PRODUCT.md §2 default)."""
-
-    model: str | None = None
-    cluster: str | None = None
-    engine: str | None = None
-    workload: str | None = None
-    objective: str = DEFAULT_OBJECTIVE
-    slos: tuple[str, ...] = ()
-    lm: str | None = None
-    lm_base_url: str | None = None
-    lm_json_schema: bool = False
-    lm_timeout_s: float = DEFAULT_TIMEOUT_S
-    budget: int | None = None
-    seed: int = 0
-    no_llm: bool = False
-    guidance: str | None = None
-    precisions: str | None = None
-    resume: str | None = None
-    top: int = DEFAULT_TOP
-    num_requests: int | None = None
-    command_line: tuple[str, ...] = ()
-    max_cycles: int | None = None
-    max_steps: int | None = None
-    workers: int | None = None          # processes pricing seed rounds (None: all cores, at most 8)
-    search_fidelity: bool = True        # bounded DES trials + confirm step (agent.fidelity)
 
 
 @dataclass(frozen=True)
@@ -94,26 +57,6 @@ class TuneResult:
     @property
     def rank_only_best(self) -> bool:
         return any(t.mode == "rank-only" for t in ([self.best] if self.best else self.outcome.nearest_misses[:1]))
-
-
-def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
-                  check_fn: CheckFn | None = None, store=None) -> SearchContext:
-    """Validate the question and bind it to the predictor."""
-    if not request.model:
-        raise InputError("--model", "a model is required (or --resume LEDGER)", "a model name, e.g. kimi-k3")
-    slos = parse_slos(list(request.slos))
-    objective = resolve_objective(request.objective)
-    workload = parse_workload(request.workload)
-    precisions = parse_precisions(request.precisions)
-    store = store if store is not None else (default_store() if predict_fn is None else None)
-    has_anchor = store.has_anchor if store is not None and hasattr(store, "has_anchor") else None
-    target = resolve_target(request.model, request.cluster, request.engine, has_anchor=has_anchor)
-    return SearchContext(
-        target=target, workload=workload, objective=objective, predict_fn=predict_fn or predict,
-        check_fn=check_fn or check_configuration, slos=slos, seed=request.seed,
-        context_tokens=workload.context_tokens, store=store, num_requests=request.num_requests,
-        precisions=precisions, guidance=(request.guidance or "").strip() or None,
-        bounded_fidelity=request.search_fidelity and request.num_requests is None)
 
 
 def _settings(request: TuneRequest, budget: int) -> SearchSettings:

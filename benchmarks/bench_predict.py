@@ -27,7 +27,7 @@ import time
 
 from levers.configuration import Configuration
 from predictor.predict import predict
-from predictor.sweep_space import SpaceOptions, build_plan
+from predictor.sweep.space import SpaceOptions, build_plan
 from predictor.target import resolve_target
 from predictor.workload import parse_workload
 

@@ -18,13 +18,13 @@ import json
 import os
 import time
 
-from predictor.executors import LocalPoolExecutor, RayExecutor, SerialExecutor
-from predictor.sweep import SweepResult, run_sweep
-from predictor.sweep_space import SpaceOptions
+from bench_predict import machine  # noqa: I001  (same folder)
+
+from predictor.sweep.executors import LocalPoolExecutor, RayExecutor, SerialExecutor
+from predictor.sweep.run import SweepResult, run_sweep
+from predictor.sweep.space import SpaceOptions
 from predictor.target import resolve_target
 from predictor.workload import parse_workload
-
-from bench_predict import machine  # noqa: I001  (same folder)
 
 
 def run_backend(name: str, target, workload, options: SpaceOptions, cores: int,

@@ -30,7 +30,7 @@ TUNE_ARGS = ["tune", "--model", "kimi-k3", "--objective", "throughput", "--slo",
 def cli() -> list[str]:
     """The installed `inferasim` script next to this interpreter, else `python -m`."""
     script = shutil.which("inferasim", path=os.path.dirname(sys.executable))
-    return [script] if script else [sys.executable, "-c", "from agent.cli import main; main()"]
+    return [script] if script else [sys.executable, "-c", "from agent.cli.main import main; main()"]
 
 
 def timed(command: list[str], home: str, timeout_s: float) -> tuple[float, int | None, str]:

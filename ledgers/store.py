@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from ledgers.model import Ledger
 from levers.errors import InputError
-from predictor.cards import inferasim_home
+from predictor.cards.registry import inferasim_home
 from predictor.files import atomic_write_text  # noqa: F401  (the ledger API re-exports it)
 
 LEDGERS_SUBDIR = "ledgers"

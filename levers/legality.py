@@ -10,7 +10,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from levers.catalog import (
-    LEVERS, MOE_FUSIONS, QUANT_FED_FUSIONS, Engine, parse_layout,
+    LEVERS,
+    MOE_FUSIONS,
+    QUANT_FED_FUSIONS,
+    Engine,
+    parse_layout,
 )
 from levers.configuration import Configuration
 

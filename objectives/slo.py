@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Literal
 
 from levers.errors import InputError

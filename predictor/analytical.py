@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from predictor.step import StepModel
+from predictor.step.cost import StepModel
 from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
 
 ITERATIONS = 12

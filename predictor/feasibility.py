@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype, structural_reasons
-from predictor.cards import ModelCard
+from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
 from predictor.memory import MemoryBreakdown, memory_breakdown
 from predictor.units import BYTES_PER_GB

@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from levers.errors import InputError, accepted_list
-from predictor.comm import Collective, CollectiveFit, bus_factor, nearest_group_fit
+from predictor.step.comm import Collective, CollectiveFit, bus_factor, nearest_group_fit
 
 __all__ = [
     "DEFAULT_CLUSTER",

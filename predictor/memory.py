@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from levers.errors import InputError, accepted_list
+from predictor.cards.model_card import COMPONENTS, AttentionGroup, AttentionKind, Dtype, ModelCard
 from predictor.hardware import FP4_BITS_PER_VALUE_BY_VENDOR
-from predictor.model_card import COMPONENTS, AttentionGroup, AttentionKind, Dtype, ModelCard
 from predictor.units import BYTES_PER_GB
 
 HBM_LEGAL_FRACTION = 0.9

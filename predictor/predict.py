@@ -14,17 +14,22 @@ from functools import lru_cache
 
 from levers.configuration import Configuration
 from predictor.analytical import (
-    Load, PoolLoad, benchmark_ttft_ms, disaggregated_state, host_time_ms, steady_state,
+    Load,
+    PoolLoad,
+    benchmark_ttft_ms,
+    disaggregated_state,
+    host_time_ms,
+    steady_state,
 )
-from predictor.anchor_store import AnchorStore
-from predictor.anchored import AnchoredStepModel
+from predictor.anchors.store import AnchorStore
 from predictor.feasibility import check_configuration, pool_configs
-from predictor.fusions import fusion_opportunities
-from predictor.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
 from predictor.memory import MemoryBreakdown
 from predictor.prediction import Prediction, illegal
-from predictor.simulate import SimulateStepModel
-from predictor.step import Mode, StepCost, StepModel
+from predictor.step.anchored import AnchoredStepModel
+from predictor.step.cost import Mode, StepCost, StepModel
+from predictor.step.fusions import fusion_opportunities
+from predictor.step.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
+from predictor.step.simulate import SimulateStepModel
 from predictor.target import Target
 from predictor.units import BYTES_PER_GB, MS_PER_S, US_PER_MS
 from predictor.workload import WorkloadSpec

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from predictor.memory import MemoryBreakdown
-from predictor.step import Mode
+from predictor.step.cost import Mode
 
 HEADLINE = {
     "ttft_ms": "ttft_ms_mean", "tpot_ms": "tpot_ms_mean", "itl_ms": "itl_ms_mean",

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from levers.catalog import ENGINES, Engine, parse_engine
-from predictor.cards import ModelCard, load_card
-from predictor.harvest.cpu import cpu_cluster, is_cpu_cluster
+from predictor.cards.registry import ModelCard, load_card
 from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
+from predictor.harvest.cpu import cpu_cluster, is_cpu_cluster
 
 DEFAULT_ENGINE = Engine.VLLM
 

@@ -1,5 +1,5 @@
 """Build the default anchors shipped as package data (`predictor/data/anchors/*.json`) from
-the measured corpora, by the corpus rule (`predictor.corpus_anchors`, RULE_VERSION).
+the measured corpora, by the corpus rule (`predictor.corpus.anchors`, RULE_VERSION).
 
 Sources (read here, never by package code at run time; both Apache-2.0):
 - InferenceX fixed-sequence runs (SemiAnalysisAI/InferenceX CI artifacts, Dec 2025 - Jan
@@ -16,7 +16,7 @@ folder are left alone.
 Usage: python scripts/build_default_anchors.py [--out DIR] [--report FILE] [--fit-host]
   --report writes the reproduction check (every source row predicted with the shipped
   anchors) and the per-stack coverage as JSON; --fit-host prints the per-engine host-time
-  fit of `predictor.corpus_host` next to the frozen constants.
+  fit of `predictor.corpus.host` next to the frozen constants.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from predictor.anchor import Anchor
-from predictor.anchor_store import AnchorStore, load_anchor_file
-from predictor.corpus import read_corpus
-from predictor.corpus_assemble import build_anchors
-from predictor.corpus_host import HOST_BY_ENGINE, fit_host_constants
-from predictor.corpus_refine import predict_row, refine
-from predictor.score_metrics import ape
+from predictor.anchors.anchor import Anchor
+from predictor.anchors.store import AnchorStore, load_anchor_file
+from predictor.corpus.assemble import build_anchors
+from predictor.corpus.host import HOST_BY_ENGINE, fit_host_constants
+from predictor.corpus.metrics import ape
+from predictor.corpus.read import read_corpus
+from predictor.corpus.refine import predict_row, refine
 
 # The public data folder laid beside the checkout (read-only; build time only).
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -35,8 +35,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from predictor.comm import Collective, bus_factor  # noqa: E402
 from predictor.hardware import GpuProfile  # noqa: E402
+from predictor.step.comm import Collective, bus_factor  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
 GIB_IN_GB = (1 << 30) / 1e9

@@ -2,7 +2,7 @@
 
 Reads each `<Name>.json` of the reference data (`raw_config` = the public config.json,
 `source`, `derived`) and writes `predictor/data/models/<Name>.json` with the same
-conversion users get (`predictor.cards.card_from_hf_config`). `derived_total_params` is
+conversion users get (`predictor.cards.registry.card_from_hf_config`). `derived_total_params` is
 copied from the record's `derived` block for checking only (tests compare it with the
 count derived from the card's architecture).
 
@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from predictor.card_builder import card_from_hf_config  # noqa: E402
-from predictor.model_card import CardSource, ModelCard  # noqa: E402
+from predictor.cards.builder import card_from_hf_config  # noqa: E402
+from predictor.cards.model_card import CardSource, ModelCard  # noqa: E402
 
 # The public data folder laid beside the checkout (read-only; build time only).
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

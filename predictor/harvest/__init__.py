@@ -13,5 +13,5 @@ anchor cache.
   prompt length;
 - `gguf`: a model card from a GGUF header; `cpu`: the `cpu` hardware profile.
 
-The CLI is `agent/commands_harvest.py` (`inferasim harvest`).
+The CLI is `agent/cli/harvest.py` (`inferasim harvest`).
 """

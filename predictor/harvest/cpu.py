@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from levers.errors import InputError
-from predictor.comm import Collective, CollectiveFit
 from predictor.hardware import Cluster, GpuProfile
+from predictor.step.comm import Collective, CollectiveFit
 from predictor.units import BYTES_PER_GB
 
 CPU_PROFILE_NAME = "cpu"

@@ -7,7 +7,7 @@ UTF-8 key, a uint32 value type, the value; arrays carry an element type and a co
 then one info record per tensor (name, dims, ggml type, offset). Only the header is
 read, never the tensor data.
 
-The card is built through `predictor.card_builder.card_from_hf_config` from an
+The card is built through `predictor.cards.builder.card_from_hf_config` from an
 equivalent config.json dict (`hf_config_from_gguf`): `{arch}.block_count`,
 `{arch}.embedding_length`, `{arch}.attention.head_count`, `.head_count_kv`,
 `{arch}.feed_forward_length`, `{arch}.context_length`, and the vocabulary size from the
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from levers.errors import InputError
-from predictor.cards import (
+from predictor.cards.registry import (
     CardSource,
     Dtype,
     ModelCard,

@@ -30,9 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from levers.errors import InputError
-from predictor.anchor import Anchor, DecodeSweep, PackedProbe, PrefillSweep, Provenance
-from predictor.anchor_store import anchor_id_for, save_anchor, user_anchors_dir
-from predictor.cards import register_card_file
+from predictor.anchors.anchor import Anchor, DecodeSweep, PackedProbe, PrefillSweep, Provenance
+from predictor.anchors.store import anchor_id_for, save_anchor, user_anchors_dir
+from predictor.cards.registry import register_card_file
 from predictor.harvest.checks import (
     Check,
     Outcome,

@@ -21,9 +21,9 @@ from levers.catalog import LEVERS, Engine
 from levers.configuration import Configuration, format_value, parse_config_text
 from levers.errors import InputError
 from levers.legality import structural_reasons
-from predictor.anchor import Signature
-from predictor.anchor_store import signature_for
-from predictor.cards import ModelCard, load_card
+from predictor.anchors.anchor import Signature
+from predictor.anchors.store import signature_for
+from predictor.cards.registry import ModelCard, load_card
 from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
 from predictor.harvest.adapters import (
     EngineAdapter,

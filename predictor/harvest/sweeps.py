@@ -8,7 +8,7 @@
 - Repeated waves of one batch (`combine_waves`, a CPU default: a busy shared machine
   moves one short wave by tens of percent) keep the median of the wave medians.
 - Prefill (`prefill_sweep`): TTFT at concurrency 1, unique prompts, median of
-  `repeats` interleaved passes per length, fitted to `F + c1 n + c2 n^2` (`predictor.transfer.fit_prefill`).
+  `repeats` interleaved passes per length, fitted to `F + c1 n + c2 n^2` (`predictor.step.transfer.fit_prefill`).
 - Packed-prefill probe (`packed_probe`): `k` prompts of the billed length at once with
   one output token; the step is the last first token after the send, compared with one
   `k L`-token prompt measured alone and with the fit (see `checks`).
@@ -30,7 +30,7 @@ from itertools import pairwise
 
 from predictor.harvest.client import RequestTrace, StreamClient, failed, run_wave
 from predictor.harvest.prompts import Prompt, PromptFactory
-from predictor.transfer import fit_prefill, prefill_time
+from predictor.step.transfer import fit_prefill, prefill_time
 from predictor.units import S_PER_MS, US_PER_MS
 
 MIN_WAVE_GAPS = 3            # fewer pooled gaps than this: no measurement for the wave

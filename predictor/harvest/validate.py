@@ -2,7 +2,7 @@
 did not use (METHOD §2: anchored numbers are predictions with an error bar).
 
 `predict_point` prices one request of `prompt_tokens` in / `output_tokens` out through
-the anchored step model (`predictor.anchored.AnchoredStepModel`): TTFT is the carried
+the anchored step model (`predictor.step.anchored.AnchoredStepModel`): TTFT is the carried
 prefill plus host time (METHOD §3.12: `host_time_ms + host_us_per_prompt_token * n`),
 TPOT the batch-1 decode step at the mean context `n + osl / 2` (METHOD §3.4: the
 anchor's two prompt lengths give the context slope). This is exactly what the
@@ -20,12 +20,12 @@ from itertools import pairwise
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.analytical import host_time_ms
-from predictor.anchor import Anchor
-from predictor.anchored import AnchoredStepModel
-from predictor.cards import ModelCard
+from predictor.anchors.anchor import Anchor
+from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
 from predictor.harvest.client import StreamClient, failed
 from predictor.harvest.prompts import PromptFactory
+from predictor.step.anchored import AnchoredStepModel
 from predictor.units import S_PER_MS, US_PER_MS
 
 

@@ -18,7 +18,6 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.analytical import host_time_ms
 from predictor.feasibility import pool_configs
-from predictor.handoff import DEFAULT_BACKEND, link_gbps
 from predictor.sim.capacity import CapacityModel, PoolCapacity
 from predictor.sim.handoff import HandoffLaw, HandoffLinks
 from predictor.sim.host_tier import HostLink, dram_capacity_blocks
@@ -29,7 +28,8 @@ from predictor.sim.replica import Replica
 from predictor.sim.request import Request
 from predictor.sim.results import Recorder
 from predictor.sim.scheduler import PROFILES, SCHEDULERS, Limits
-from predictor.step import StepModel
+from predictor.step.cost import StepModel
+from predictor.step.handoff import DEFAULT_BACKEND, link_gbps
 from predictor.units import US_PER_MS
 
 StepModelFactory = Callable[[Configuration], StepModel]

@@ -1,6 +1,6 @@
 """KV hand-off between a disaggregated deployment's pools, as the DES sees it (METHOD §3.11).
 
-The per-backend law lives in `predictor.handoff` (shared with the analytical predictor):
+The per-backend law lives in `predictor.step.handoff` (shared with the analytical predictor):
 floor + exposed bytes over each prefill GPU's link; MoRI 120 us + 47.9 GB/s with only
 the last layer exposed (it streams layer by layer during prefill), NIXL 5 us + 400 GB/s
 and Mooncake 10 us + 200 GB/s with the whole cache after prefill; every rate capped by
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from predictor.handoff import BACKENDS, handoff_us
+from predictor.step.handoff import BACKENDS, handoff_us
 
 
 @dataclass(frozen=True, slots=True)

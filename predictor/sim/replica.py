@@ -25,7 +25,7 @@ from predictor.sim.scheduler import (
     StepOutcome,
     advance,
 )
-from predictor.step import StepModel
+from predictor.step.cost import StepModel
 
 STRETCH_SEGMENTS = 4        # at most this many pricing points per decode-only stretch ...
 STEPS_PER_SEGMENT = 256     # ... one per this many steps (decode cost ~ linear in context)

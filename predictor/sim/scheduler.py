@@ -25,14 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import islice
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol, Sequence
 
 from levers.catalog import Engine
 from predictor.sim.rank import Rank
 from predictor.sim.request import Request
-
-if TYPE_CHECKING:
-    from predictor.sim.replica import Replica
 
 LPM_MAX_QUEUE = 128                 # SGLang: lpm only while <= 128 requests wait
 SGLANG_DECODE_POOL_CAP = 128        # SGLang decode pool without attention DP (METHOD §3.11)
@@ -111,10 +108,17 @@ class Recorder(Protocol):
     def step(self, kind: str, num_steps: int, duration_us: float, stalls_decoders: bool) -> None: ...
 
 
+class ReplicaView(Protocol):
+    """What a scheduler reads of its replica (the replica owns the step loop)."""
+
+    limits: Limits
+    ranks: Sequence[Rank]
+
+
 class EngineScheduler(Protocol):
     profile: EngineProfile
 
-    def schedule(self, replica: Replica, now_us: float) -> Batch | None: ...
+    def schedule(self, replica: ReplicaView, now_us: float) -> Batch | None: ...
 
 
 def admission_order(rank: Rank, policy: AdmissionPolicy, slots: int) -> list[Request]:
@@ -187,7 +191,7 @@ class MixedScheduler:
     def __init__(self, profile: EngineProfile) -> None:
         self.profile = profile
 
-    def schedule(self, replica: Replica, now_us: float) -> Batch | None:
+    def schedule(self, replica: ReplicaView, now_us: float) -> Batch | None:
         limits, work = replica.limits, []
         for rank in replica.ranks:
             budget = limits.token_budget - rank.num_decoders * limits.decode_tokens
@@ -202,7 +206,7 @@ class PrefillFirstScheduler:
     def __init__(self, profile: EngineProfile) -> None:
         self.profile = profile
 
-    def schedule(self, replica: Replica, now_us: float) -> Batch | None:
+    def schedule(self, replica: ReplicaView, now_us: float) -> Batch | None:
         limits, work = replica.limits, []
         budget = limits.token_budget
         if self.profile.prefill_step_uses_chunk:

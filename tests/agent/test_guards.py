@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.guards import guard_proposal, parse_precisions
-from agent.scoring import Phase, Stage
+from agent.trial import Phase, Stage
 from levers.catalog import LEVER_NAMES
 from levers.errors import InputError
 from tests.agent.tune_fakes import make_context, make_session

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from agent.pricing import DEFAULT_MAX_WORKERS, Job, Pricer, SeedQueue, available_cores, resolve_workers
-from agent.scoring import Phase, evaluate
+from agent.scoring import evaluate
 from agent.seed_planner import SeedPlanner, baseline
+from agent.trial import Phase
 from levers.errors import InputError
 from tests.agent.tune_fakes import FakePredictor, make_context
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from agent.scoring import Phase, Stage, evaluate
+from agent.scoring import evaluate
 from agent.seed_planner import baseline
+from agent.trial import Phase, Stage
 from levers.configuration import Configuration
 from tests.agent.tune_fakes import FakePredictor, make_context, metrics_for
 

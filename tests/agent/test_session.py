@@ -3,9 +3,9 @@
 import math
 
 from agent.ranking import nearest_misses
-from agent.scoring import Phase
 from agent.search import SearchSettings, run_search
 from agent.session import STALE_FRACTION
+from agent.trial import Phase
 from tests.agent.tune_fakes import make_session
 
 

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from agent.fidelity import SEARCH_MAX_REQUESTS
 
 pytestmark = pytest.mark.slow

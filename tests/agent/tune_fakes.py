@@ -11,13 +11,13 @@ import dspy
 from dspy.utils import DummyLM
 
 from agent.lm import LmRuntime
-from agent.scoring import SearchContext
 from agent.seed_planner import baseline
 from agent.session import SearchSession
+from agent.trial import SearchContext
 from agent.tune import TuneRequest, build_context
 from predictor.feasibility import check_configuration
 from predictor.prediction import Prediction, illegal
-from predictor.step import Mode
+from predictor.step.cost import Mode
 
 SMALL_MOE = "qwen3-30b-a3b"  # fits one MI355X: many legal layouts, fast checks
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from levers.catalog import LEVERS, Engine, get_lever, parse_layout
+from levers.catalog import LEVERS, get_lever, parse_layout
 from levers.configuration import Configuration, configuration_from_dict, parse_config_text
 from levers.errors import InputError
 from levers.legality import fusion_reasons, structural_reasons

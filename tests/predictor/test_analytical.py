@@ -4,7 +4,7 @@ where every quantity can be computed by hand."""
 import pytest
 
 from predictor.analytical import Load, PoolLoad, chunks, disaggregated_state, steady_state
-from predictor.step import Mode, StepCost
+from predictor.step.cost import Mode, StepCost
 
 
 class LinearModel:

@@ -10,9 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from levers.errors import InputError
-from predictor.comm import Collective, CollectiveFit, bus_factor
-from predictor.hardware import (DEFAULT_CLUSTER, GpuProfile, list_gpus, load_gpu,
-                                parse_cluster)
+from predictor.hardware import DEFAULT_CLUSTER, GpuProfile, list_gpus, load_gpu, parse_cluster
+from predictor.step.comm import Collective, CollectiveFit, bus_factor
 
 ALL_GPUS = ["H100", "H200", "B200", "GB200", "B300", "GB300", "MI300X", "MI325X", "MI355X"]
 # Stated fit tolerance on the fitted range (see scripts/build_hardware.py): NCCL switches

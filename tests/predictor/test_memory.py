@@ -12,7 +12,7 @@ import math
 import pytest
 
 from levers.errors import InputError
-from predictor.cards import load_card
+from predictor.cards.registry import load_card
 from predictor.memory import dtype_bytes, memory_breakdown
 
 H100 = 80_000_000_000       # bytes of HBM

@@ -6,10 +6,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from levers.configuration import Configuration, parse_config_text
 from predictor.predict import predict
-from predictor.step import Mode
+from predictor.step.cost import Mode
 from predictor.target import resolve_target
 from predictor.workload import WorkloadSpec, parse_workload
 

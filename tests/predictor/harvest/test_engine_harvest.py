@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.anchor_store import load_anchor_file
+from predictor.anchors.store import load_anchor_file
 from predictor.harvest import harvester
 from predictor.harvest.client import OpenAIStreamClient
 from predictor.harvest.harvester import run_harvest

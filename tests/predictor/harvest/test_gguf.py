@@ -4,7 +4,7 @@ metadata: the real one is 98 MB and not in the repository)."""
 import pytest
 
 from levers.errors import InputError
-from predictor.cards import Dtype
+from predictor.cards.registry import Dtype
 from predictor.harvest.gguf import (
     GgufArray,
     card_from_gguf,

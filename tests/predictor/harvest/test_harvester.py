@@ -10,9 +10,9 @@ from itertools import pairwise
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from levers.errors import InputError
-from predictor.anchor_store import load_anchor_file, save_anchor
+from predictor.anchors.store import load_anchor_file, save_anchor
 from predictor.harvest.client import ReplayClient, RequestTrace
 from predictor.harvest.harvester import Measurements, build_anchor, measure
 from predictor.harvest.plan import HarvestRequest, plan_harvest

@@ -1,4 +1,4 @@
-"""Fakes for the DES tests: a deterministic step model (the predictor/step.py protocol),
+"""Fakes for the DES tests: a deterministic step model (the predictor/step/cost.py protocol),
 a fixed KV capacity, and a target on a real cluster profile."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.sim import PoolCapacity
-from predictor.step import Mode, StepCost
+from predictor.step.cost import Mode, StepCost
 
 KV_BYTES_PER_TOKEN = 131072.0       # Llama-3.1-8B bf16 per GPU at TP1
 NUM_LAYERS = 32

@@ -1,0 +1,115 @@
+"""`inferasim harvest`: measure an anchor on a launched engine or a running endpoint and
+write it into the anchor cache (METHOD §4, PRODUCT.md §2, §6). Parses, calls one
+library function (`predictor.harvest.run_harvest`, or `plan_harvest` for --dry-run),
+renders."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.table import Table
+
+from agent.cli.app import app, cli_errors, console, err_console, print_json
+from levers.errors import InputError
+from predictor.harvest.harvester import HarvestReport, run_harvest
+from predictor.harvest.plan import (
+    DEFAULT_READY_TIMEOUT_S,
+    HarvestPlan,
+    HarvestRequest,
+    plan_harvest,
+)
+
+
+def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise InputError(what, f"'{text}' is not a comma-separated list of integers", "e.g. 1,2,4") from None
+
+
+def _render_plan(plan: HarvestPlan) -> None:
+    data = plan.to_json()
+    console.print(f"[bold]harvest plan[/bold] {data['engine']} / {data['model']} / {data['cluster']}")
+    console.print(f"configuration: {data['configuration']}", markup=False)
+    for note in data["notes"]:
+        console.print(f"note: {note}", markup=False)
+    console.print("launch: " + (data["launch"] or f"(endpoint {data['endpoint']})"), markup=False, soft_wrap=True)
+    sweep = data["sweep"]
+    console.print(f"decode waves at batch {sweep['decode_batches']}, {sweep['prompt_tokens']} prompt tokens"
+                  + (f" (and {sweep['second_prompt_tokens']})" if sweep["second_prompt_tokens"] else "")
+                  + f", {sweep['decode_tokens']} output tokens, {sweep['waves_per_batch']} wave(s) each", markup=False)
+    console.print(f"prefill TTFT at {sweep['prefill_lengths']} tokens x{sweep['repeats']}, concurrency 1,"
+                  " unique prompts", markup=False)
+    if sweep["packed_probe"]:
+        console.print(f"packed-prefill probe: {sweep['packed_probe'][0]} x {sweep['packed_probe'][1]} tokens",
+                      markup=False)
+
+
+def _render_report(report: HarvestReport) -> None:
+    anchor = report.anchor
+    console.print(f"[bold]anchor[/bold] {anchor.id}")
+    console.print(f"written to {report.path}" if report.path else "not written", markup=False)
+    table = Table("batch", "median ITL (ms)", title="decode sweep")
+    for batch, itl in zip(anchor.decode_sweep.batch_sizes, anchor.decode_sweep.itl_ms):
+        table.add_row(str(batch), f"{itl:.2f}")
+    console.print(table)
+    sweep = anchor.prefill_sweep
+    table = Table("prompt tokens", "TTFT (ms)", title="prefill sweep")
+    for tokens, ttft in zip(sweep.prompt_tokens, sweep.ttft_ms):
+        table.add_row(str(tokens), f"{ttft:.1f}")
+    console.print(table)
+    console.print(f"fit: F {sweep.fit_f_ms:.2f} ms + {sweep.fit_c1_ms:.4f} ms/token + {sweep.fit_c2_ms:.3g} ms/token^2;"
+                  f" host {anchor.host_time_ms:.2f} ms + {anchor.host_us_per_prompt_token:.2f} us/token", markup=False)
+    for check in report.checks:
+        if check.outcome != "ok":
+            console.print(f"{check.outcome}: {check.message}", markup=False, soft_wrap=True)
+    console.print("flags: " + (", ".join(anchor.flags) or "none"), markup=False)
+
+
+@app.command("harvest")
+@cli_errors
+def harvest(
+    engine: str = typer.Option(..., "--engine", help="vllm, sglang, atom, trtllm (--endpoint only), llamacpp."),
+    model: str = typer.Option(..., "--model", help="Model card name, or a .gguf file (llamacpp)."),
+    cluster: str | None = typer.Option(None, "--cluster", help="A cluster (e.g. mi355x, h100x1) or cpu."),
+    config: str | None = typer.Option(None, "--config", help="Anchor configuration k=v,... (widths, dtypes, ...)."),
+    endpoint: str | None = typer.Option(None, "--endpoint", help="Harvest an engine already running at URL."),
+    model_path: str | None = typer.Option(None, "--model-path", help="Checkpoint to serve (default: the HF id)."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Decode sweep prompt length."),
+    second_prompt_tokens: int | None = typer.Option(None, "--second-prompt-tokens",
+                                                       help="Second decode prompt length (0: none)."),
+    decode_tokens: int | None = typer.Option(None, "--decode-tokens", help="Output tokens per decode request."),
+    waves: int | None = typer.Option(None, "--waves", help="Single waves per batch size (median of medians)."),
+    prefill_lengths: str | None = typer.Option(None, "--prefill-lengths", help="Prefill prompt lengths, e.g. 512,1024,2048,4096,8192."),
+    batches: str | None = typer.Option(None, "--batches", help="Decode wave sizes (default: captured sizes)."),
+    repeats: int | None = typer.Option(None, "--repeats", help="TTFT samples per prefill length."),
+    probe: bool = typer.Option(True, "--probe/--no-probe", help="Run the packed-prefill probe."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads (llamacpp)."),
+    ready_timeout: float = typer.Option(DEFAULT_READY_TIMEOUT_S, "--ready-timeout", help="Seconds to wait for the engine."),
+    engine_arg: list[str] | None = typer.Option(None, "--engine-arg", help="Extra engine argument (repeatable)."),
+    record: str | None = typer.Option(None, "--record", help="Also write every timed stream to this JSON file."),
+    seed: int = typer.Option(0, "--seed", help="Prompt RNG seed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch command and the sweep plan only."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Measure an anchor (METHOD §4) and write it into $INFERASIM_HOME/anchors."""
+    request = HarvestRequest(
+        engine=engine, model=model, cluster=cluster, config_text=config, endpoint=endpoint, model_path=model_path,
+        prompt_tokens=prompt_tokens, second_prompt_tokens=second_prompt_tokens, decode_tokens=decode_tokens,
+        waves_per_batch=waves,
+        prefill_lengths=_ints(prefill_lengths, "--prefill-lengths"), batches=_ints(batches, "--batches"),
+        repeats=repeats, probe=probe, threads=threads, ready_timeout_s=ready_timeout,
+        extra_args=tuple(engine_arg or ()), seed=seed)
+    plan = plan_harvest(request)
+    if dry_run:
+        return print_json(plan.to_json()) if json_out else _render_plan(plan)
+    progress = None
+    if not json_out and sys.stderr.isatty():
+        progress = lambda text: err_console.print(f"... {text}", markup=False)
+    report = run_harvest(plan, progress=progress, record_path=record)
+    if json_out:
+        return print_json(report.to_json())
+    _render_report(report)

@@ -1,0 +1,33 @@
+"""The `inferasim` command line (PRODUCT.md §2): imports every command module so they
+register on the shared app, and the console-script entry points."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# The simulator's small numpy reductions gain nothing from BLAS threads, whose spin-wait
+# burns a core the search's worker processes need (measured: ~7% of a default `tune`).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# Each module registers its commands on the app; the import order is the help order.
+from agent.cli import (  # noqa: F401,E402,I001
+    tune, mix, predict, simulate, pareto, harvest, score, ledger, anchors, info,
+)
+from agent.cli.app import app  # noqa: E402
+
+
+def main() -> None:
+    app()
+
+
+def tune_main() -> None:
+    """The `tune` console script: `inferasim tune` with the same options."""
+    sys.argv = ["inferasim", "tune", *sys.argv[1:]]
+    app()
+
+
+def plan_mix_main() -> None:
+    """The `plan-mix` console script: `inferasim plan-mix` with the same options."""
+    sys.argv = ["inferasim", "plan-mix", *sys.argv[1:]]
+    app()

@@ -1,0 +1,148 @@
+"""`inferasim plan-mix MODELS_YAML`: one configuration per model and latency tier (METHOD §7).
+
+Reads models.yaml (nothing runs on a bad file), prices every candidate once with the DES
+on all local cores (a progress bar on a terminal, quiet otherwise), prints a table per
+tier with each model's pick and its short list, and writes the JSON report (`--out`)
+and the plan's ledgers. Exit 0 when at least one slot has a pick, 1 when none does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from agent.cli.app import app, cli_errors, console, err_console, print_json
+from agent.cli.info import JsonOpt
+from agent.mix.candidates import DEFAULT_MAX_REQUESTS
+from agent.mix.config import Tier, load_mix_file
+from agent.mix.planner import plan_mix
+from agent.mix.report import MixReport, Slot
+from agent.mix.selection import Scored
+from ledgers.store import atomic_write_text
+
+
+@app.command("plan-mix")
+@cli_errors
+def plan_mix_command(
+    models_yaml: Path = typer.Argument(..., help="models.yaml: models, engines, clusters, candidates, tiers."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON report to this file."),
+    json_out: bool = JsonOpt,
+    seed: int = typer.Option(0, "--seed", help="Seed of every DES run."),
+    requests: int = typer.Option(DEFAULT_MAX_REQUESTS, "--requests", min=1,
+                                 help="At most this many DES requests per candidate (else 40 per client)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes (default: all cores)."),
+) -> None:
+    """Pick one configuration per model and tier; print a table per tier and a short list."""
+    spec = load_mix_file(models_yaml)
+    with _progress_bar() as progress:
+        report = plan_mix(spec, seed=seed, max_requests=requests, workers=workers, progress=progress,
+                          command_line=[Path(sys.argv[0]).name, *sys.argv[1:]])
+    data = report.to_json()
+    if out is not None:
+        atomic_write_text(out, json.dumps(data, indent=2) + "\n")
+    if json_out:
+        print_json(data)
+    else:
+        render_report(report, out)
+    if not any(slot.choice.met for slot in report.slots):
+        raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator:
+    """A rich bar on a terminal (stderr, so --json stays clean); a no-op otherwise."""
+    bar = Progress(TextColumn("pricing candidates"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err_console, transient=True, disable=not err_console.is_terminal)
+    task = bar.add_task("plan-mix", total=None)
+    with bar:
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def render_report(report: MixReport, out: Path | None) -> None:
+    for tier in report.spec.tiers.values():
+        slots = [slot for slot in report.slots if slot.tier.name == tier.name]
+        if not slots:
+            continue
+        console.print(_tier_table(tier, slots))
+        for slot in slots:
+            if not slot.choice.met:
+                _say(f"{tier.name} / {slot.entry.name}: {_miss_text(slot)}")
+    rank_only = sorted({s.entry.name for s in report.slots if s.choice.pick and s.choice.pick.trial.mode == "rank-only"})
+    if rank_only:
+        _say(f"rank-only picks ({', '.join(rank_only)}): no covering anchor, so tier compliance is "
+             "unverified; harvest an anchor at the pick's layout to verify it.")
+    data = report.to_json()
+    _say(f"{data['candidates_evaluated']} candidates evaluated ({data['candidates_legal']} legal) "
+         f"in {data['wall_s']:.1f} s on {report.settings['workers']} workers, "
+         f"at most {report.settings['max_requests']} DES requests each")
+    if data["excluded_by_max_gpus"]:
+        _say(f"{data['excluded_by_max_gpus']} candidates over max_gpus were not priced")
+    for path in report.ledger_paths:
+        _say(f"ledger: {path}")
+    if out is not None:
+        _say(f"report: {out}")
+
+
+def _say(text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
+    bounds = [f"interactivity {tier.interactivity_stat} >= {tier.interactivity_floor:g} tok/s"
+              if tier.interactivity_floor is not None else "",
+              f"TTFT {tier.ttft_stat} <= {tier.ttft_cap_s:g} s (qualify at half)" if tier.ttft_cap_s is not None else ""]
+    title = f"{tier.name}: " + (", ".join(b for b in bounds if b) or "no latency bound (best throughput)")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    table.add_column("#", no_wrap=True)
+    table.add_column("model / engine: configuration", overflow="fold", ratio=1, min_width=22)
+    table.add_column("GPUs", justify="right", no_wrap=True)
+    for column in ("tok/s\nper GPU", "tok/s\nper user", "TTFT\ns", "head-\nroom"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("mode", no_wrap=True)
+    for slot in slots:
+        choice = slot.choice
+        if not choice.met:
+            miss = choice.nearest_miss
+            row = _row(slot.entry.name, "miss", miss, tier) if miss else ["-", f"{slot.entry.name}\nno legal candidate"]
+            table.add_row(*row, style="red", end_section=True)
+            continue
+        for rank, scored in enumerate(choice.short_list, start=1):
+            table.add_row(*_row(slot.entry.name if rank == 1 else "", str(rank), scored, tier),
+                          style="bold" if rank == 1 else "dim", end_section=rank == len(choice.short_list))
+    return table
+
+
+def _miss_text(slot: Slot) -> str:
+    miss = slot.choice.nearest_miss
+    if miss is None:
+        return f"no legal candidate among {slot.choice.num_priced} priced"
+    missed = "; ".join(str(c) for c in miss.checks if c.met is not True)
+    return f"nothing meets the tier; nearest miss {miss.task.config.describe()}: {missed}"
+
+
+def _row(model: str, rank: str, scored: Scored, tier: Tier) -> list[str]:
+    data = scored.to_json(tier)
+    heading = f"{model}\n" if model else ""
+    return [
+        rank, f"{heading}{data['engine']}: {data['configuration']}", str(data["total_gpus"]),
+        _number(data["throughput_per_gpu"], "{:,.0f}"), _number(data["interactivity"], "{:,.1f}"),
+        _number(data["ttft_s"], "{:.3f}"), _number(data["headroom"], "{:+.0%}"), data["mode"] or "-",
+    ]
+
+
+def _number(value: float | None, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)

@@ -1,0 +1,94 @@
+"""`inferasim score CORPUS.csv`: build anchors from a measured corpus by the fixed rule,
+predict every other row, report error, error factor, ranking fidelity and frontier hits
+(METHOD §8, PRODUCT.md §2). Parses, calls `predictor.corpus.score.score_file`, renders."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from agent.cli.app import app, cli_errors, console, print_json
+from predictor.corpus.score import score_file
+
+FORMAT_HELP = ("Corpus format: inferencex, aiconfigurator, native, or auto (from the header). "
+               "Native columns: model, hardware, engine, precision, tp, isl, osl, concurrency and at least one "
+               "of ttft_ms, tpot_ms, itl_ms, output_throughput_per_gpu, throughput_per_gpu (or "
+               "total_output_throughput / total_throughput); optional pp, ep, attention_dp, dcp, replicas, "
+               "spec_method, spec_depth, disaggregated, prefill_layout, prefill_replicas, decode_layout, "
+               "decode_replicas.")
+WHERE_HELP = ("Use the rows matching EXPR as anchor rows (e.g. 'pp=1', 'tp=8,concurrency<=64') instead of the "
+              "default rule (alternate concurrencies of each deployment).")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _summary_table(data: dict) -> Table:
+    table = Table(title=f"Score of {data['corpus']} ({data['format']})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("rows / anchor / scored / rank-only / failed",
+         f"{data['n_rows']} / {data['n_anchor_rows']} / {data['n_scored']} / {data['n_rank_only']} / {data['n_failed']}"),
+        ("anchors built", str(data["n_anchors"])),
+        ("TTFT APE median / p90", f"{_pct(data['ttft_median_ape'])} / {_pct(data['ttft_p90_ape'])}"),
+        ("TPOT APE median / p90", f"{_pct(data['tpot_median_ape'])} / {_pct(data['tpot_p90_ape'])}"),
+        ("throughput/GPU APE median / p90",
+         f"{_pct(data['throughput_median_ape'])} / {_pct(data['throughput_p90_ape'])}"),
+        ("error factor TTFT / TPOT / throughput",
+         " / ".join("-" if v is None else f"{v:.3f}" for v in data["error_factor"].values())),
+        ("pair accuracy (decisive pairs)", f"{_ratio(data['pair_accuracy'])} ({data['decisive_pairs']})"),
+        ("top-1 / regret median / p90", f"{_ratio(data['top1'])} / {_pct(data['regret_median'])} / "
+                                         f"{_pct(data['regret_p90'])}"),
+        ("frontier hits", f"{_ratio(data['frontier_hits'])} of {data['frontier_points']}"),
+        ("reproduction of anchor rows: TPOT / TTFT APE median",
+         f"{_pct(data['reproduction']['tpot_median_ape'])} / {_pct(data['reproduction']['ttft_median_ape'])}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _targets_table(data: dict) -> Table:
+    table = Table(title="Targets (charts that miss them, with why)")
+    for column in ("target", "value", "met", "chart", "chart value", "why"):
+        table.add_column(column, overflow="fold")
+    for key, target in data["targets"].items():
+        value = target["value"]
+        shown = _ratio(value) if key == "pair_accuracy" else _pct(value)
+        table.add_row(f"{key} {target['sense']} {target['target']}", shown, str(target["met"]), "", "", "")
+        for miss in target["charts_missed"]:
+            chart_value = _ratio(miss["value"]) if key == "pair_accuracy" else _pct(miss["value"])
+            table.add_row("", "", "", miss["chart"], chart_value, miss["why"])
+    return table
+
+
+@app.command("score")
+@cli_errors
+def score(
+    corpus: str = typer.Argument(..., help="Corpus CSV file."),
+    fmt: str = typer.Option("auto", "--format", help=FORMAT_HELP),
+    anchor_where: Optional[str] = typer.Option(None, "--anchor-where", help=WHERE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Score the predictor on a measured corpus: anchors from its rows, predictions for the rest."""
+    report = score_file(corpus, fmt, anchor_where)
+    data = report.to_json()
+    if json_out:
+        return print_json(data)
+    console.print(_summary_table(data))
+    console.print(_targets_table(data))
+    if data["failures"]["by_reason"]:
+        failures = Table(title="Failed rows by reason")
+        failures.add_column("rows", justify="right")
+        failures.add_column("reason", overflow="fold")
+        for reason, count in data["failures"]["by_reason"].items():
+            failures.add_row(str(count), reason)
+        console.print(failures)

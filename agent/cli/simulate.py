@@ -1,0 +1,138 @@
+"""`inferasim simulate`: run the discrete-event simulator (METHOD §5) on a synthetic
+workload or a trace and print latency distributions, throughput and prefix hit rates.
+
+The step model comes from `predictor.predict.step_model_for` (anchored when an anchor
+covers the configuration, else simulate mode, rank-only); the KV pools from the memory
+model. `--config` may repeat (merged left to right, later keys win); `--concurrency`
+overrides the concurrency lever. A rich progress bar shows on a terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
+from levers.configuration import Configuration
+from levers.errors import InputError
+from predictor.feasibility import check_configuration
+from predictor.predict import step_model_for
+from predictor.sim import SimOptions, SimResult, load_trace, simulate
+from predictor.sim.results import JSON_STATS
+from predictor.step.cost import StepModel
+from predictor.target import Target, resolve_target
+from predictor.workload import parse_workload
+
+TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV.")
+CsvOpt = typer.Option(None, "--csv", help="Write one row per request to this CSV file.")
+LATENCIES = ("ttft_ms", "ttft_admission_ms", "itl_ms", "tpot_ms", "e2e_ms")
+
+
+def step_model_factory_for(target: Target) -> Callable[[Configuration], StepModel]:
+    """One step model per replica configuration, from the predictor (cached per run)."""
+    models: dict[Configuration, StepModel] = {}
+
+    def factory(config: Configuration) -> StepModel:
+        if config not in models:
+            models[config] = step_model_for(target, config)
+        return models[config]
+
+    factory.models = models
+    return factory
+
+
+def _workload(workload: str | None, trace: Path | None, skip_bad_lines: bool):
+    if workload and trace:
+        raise InputError("--trace", "give --workload or --trace, not both", "one workload source")
+    if trace is not None:
+        return load_trace(trace, skip_bad_lines=skip_bad_lines)
+    return parse_workload(workload)
+
+
+@app.command("simulate")
+@cli_errors
+def simulate_command(
+    model: str = ModelOpt, cluster: str | None = ClusterOpt, engine: str | None = EngineOpt,
+    config: list[str] | None = ConfigOpt,
+    workload: str | None = typer.Option(None, "--workload", "-w", help="1k/1k, ISL/OSL or agentic (default)."),
+    trace: Path | None = TraceOpt,
+    concurrency: int | None = typer.Option(None, "--concurrency", help="Overrides the concurrency lever."),
+    requests: int | None = typer.Option(None, "--requests", help="Requests to release (default: workload's)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the workload and router generators."),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed trace lines, count them."),
+    csv: Path | None = CsvOpt,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Run the discrete-event simulator: TTFT/ITL/TPOT/E2E distributions, throughput, hit rates."""
+    target = resolve_target(model, cluster, engine)
+    configuration = configuration_from_options(config, concurrency)
+    feasibility = check_configuration(target.card, target.cluster, target.engine, configuration)
+    if not feasibility.legal:
+        raise InputError("--config", "; ".join(feasibility.reasons), "a legal configuration (see inferasim check)")
+    replay = _workload(workload, trace, skip_bad_lines)
+    factory = step_model_factory_for(target)
+    options = SimOptions(keep_rows=csv is not None)
+    with _progress(console.is_terminal and not json_out) as report:
+        result = simulate(target, configuration, replay, step_model_factory=factory, num_requests=requests,
+                          seed=seed, progress=report, options=options)
+    if csv is not None:
+        result.write_csv(csv)
+    models = list(getattr(factory, "models", {}).values())
+    info = {**target.to_json(), "workload": getattr(replay, "name", str(replay)),
+            "config": configuration.describe(), "mode": sorted({str(m.mode) for m in models}),
+            "flags": sorted({f for m in models for f in m.flags})}
+    if json_out:
+        return print_json({**info, **result.to_json()})
+    _render(info, result)
+
+
+class _progress:
+    """A rich progress bar on a terminal; a no-op callback otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.bar = Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, transient=True) if enabled else None
+        self.task = None
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.__enter__()
+        self.task = self.bar.add_task("requests", total=None)
+        return self._update
+
+    def _update(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+def _render(info: dict, result: SimResult) -> None:
+    data = result.to_json()
+    table = Table(title=f"DES: {info['model']} on {info['cluster']} ({info['engine']}), "
+                        f"{info['workload']}, {info['config']}")
+    table.add_column("ms")
+    for stat in JSON_STATS:
+        table.add_column(stat, justify="right")
+    for name in LATENCIES:
+        table.add_row(name, *(_fmt(data[name][stat]) for stat in JSON_STATS))
+    console.print(table)
+    hit = data["hit_rate"]
+    console.print(f"throughput/GPU {data['throughput_per_gpu']:.1f} tok/s (output "
+                  f"{data['output_throughput_per_gpu']:.1f}); prefix hit rate {hit['overall']:.3f} "
+                  f"(HBM {hit['per_tier']['hbm']:.3f}, DRAM {hit['per_tier']['dram']:.3f}); "
+                  f"{data['num_requests']} requests measured; {data['sim_wall_s']:.2f} s wall; "
+                  f"mode {', '.join(info['mode'])}", markup=False)
+    if data.get("bad_lines_skipped"):
+        console.print(f"skipped {data['bad_lines_skipped']} bad trace lines", markup=False)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

@@ -1,0 +1,175 @@
+"""`inferasim tune`: run a search and show its best configurations (PRODUCT.md §2).
+
+Parses the options, calls :func:`agent.tune.tune`, renders a table (or JSON). Exit code
+1 when no trial meets the SLOs (``best`` is null; the nearest misses are shown), 2 on bad
+input. A rank-only answer says that SLO compliance is unverified and prints the
+harvest command lines that would verify it. ``--workers`` prices seed rounds in parallel
+(default: all cores); ``--des-requests`` fixes the DES length of every trial (default:
+bounded during the search, the best confirmed at full fidelity; agent.fidelity).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agent.briefing import describe
+from agent.cli.app import app, cli_errors, console, print_json
+from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
+from agent.lm import DEFAULT_TIMEOUT_S
+from agent.trial import Trial
+from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, TuneResult, tune
+
+EXIT_NO_SLO_MEETING_TRIAL = 1
+MAX_FLAGS_SHOWN = 3
+METRIC_COLUMNS = (("TTFT ms", "ttft_ms_mean"), ("TPOT ms", "tpot_ms_mean"), ("p90 ITL ms", "itl_ms_p90"))
+
+
+@app.command("tune")
+@cli_errors
+def tune_command(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name or alias, e.g. kimi-k3."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]] (default mi355x)."),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e",
+                                         help="vllm, sglang, atom, trtllm (default: first with an anchor, else vllm)."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="agentic (default), 1k/1k, 8k/1k, ISL/OSL."),
+    objective: str = typer.Option(DEFAULT_OBJECTIVE, "--objective", "-o", help="One of the 24 objectives or an alias."),
+    slo: Optional[list[str]] = typer.Option(None, "--slo", help="e.g. p90-itl=25, ttft<=2s (repeatable)."),
+    lm: Optional[str] = typer.Option(None, "--lm", help="LiteLLM model string (default $INFERASIM_LM)."),
+    lm_base_url: Optional[str] = typer.Option(None, "--lm-base-url", help="Endpoint of an OpenAI-compatible server."),
+    lm_json_schema: bool = typer.Option(False, "--lm-json-schema",
+                                        help="Send the output schema in response_format (llama.cpp servers)."),
+    lm_timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--lm-timeout", help="Seconds per LM request."),
+    budget: Optional[int] = typer.Option(None, "--budget", help="Trials, seed + LLM (default 300)."),
+    seed: int = typer.Option(0, "--seed", help="Fixes every random choice."),
+    des_requests: Optional[int] = typer.Option(
+        None, "--des-requests", min=1,
+        help="Requests per DES run, every trial (default: bounded during the search, then the best "
+             "confirmed at the simulator's default)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1,
+                                          help="Processes pricing seed rounds (default: all cores, at most 8; 1: in process)."),
+    no_llm: bool = typer.Option(False, "--no-llm", help="Seed phase only."),
+    guidance: Optional[str] = typer.Option(None, "--guidance", help="Free-form operator guidance for the planner."),
+    precisions: Optional[str] = typer.Option(None, "--precisions",
+                                             help="Validated weight/expert precisions, e.g. fp8,fp4."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a ledger (path or search id)."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    top: int = typer.Option(DEFAULT_TOP, "--top", min=1, help="Configurations to show."),
+) -> None:
+    """Search for the best configuration (seed phase, then the LLM phase when an LM is configured)."""
+    request = TuneRequest(
+        model=model, cluster=cluster, engine=engine, workload=workload, objective=objective,
+        slos=tuple(slo or ()), lm=lm, lm_base_url=lm_base_url, lm_json_schema=lm_json_schema,
+        lm_timeout_s=lm_timeout, budget=budget, seed=seed, no_llm=no_llm, guidance=guidance,
+        precisions=precisions, num_requests=des_requests, resume=resume, top=top, workers=workers,
+        command_line=tuple(["inferasim", *sys.argv[1:]]))
+    if json_out or not console.is_terminal:
+        result = tune(request)
+    else:
+        result = _with_progress(request, budget)
+    if json_out:
+        print_json(result_json(result))
+    else:
+        render(result)
+    if result.best is None:
+        raise typer.Exit(EXIT_NO_SLO_MEETING_TRIAL)
+
+
+def _with_progress(request: TuneRequest, budget: int | None) -> TuneResult:
+    columns = (TextColumn("tuning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("", total=budget)
+
+        def advance(session, trial: Trial) -> None:
+            progress.update(task, total=max(session.budget, len(session.trials)),
+                            completed=len(session.trials), description=f"{trial.phase}")
+
+        return tune(request, listeners=[advance])
+
+
+def result_json(result: TuneResult) -> dict:
+    outcome = result.outcome
+    return {
+        "best": outcome.best.to_json() if outcome.best else None,
+        "top": [trial.to_json() for trial in outcome.top],
+        "nearest_misses": [] if outcome.best else [t.to_json() for t in outcome.nearest_misses],
+        "ledger": str(result.ledger_path), "num_trials": result.num_trials,
+        "stop_reason": outcome.stop_reason, "lm": result.lm.to_json() if result.lm else None,
+        "lm_note": outcome.lm_note, "rank_only": result.rank_only_best,
+        "slo_compliance_verified": not result.rank_only_best, "harvest": result.harvest,
+        "stats": result.stats,
+    }
+
+
+def render(result: TuneResult) -> None:
+    context, outcome = result.context, result.outcome
+    goal = context.objective
+    title = (f"{context.target.card.name} on {context.target.cluster.spec} ({context.target.engine}), "
+             f"{context.workload.name}: {goal.name} ({goal.direction})")
+    shown = outcome.top if outcome.best is not None else outcome.nearest_misses
+    if outcome.best is None:
+        slos = ", ".join(str(s) for s in context.slos) or "none"
+        console.print(f"[red]No trial meets the SLOs[/red] ({slos}); best is null. Nearest misses:")
+    console.print(trial_table(shown, title))
+    print_configurations(shown)
+    if result.rank_only_best:
+        console.print("[yellow]Rank-only:[/yellow] no anchor covers these configurations; SLOs were "
+                      "applied to their estimates, so compliance is unverified until these anchors exist:")
+        for line in result.harvest:
+            console.print(f"  {line}", markup=False, soft_wrap=True)
+    if outcome.lm_note:
+        console.print(f"LLM phase: {outcome.lm_note}", markup=False)
+    if result.num_confirmed is not None:
+        console.print(f"Search DES trials replayed at most max({SEARCH_MAX_REQUESTS}, {SEARCH_REQUESTS_PER_CLIENT}"
+                      f" x clients) requests; {result.num_confirmed} of the best re-priced at the default; "
+                      "the answer is priced at full fidelity.", markup=False)
+    stats = result.stats
+    console.print(f"Stopped: {outcome.stop_reason}", markup=False)
+    console.print(f"{result.num_trials} trials in {stats.get('wall_s', 0):.1f} s "
+                  f"({stats.get('trials_per_s', 0):.1f} trials/s)")
+    console.print(f"Ledger: {result.ledger_path}", markup=False, soft_wrap=True)
+
+
+def trial_table(trials: list[Trial], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("#", "found by", "objective", *(name for name, _ in METRIC_COLUMNS), "SLOs", "mode", "flags"):
+        table.add_column(column, overflow="fold",
+                         justify="right" if column in ("#", "objective", "flags") else "left")
+    for trial in trials:
+        metrics = trial.metrics or {}
+        values = [_number(metrics.get(key)) for _, key in METRIC_COLUMNS]
+        slo = {True: "met", False: f"missed ({trial.miss_distance:.2f})", None: "unverified"}[trial.slo_met]
+        table.add_row(str(trial.index), _found_by(trial), _number(trial.objective_value), *values, slo,
+                      trial.mode or "-", str(len(trial.flags)))
+    return table
+
+
+def _found_by(trial: Trial) -> str:
+    """The phase; a confirm trial names the search trial it re-priced at full fidelity."""
+    return f"confirm of #{trial.confirm_of}" if trial.confirm_of is not None else str(trial.phase)
+
+
+def print_configurations(trials: list[Trial]) -> None:
+    """Each shown trial's configuration (levers that differ from the defaults) and flags."""
+    for trial in trials:
+        console.print(f"  #{trial.index}: {describe(trial.config, None)}", markup=False, soft_wrap=True)
+        if trial.flags:
+            console.print(f"      flags: {_flags(trial.flags)}", markup=False, soft_wrap=True)
+
+
+def _flags(flags: tuple[str, ...]) -> str:
+    if not flags:
+        return "-"
+    shown = "; ".join(flags[:MAX_FLAGS_SHOWN])
+    return shown + (f" (+{len(flags) - MAX_FLAGS_SHOWN} more)" if len(flags) > MAX_FLAGS_SHOWN else "")
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"

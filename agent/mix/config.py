@@ -1,0 +1,275 @@
+"""models.yaml for `inferasim plan-mix` (PRODUCT.md §5) and the latency tiers (METHOD §7).
+
+The file is a boundary, so it is read in two passes and nothing runs on a bad file:
+pydantic (``extra="forbid"``) checks its shape, then every value is resolved against
+the catalogues (model cards, engines, clusters, workloads, levers, tiers). Every
+rejection is an :class:`InputError` whose ``what`` is the file and the key path
+(``models.yaml: models[2].max_gpus``) and whose ``accepted`` says what would do.
+
+Tiers: the four of METHOD §7 (realtime / interactive / responsive / bulk); a top-level
+``tiers:`` mapping overrides fields of a named tier or adds a tier. Each tier bounds a
+statistic of interactivity from below (default the median over requests of 1/TPOT) and
+of TTFT from above (default the mean from arrival); an absent bound is ``null``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from levers.catalog import ENGINES, parse_engine
+from levers.configuration import Configuration, parse_partial
+from levers.errors import InputError, accepted_list
+from objectives.objectives import LATENCY_STATS
+from objectives.slo import SLO
+from predictor.cards.registry import load_card
+from predictor.hardware import DEFAULT_CLUSTER, parse_cluster
+from predictor.units import MS_PER_S
+from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
+
+AUTO = "auto"
+TTFT_CAP_SHARE = 0.5  # METHOD §7: predicted TTFT must be at most half the cap
+Stat = Literal["mean", "p50", "p90", "p95", "p99", "p999"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """One latency tier: an interactivity floor (tok/s per user) and a TTFT cap (s);
+    ``None`` = no bound on that side (METHOD §7)."""
+
+    name: str
+    interactivity_floor: float | None
+    ttft_cap_s: float | None
+    interactivity_stat: str = "p50"
+    ttft_stat: str = "mean"
+
+    @property
+    def slos(self) -> tuple[SLO, ...]:
+        """The qualification bounds: interactivity >= floor, TTFT <= half the cap."""
+        bounds = []
+        if self.interactivity_floor is not None:
+            bounds.append(SLO("interactivity", self.interactivity_stat, ">=", self.interactivity_floor))
+        if self.ttft_cap_s is not None:
+            bounds.append(SLO("ttft", self.ttft_stat, "<=", self.ttft_cap_s * TTFT_CAP_SHARE * MS_PER_S))
+        return tuple(bounds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "interactivity": self.interactivity_floor, "ttft_s": self.ttft_cap_s,
+                "interactivity_stat": self.interactivity_stat, "ttft_stat": self.ttft_stat,
+                "qualify": [str(slo) for slo in self.slos]}
+
+
+DEFAULT_TIERS: dict[str, Tier] = {
+    "realtime": Tier("realtime", 150.0, 1.0),
+    "interactive": Tier("interactive", 70.0, 2.5),
+    "responsive": Tier("responsive", 25.0, 10.0),
+    "bulk": Tier("bulk", None, None),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPlan:
+    """One resolved `models:` entry. ``candidates`` None = the seed planner's set."""
+
+    index: int
+    name: str                      # the card name
+    cluster: str                   # canonical cluster spec
+    engines: tuple[str, ...] | None  # None = the default engine for the model there
+    workload: WorkloadSpec
+    candidates: tuple[Configuration, ...] | None
+    tiers: tuple[str, ...]
+    max_gpus: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MixSpec:
+    source: str
+    models: tuple[ModelPlan, ...]
+    tiers: dict[str, Tier]
+
+
+# -- the file's shape (pydantic) ------------------------------------------------------
+
+
+class TierFields(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    interactivity: float | None = Field(None, gt=0)
+    ttft_s: float | None = Field(None, gt=0)
+    interactivity_stat: Stat = "p50"
+    ttft_stat: Stat = "mean"
+
+
+class ModelEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    engines: list[str] | None = Field(None, min_length=1)
+    cluster: str | None = None
+    workload: str | None = None
+    candidates: Literal["auto"] | list[dict[str, Any]] = AUTO
+    tiers: list[str] | None = Field(None, min_length=1)
+    max_gpus: int | None = Field(None, ge=1)
+
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _auto_or_partials(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == AUTO:
+            return AUTO
+        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            return value
+        raise ValueError(f"expected 'auto' or a non-empty list of lever mappings, got {value!r}")
+
+
+class MixFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelEntry] = Field(min_length=1)
+    tiers: dict[str, TierFields] = Field(default_factory=dict)
+
+
+ACCEPTED_BY_FIELD = {
+    "models": "a non-empty list of model entries",
+    "name": "a model name or alias (see `inferasim models`)",
+    "engines": f"a non-empty list of engines: {accepted_list(ENGINES)}",
+    "cluster": "GPU[xPER_NODE[xNODES]], e.g. mi355x, mi355x8x2",
+    "workload": "agentic, 1k/1k, 8k/1k or ISL/OSL",
+    "candidates": "'auto' or a list of partial configurations (lever: value mappings)",
+    "tiers": "a non-empty list of tier names",
+    "max_gpus": "a positive integer (GPUs per deployment)",
+    "interactivity": "a positive number of tok/s per user, or null (no floor)",
+    "ttft_s": "a positive number of seconds, or null (no cap)",
+    "interactivity_stat": accepted_list(LATENCY_STATS),
+    "ttft_stat": accepted_list(LATENCY_STATS),
+}
+
+
+def key_path(loc: tuple[Any, ...]) -> str:
+    """``('models', 2, 'max_gpus')`` -> ``models[2].max_gpus``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _shape_error(source: str, error: ValidationError) -> InputError:
+    first = error.errors()[0]
+    loc = tuple(first["loc"])
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    if first["type"] == "extra_forbidden":
+        parent = TierFields if loc[0] == "tiers" else ModelEntry if loc[0] == "models" else MixFile
+        return InputError(f"{source}: {key_path(loc)}", f"unknown key '{loc[-1]}'{suffix}",
+                          "keys " + accepted_list(parent.model_fields))
+    if first["type"] == "missing":
+        return InputError(f"{source}: {key_path(loc)}", f"required key '{loc[-1]}' is missing{suffix}",
+                          ACCEPTED_BY_FIELD.get(str(loc[-1]), ""))
+    field = next((str(p) for p in reversed(loc) if isinstance(p, str) and p in ACCEPTED_BY_FIELD), "")
+    message = first["msg"].removeprefix("Value error, ")
+    return InputError(f"{source}: {key_path(loc)}", f"{message} (got {first.get('input')!r}){suffix}",
+                      ACCEPTED_BY_FIELD.get(field, ""))
+
+
+# -- reading and resolving ----------------------------------------------------------
+
+
+def load_mix_file(path: str | Path) -> MixSpec:
+    """Read, validate and resolve a models.yaml; InputError on any problem."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError(source, f"cannot read the file ({error.strerror or error})",
+                         "a readable models.yaml") from None
+    return parse_mix_text(text, source)
+
+
+def parse_mix_text(text: str, source: str = "models.yaml") -> MixSpec:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "cannot parse"
+        raise InputError(source, f"malformed YAML{where}: {problem}",
+                         "a YAML mapping with a 'models:' list (see examples/models.yaml)") from None
+    if not isinstance(data, dict):
+        raise InputError(source, f"the top level is a {type(data).__name__}, not a mapping",
+                         "a YAML mapping with a 'models:' list (see examples/models.yaml)")
+    try:
+        parsed = MixFile.model_validate(data)
+    except ValidationError as error:
+        raise _shape_error(source, error) from None
+    tiers = resolve_tiers(parsed.tiers)
+    models = tuple(_resolve_entry(source, index, entry, tiers) for index, entry in enumerate(parsed.models))
+    return MixSpec(source, models, tiers)
+
+
+def resolve_tiers(overrides: Mapping[str, TierFields]) -> dict[str, Tier]:
+    """Default tiers, with named fields overridden and new tiers added (unset = no bound)."""
+    tiers = dict(DEFAULT_TIERS)
+    for name, fields in overrides.items():
+        base = tiers.get(name, Tier(name, None, None))
+        given = fields.model_fields_set
+        tiers[name] = Tier(
+            name,
+            fields.interactivity if "interactivity" in given else base.interactivity_floor,
+            fields.ttft_s if "ttft_s" in given else base.ttft_cap_s,
+            fields.interactivity_stat if "interactivity_stat" in given else base.interactivity_stat,
+            fields.ttft_stat if "ttft_stat" in given else base.ttft_stat,
+        )
+    return tiers
+
+
+def _relocated(error: InputError, what: str) -> InputError:
+    return InputError(what, error.problem, error.accepted)
+
+
+def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, Tier]) -> ModelPlan:
+    at = f"{source}: models[{index}]"
+    try:
+        card = load_card(entry.name)
+    except InputError as error:
+        raise _relocated(error, f"{at}.name") from None
+    try:
+        cluster = parse_cluster(entry.cluster or DEFAULT_CLUSTER).spec
+    except InputError as error:
+        raise _relocated(error, f"{at}.cluster") from None
+    engines = None
+    if entry.engines is not None:
+        engines = tuple(str(_engine(name, f"{at}.engines[{i}]")) for i, name in enumerate(entry.engines))
+    try:
+        workload = AGENTIC if entry.workload is None else parse_workload(entry.workload)
+    except InputError as error:
+        raise _relocated(error, f"{at}.workload") from None
+    candidates = None
+    if entry.candidates != AUTO:
+        candidates = tuple(_candidate(item, f"{at}.candidates[{i}]") for i, item in enumerate(entry.candidates))
+    names = tuple(dict.fromkeys(entry.tiers)) if entry.tiers else tuple(DEFAULT_TIERS)
+    for i, name in enumerate(names):
+        if name not in tiers:
+            raise InputError(f"{at}.tiers[{i}]", f"unknown tier '{name}'", accepted_list(tiers))
+    return ModelPlan(index, card.name, cluster, engines, workload, candidates, names, entry.max_gpus)
+
+
+def _engine(name: str, what: str) -> str:
+    try:
+        return parse_engine(name)
+    except InputError as error:
+        raise _relocated(error, what) from None
+
+
+def _candidate(item: Mapping[str, Any], what: str) -> Configuration:
+    """A listed candidate = the lever defaults plus what it names (as `predict --config`)."""
+    partial: dict[str, Any] = {}
+    for name, value in item.items():
+        try:
+            partial.update(parse_partial({str(name): value}))
+        except InputError as error:
+            raise _relocated(error, f"{what}.{name}") from None
+    return Configuration().with_changes(partial)

@@ -1,0 +1,76 @@
+"""The question of a search (PRODUCT.md §2 `tune`): the options as given
+(:class:`TuneRequest`, names only, so it crosses process boundaries) and
+:func:`build_context`, which validates them before any work and binds them to the
+predictor.
+
+It sits below both :mod:`agent.tune` (one search) and :mod:`agent.pricing` (whose
+worker processes rebuild the context from the same names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.guards import parse_precisions
+from agent.lm import DEFAULT_TIMEOUT_S
+from agent.trial import CheckFn, PredictFn, SearchContext
+from levers.errors import InputError
+from objectives.objectives import resolve_objective
+from objectives.slo import parse_slos
+from predictor.feasibility import check_configuration
+from predictor.predict import default_store, predict
+from predictor.target import resolve_target
+from predictor.workload import parse_workload
+
+DEFAULT_OBJECTIVE = "throughput"
+DEFAULT_TOP = 10
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """The options of `inferasim tune` (None: the PRODUCT.md §2 default)."""
+
+    model: str | None = None
+    cluster: str | None = None
+    engine: str | None = None
+    workload: str | None = None
+    objective: str = DEFAULT_OBJECTIVE
+    slos: tuple[str, ...] = ()
+    lm: str | None = None
+    lm_base_url: str | None = None
+    lm_json_schema: bool = False
+    lm_timeout_s: float = DEFAULT_TIMEOUT_S
+    budget: int | None = None
+    seed: int = 0
+    no_llm: bool = False
+    guidance: str | None = None
+    precisions: str | None = None
+    resume: str | None = None
+    top: int = DEFAULT_TOP
+    num_requests: int | None = None
+    command_line: tuple[str, ...] = ()
+    max_cycles: int | None = None
+    max_steps: int | None = None
+    workers: int | None = None          # processes pricing seed rounds (None: all cores, at most 8)
+    search_fidelity: bool = True        # bounded DES trials + confirm step (agent.fidelity)
+
+
+
+def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
+                  check_fn: CheckFn | None = None, store=None) -> SearchContext:
+    """Validate the question and bind it to the predictor."""
+    if not request.model:
+        raise InputError("--model", "a model is required (or --resume LEDGER)", "a model name, e.g. kimi-k3")
+    slos = parse_slos(list(request.slos))
+    objective = resolve_objective(request.objective)
+    workload = parse_workload(request.workload)
+    precisions = parse_precisions(request.precisions)
+    store = store if store is not None else (default_store() if predict_fn is None else None)
+    has_anchor = store.has_anchor if store is not None and hasattr(store, "has_anchor") else None
+    target = resolve_target(request.model, request.cluster, request.engine, has_anchor=has_anchor)
+    return SearchContext(
+        target=target, workload=workload, objective=objective, predict_fn=predict_fn or predict,
+        check_fn=check_fn or check_configuration, slos=slos, seed=request.seed,
+        context_tokens=workload.context_tokens, store=store, num_requests=request.num_requests,
+        precisions=precisions, guidance=(request.guidance or "").strip() or None,
+        bounded_fidelity=request.search_fidelity and request.num_requests is None)

@@ -1,0 +1,296 @@
+"""The anchor cache and anchor selection (METHOD §4): which anchor predicts a target.
+
+Two sources, read-only package data first: the embedded anchors
+(`predictor/data/anchors/*.json`, built from public corpora) and the user's cache
+(`$INFERASIM_HOME/anchors`, written by `inferasim harvest`, atomically). A user anchor
+with the id of an embedded one replaces it (a re-harvest). A file that fails the schema
+is skipped by the store and listed in `AnchorStore.problems` (`anchors check` shows it);
+`load_anchor_file` raises for it.
+
+Matching, coverage and preference: `predictor.anchors.coverage`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from levers.catalog import Engine
+from levers.configuration import Configuration
+from levers.errors import InputError, accepted_list
+from predictor.anchors.anchor import Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
+from predictor.anchors.coverage import (
+    WILDCARD_BACKEND,
+    WILDCARD_BUILD,
+    anchor_flags,
+    cover_rank,
+    coverage_gaps,
+    is_foreign,
+    near_rank,
+)
+from predictor.cards.registry import ModelCard, inferasim_home
+from predictor.feasibility import pool_configs
+from predictor.files import atomic_write_text
+from predictor.hardware import Cluster
+from predictor.step.transfer import fit_prefill
+
+ID_HASH_CHARS = 6
+EMBEDDED, USER = "embedded", "user"
+
+
+# --- files -----------------------------------------------------------------------------
+
+def user_anchors_dir() -> Path:
+    """`$INFERASIM_HOME/anchors` (default `~/.inferasim/anchors`)."""
+    return inferasim_home() / "anchors"
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "(top level)"
+    return f"{where}: {first.get('msg', 'invalid')}"
+
+
+def load_anchor_file(path: str | Path) -> Anchor:
+    """Read and validate one anchor file; a bad file raises InputError naming the file
+    and the first schema error."""
+    file = Path(path)
+    try:
+        text = file.read_text("utf-8")
+    except OSError as error:
+        raise InputError(f"anchor file {file}", f"cannot be read ({error.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"anchor file {file}", f"not JSON (line {error.lineno}: {error.msg})") from None
+    try:
+        return Anchor.model_validate(data)
+    except ValidationError as error:
+        raise InputError(f"anchor file {file}", f"schema error at {_first_error(error)}",
+                         "see predictor/data/anchor.schema.json") from None
+
+
+def save_anchor(anchor: Anchor, directory: str | Path | None = None) -> Path:
+    """Write `<id>.json` atomically (temp file in the same directory, then os.replace)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", anchor.id):
+        raise InputError("anchor id", f"'{anchor.id}' is not a safe file name", "letters, digits, . _ -")
+    folder = Path(directory) if directory is not None else user_anchors_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{anchor.id}.json"
+    atomic_write_text(target, anchor.model_dump_json(indent=2) + "\n")
+    return target
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def anchor_id_for(signature: Signature) -> str:
+    """Stable, readable id: `mi355x-sglang-deepseek-r1-fp8-tp8ep8dp8-1a2b3c` (the hash
+    covers the whole signature, so two builds or backends never collide)."""
+    digest = hashlib.sha256(signature.model_dump_json().encode("utf-8")).hexdigest()[:ID_HASH_CHARS]
+    widths = f"tp{signature.tp}ep{signature.ep}dp{signature.attention_dp}"
+    if signature.pp > 1:
+        widths += f"pp{signature.pp}"
+    parts = [signature.accelerator, signature.engine, signature.model, signature.weight_dtype, widths, digest]
+    return "-".join(_slug(part) for part in parts)
+
+
+def build_anchor(signature: Signature, decode_sweep: DecodeSweep, prefill_tokens: tuple[int, ...],
+                 prefill_ttft_ms: tuple[float, ...], provenance: Provenance, **fields) -> Anchor:
+    """An anchor from measured sweeps (the harvester, corpus builders, tests): the prefill
+    sweep is fitted by `transfer.fit_prefill` (METHOD §3.2) and the id derived from the
+    signature. `fields`: any other Anchor field (packed_probe, host_time_ms, flags)."""
+    fixed, c1, c2 = fit_prefill(prefill_tokens, prefill_ttft_ms)
+    prefill = PrefillSweep(prompt_tokens=prefill_tokens, ttft_ms=prefill_ttft_ms,
+                           fit_f_ms=fixed, fit_c1_ms=c1, fit_c2_ms=c2)
+    return Anchor(id=anchor_id_for(signature), signature=signature, decode_sweep=decode_sweep,
+                  prefill_sweep=prefill, provenance=provenance, **fields)
+
+
+# --- the target's signature --------------------------------------------------------------
+
+def decode_layout(config: Configuration) -> Configuration:
+    """The replica layout anchors are matched against: the decode pool when
+    disaggregated (call with a pool's own configuration to match the prefill pool)."""
+    pools = pool_configs(config)
+    return config if pools is None else pools[1]
+
+
+def signature_for(card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration, *,
+                  engine_version: str = WILDCARD_BUILD) -> Signature:
+    """The target's signature: unset dtypes from the card's native dtypes (activations
+    follow the weights, bf16 for fp4 weights), unset backends "auto"."""
+    layout = decode_layout(config)
+    native = card.native_dtypes
+    weight = layout.weight_dtype or native.weight.value
+    activation = layout.activation_dtype or ("bf16" if weight == "fp4" else weight)
+    expert = (layout.expert_dtype or native.expert.value) if card.is_moe else None
+    return Signature(
+        accelerator=cluster.gpu.name, engine=str(engine), engine_version=engine_version, model=card.name,
+        weight_dtype=weight, activation_dtype=activation, expert_dtype=expert,
+        kv_cache_dtype=layout.kv_cache_dtype or native.kv_cache.value,
+        attention_backend=layout.attention_backend or WILDCARD_BACKEND,
+        moe_backend=layout.moe_backend or WILDCARD_BACKEND, all_to_all_backend=layout.all_to_all_backend,
+        graph_capture=layout.graph_capture, spec_method=layout.spec_method, spec_depth=layout.spec_depth,
+        dcp=layout.dcp, tp=layout.tp, ep=layout.ep, attention_dp=layout.attention_dp, pp=layout.pp,
+    )
+
+
+def target_batch(config: Configuration, concurrency: int) -> int:
+    """The target's decode batch per forward: clients per (decode) replica, capped by the
+    running-request limit, per pipeline micro-batch (METHOD §3.6)."""
+    layout = decode_layout(config)
+    replicas = config.decode_replicas if config.disaggregated else config.replicas
+    per_replica = min(-(-max(concurrency, 1) // max(replicas, 1)), layout.max_running_requests)
+    return -(-per_replica // max(layout.pp, 1))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The anchor chosen for a target. `covered=False` with an anchor: the nearest one of
+    the same model, to be used rank-only. `sibling`: the same kernel set at half the
+    anchor's TP, for a measured rho (METHOD §3.1)."""
+
+    anchor: Anchor | None
+    covered: bool
+    flags: tuple[str, ...]
+    reason: str
+    sibling: Anchor | None = None
+
+
+@dataclass(frozen=True)
+class StoredAnchor:
+    anchor: Anchor
+    where: str          # "embedded" | "user"
+    path: str
+
+
+class AnchorStore:
+    """A set of anchors with selection by coverage (METHOD §4)."""
+
+    def __init__(self, stored: list[StoredAnchor], problems: tuple[tuple[str, str], ...] = ()) -> None:
+        by_id: dict[str, StoredAnchor] = {}
+        for item in stored:  # later sources (user) replace earlier ones (embedded)
+            by_id[item.anchor.id] = item
+        self._stored = dict(sorted(by_id.items()))
+        self.problems = problems  # (path, message) of files that failed to load
+        self._of_model: dict[tuple[str, str, str], list[Anchor]] = {}  # the store is immutable
+
+    @classmethod
+    def default(cls) -> "AnchorStore":
+        """Embedded anchors, then the user's cache (re-read when either changes)."""
+        return _default_store(_listing(_embedded_dir()), _listing(user_anchors_dir()))
+
+    @classmethod
+    def from_anchors(cls, anchors: list[Anchor]) -> "AnchorStore":
+        return cls([StoredAnchor(anchor, USER, "") for anchor in anchors])
+
+    def all(self) -> list[Anchor]:
+        return [item.anchor for item in self._stored.values()]
+
+    def entries(self) -> list[StoredAnchor]:
+        return list(self._stored.values())
+
+    def get(self, anchor_id: str) -> Anchor:
+        return self.entry(anchor_id).anchor
+
+    def entry(self, anchor_id: str) -> StoredAnchor:
+        item = self._stored.get(anchor_id)
+        if item is None:
+            raise InputError("anchor id", f"unknown anchor '{anchor_id}'",
+                             accepted_list(self._stored) or "none stored (inferasim harvest writes one)")
+        return item
+
+    def of_model(self, card: ModelCard, cluster: Cluster, engine: Engine | str) -> list[Anchor]:
+        """Anchors of this model on this GPU type and engine (never a foreign one);
+        memoised per (model, GPU, engine): a sweep or a search asks thousands of times."""
+        key = (card.name, cluster.gpu.name, str(engine))
+        found = self._of_model.get(key)
+        if found is None:
+            names = _model_names(card)
+            found = [a for a in self.all() if not is_foreign(a, cluster.gpu.name, str(engine))
+                     and a.signature.model.lower() in names]
+            self._of_model[key] = found
+        return list(found)
+
+    def has_anchor(self, card: ModelCard, cluster: Cluster, engine: Engine | str) -> bool:
+        return bool(self.of_model(card, cluster, engine))
+
+    def select(self, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
+               concurrency: int, *, engine_version: str = WILDCARD_BUILD) -> Selection:
+        """The covering anchor (METHOD §4), else the nearest of the same model (rank-only),
+        else none."""
+        target = signature_for(card, cluster, engine, config, engine_version=engine_version)
+        batch = target_batch(config, concurrency)
+        candidates = self.of_model(card, cluster, engine)
+        if not candidates:
+            return Selection(None, False, (), f"no anchor for {card.name} on {cluster.gpu.name} / {engine}")
+        gaps = {a.id: coverage_gaps(a, target, batch) for a in candidates}
+        covering = [a for a in candidates if not gaps[a.id]]
+        if covering:
+            chosen = _ordered(covering, lambda a: cover_rank(a, target, batch))[0]
+            return Selection(chosen, True, anchor_flags(chosen, target, batch),
+                             f"covered by {chosen.id}", self._sibling(chosen))
+        chosen = _ordered(candidates, lambda a: near_rank(a, target, batch, gaps[a.id]))[0]
+        flags = anchor_flags(chosen, target, batch)
+        return Selection(chosen, False, flags, f"nearest {chosen.id} does not cover: " + "; ".join(gaps[chosen.id]),
+                         self._sibling(chosen))
+
+    def _sibling(self, anchor: Anchor) -> Anchor | None:
+        sig = anchor.signature
+        if sig.tp < 2:
+            return None
+        same = [a for a in self.all() if a.signature.kernel_set() == sig.kernel_set()
+                and a.signature.tp * 2 == sig.tp and a.signature.pp == sig.pp]
+        ordered = _ordered(same, lambda a: (abs(a.signature.ep - min(sig.ep, a.signature.tp)),
+                                            abs(a.signature.attention_dp - min(sig.attention_dp, a.signature.tp))))
+        return ordered[0] if ordered else None
+
+
+def _ordered(anchors: list[Anchor], key) -> list[Anchor]:
+    """Sort by `key`, then newest harvest, then id (stable sorts compose)."""
+    by_id = sorted(anchors, key=lambda a: a.id)
+    newest = sorted(by_id, key=lambda a: a.provenance.timestamp, reverse=True)
+    return sorted(newest, key=key)
+
+
+def _model_names(card: ModelCard) -> set[str]:
+    return {card.name.lower(), card.hf_id.lower(), *card.aliases}
+
+
+# --- loading -----------------------------------------------------------------------------
+
+def _embedded_dir() -> Path:
+    return Path(str(resources.files("predictor") / "data" / "anchors"))
+
+
+def _listing(folder: Path) -> tuple[str, tuple[tuple[str, int, int], ...]]:
+    if not folder.is_dir():
+        return str(folder), ()
+    files = []
+    for path in sorted(folder.glob("*.json")):
+        stat = path.stat()
+        files.append((path.name, stat.st_mtime_ns, stat.st_size))
+    return str(folder), tuple(files)
+
+
+@lru_cache(maxsize=8)
+def _default_store(embedded: tuple, user: tuple) -> AnchorStore:
+    stored: list[StoredAnchor] = []
+    problems: list[tuple[str, str]] = []
+    for (folder, files), where in ((embedded, EMBEDDED), (user, USER)):
+        for name, _, _ in files:
+            path = Path(folder) / name
+            try:
+                stored.append(StoredAnchor(load_anchor_file(path), where, str(path)))
+            except InputError as error:
+                problems.append((str(path), error.message))
+    return AnchorStore(stored, tuple(problems))

@@ -1,0 +1,430 @@
+"""Column readers for the three corpus formats (the name rules: `predictor.corpus.row`).
+
+Each reader checks its required columns once (InputError naming what is missing) and maps
+one CSV row to a `CorpusRow` or raises `MappingError` with the row's reason.
+
+Parallel conventions mapped to PRODUCT.md §3 (SGLang: a replica uses `tp * pp` GPUs,
+`attention_dp` divides `tp`, `ep` divides `tp`):
+- **InferenceX colocated**: `tp` is the replica's GPU count; the boolean `dp_attention`
+  means attention DP over every GPU (`attention_dp = tp`); `ep` as recorded;
+  `replicas = total_gpus / tp`.
+- **InferenceX disaggregated**: a pool's GPUs per worker `g = num_<pool>_gpu /
+  <pool>_num_workers` is trusted, not its `tp` column (which is the worker's GPU count on
+  TRT-LLM, the attention-TP of a TP x attention-DP product on SGLang/MI355X, or 1 on
+  dynamo-sglang); the pool layout is `TPg/EPep/DP(g if dp_attention else 1)` with
+  `<pool>_num_workers` replicas, and both pools must add up to `total_gpus`.
+- **AIConfigurator**: a worker has `tp_size * attention_dp_size` GPUs per pipeline stage
+  (`tp_size` is the attention-TP); `ep = moe_ep_size` when it divides them (otherwise 1,
+  noted); empty or 0 sizes are 1; dense models have `ep = 1`. Concurrency is the
+  `silicon_concurrency` of `silicon_data_source`, else `batch_size` (agg) or
+  `decode_batch_size` per decode worker times the decode workers (disagg). Disaggregated rows
+  without worker counts fail (their GPU count and per-replica batch are unknown).
+- **Native**: already in these conventions.
+
+Precision rule (`dtypes_for`): the label (or AIConfigurator's GEMM/MoE quant modes) names
+the quantisation applied, and a weight class is never wider than the checkpoint ships it:
+- MoE models: routed experts take the label (fp8, fp4; int4 is stored as a 4-bit format);
+  the other weights take it too unless it is fp4 or weight-only int4 (those checkpoints
+  quantise the experts; attention keeps the checkpoint's dtype). AIConfigurator's
+  `gemm_quant_mode` / `moe_quant_mode` set the two classes directly when given (a
+  weight-only int4 GEMM mode on a MoE model again means the experts only).
+- Dense models: the weights take the label.
+- Activations: fp8 for fp8 GEMMs; fp4 for FP4 GEMMs on GPUs with FP4 tensor cores (bf16
+  elsewhere); bf16 for weight-only int4 and for bf16.
+- KV cache: the checkpoint's (the engines' `auto`; the corpora do not record it).
+- Speculation: `mtp` without a recorded depth uses the checkpoint's MTP layer count
+  (METHOD §3.8's MTP default), at least 1.
+Metrics: seconds -> ms; throughput per GPU counts every GPU of the deployment (both
+pools: InferenceX `total_*_tput / total_gpus`, i.e. `output_tput_per_total_gpu`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from levers.catalog import format_layout, parse_layout
+from levers.configuration import Configuration
+from levers.errors import InputError
+from predictor.cards.registry import ModelCard, load_card
+from predictor.corpus.row import (
+    CorpusRow,
+    Format,
+    MappingError,
+    Measured,
+    card_name_for,
+    engine_for,
+    gpu_name_for,
+    running_cap,
+)
+from predictor.hardware import load_gpu
+from predictor.units import MS_PER_S
+
+Raw = Mapping[str, str]
+_WIDTH_BITS = {"bf16": 16, "fp8": 8, "fp4": 4}
+_LABELS = {"": None, "none": None, "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8",
+           "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "int4": "fp4", "int4_wo": "fp4"}
+_WEIGHT_ONLY = frozenset({"int4", "int4_wo"})
+_SPEC = {"": "none", "none": "none", "mtp": "mtp", "eagle": "eagle3", "eagle3": "eagle3", "ngram": "ngram",
+         "dspark": "dspark"}
+
+
+# --- small parsers -------------------------------------------------------------------------
+
+def _int(raw: Raw, name: str, default: int | None = None) -> int:
+    text = raw.get(name, "")
+    if text in ("", "nan", "None"):
+        if default is None:
+            raise MappingError(f"{name} is empty")
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise MappingError(f"{name}='{text}' is not a number") from None
+    if not math.isfinite(value) or value != int(value) or value < 0:
+        raise MappingError(f"{name}='{text}' is not a whole number")
+    return int(value)
+
+
+def _width(raw: Raw, name: str) -> int:
+    """A parallel width: empty or 0 means 1."""
+    return _int(raw, name, 1) or 1
+
+
+def _float(raw: Raw, name: str, scale: float = 1.0) -> float | None:
+    text = raw.get(name, "")
+    if text in ("", "nan", "None"):
+        return None
+    try:
+        value = float(text) * scale
+    except ValueError:
+        raise MappingError(f"{name}='{text}' is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise MappingError(f"{name}='{text}' is not a positive number")
+    return value
+
+
+def _bool(raw: Raw, name: str) -> bool:
+    text = raw.get(name, "").lower()
+    if text in ("true", "1", "1.0", "yes"):
+        return True
+    if text in ("false", "0", "0.0", "no", ""):
+        return False
+    raise MappingError(f"{name}='{raw.get(name)}' is not true/false")
+
+
+def _need(header: list[str], path: str, groups: tuple[tuple[str, ...], ...]) -> None:
+    """Each group is satisfied by any one of its columns."""
+    missing = [" or ".join(group) for group in groups if not any(col in header for col in group)]
+    if missing:
+        raise InputError(f"corpus {path}", f"missing required column(s): {', '.join(missing)}",
+                         "see `inferasim score --help` for each format's columns")
+
+
+# --- the rules shared by every format --------------------------------------------------------
+
+def _narrower(a: str, b: str) -> str:
+    return a if _WIDTH_BITS[a] <= _WIDTH_BITS[b] else b
+
+
+def _label(text: str, what: str) -> str | None:
+    key = text.strip().lower()
+    if key not in _LABELS:
+        raise MappingError(f"{what} '{text}' is not one of {', '.join(k for k in _LABELS if k)}")
+    return _LABELS[key]
+
+
+def dtypes_for(card: ModelCard, gpu: str, precision: str, gemm: str = "", moe: str = "") -> dict[str, str | None]:
+    """weight/expert/activation/kv dtypes of a corpus row (module docstring: Precision)."""
+    label = _label(precision, "precision")
+    gemm_dtype, moe_dtype = _label(gemm, "gemm_quant_mode"), _label(moe, "moe_quant_mode")
+    native = card.native_dtypes
+    weight_only = precision.strip().lower() in _WEIGHT_ONLY or gemm.strip().lower() in _WEIGHT_ONLY
+    if card.is_moe:
+        expert = moe_dtype or label or native.expert.value
+        dense = None if weight_only else gemm_dtype
+        weight = dense or (label if label and label != "fp4" else None) or native.weight.value
+        expert = _narrower(expert, native.expert.value)
+    else:
+        expert = None
+        weight = gemm_dtype or label or native.weight.value
+    weight = _narrower(weight, native.weight.value)
+    quant = gemm_dtype or label or weight
+    if weight_only or quant == "bf16":
+        activation = "bf16"
+    elif quant == "fp4":
+        activation = "fp4" if load_gpu(gpu).fp4_tflops else "bf16"
+    else:
+        activation = "fp8"
+    return {"weight_dtype": weight, "expert_dtype": expert, "activation_dtype": activation,
+            "kv_cache_dtype": native.kv_cache.value}
+
+
+def spec_for(card: ModelCard, method: str, depth: int | None = None) -> tuple[str, int]:
+    key = method.strip().lower()
+    if key not in _SPEC:
+        raise MappingError(f"speculative method '{method}' is not one of {', '.join(k for k in _SPEC if k)}")
+    name = _SPEC[key]
+    if name == "none":
+        return "none", 0
+    return name, depth if depth else max(1, card.mtp_layers if name == "mtp" else 1)
+
+
+def _little_throughput(concurrency: int, isl: int, osl: int, ttft_ms: float | None, tpot_ms: float | None,
+                       gpus: int) -> tuple[float | None, float | None]:
+    """Output and total tokens/s per GPU of a closed loop by Little's law."""
+    if ttft_ms is None or tpot_ms is None:
+        return None, None
+    e2e_s = (ttft_ms + (osl - 1) * tpot_ms) / MS_PER_S
+    output = concurrency * osl / e2e_s / gpus
+    return output, output * (isl + osl) / osl
+
+
+def _disaggregated(prefill: tuple[int, int, int, int], decode: tuple[int, int, int, int]) -> dict:
+    """Configuration fields of a split; each pool is (gpus per worker, ep, dp, workers)."""
+    (pg, pep, pdp, pw), (dg, dep, ddp, dw) = prefill, decode
+    return {"disaggregated": True, "prefill_layout": format_layout(pg, pep, pdp), "prefill_replicas": pw,
+            "decode_layout": format_layout(dg, dep, ddp), "decode_replicas": dw, "tp": dg, "ep": dep,
+            "attention_dp": ddp}
+
+
+def _config(levers: dict, concurrency: int) -> Configuration:
+    replicas = levers.get("decode_replicas", 1) if levers.get("disaggregated") else levers.get("replicas", 1)
+    return Configuration(**levers, concurrency=concurrency,
+                         max_running_requests=running_cap(concurrency / max(1, replicas)))
+
+
+def _check_widths(card: ModelCard, gpus: int, ep: int, dp: int, what: str) -> None:
+    if ep > 1 and not card.is_moe:
+        raise MappingError(f"{what}: ep={ep} on a dense model")
+    if gpus % ep or gpus % dp:
+        raise MappingError(f"{what}: ep={ep} / attention_dp={dp} do not divide its {gpus} GPUs")
+
+
+# --- InferenceX ----------------------------------------------------------------------------
+
+def _ix_pool(raw: Raw, pool: str, card: ModelCard) -> tuple[int, int, int, int]:
+    gpus, workers = _int(raw, f"num_{pool}_gpu"), _int(raw, f"{pool}_num_workers")
+    if not workers or gpus % workers:
+        raise MappingError(f"{pool}: {gpus} GPUs do not split into {workers} workers")
+    per_worker = gpus // workers
+    dp = per_worker if _bool(raw, f"{pool}_dp_attention") else 1
+    ep = _width(raw, f"{pool}_ep") if card.is_moe else 1
+    _check_widths(card, per_worker, ep, dp, f"{pool} pool")
+    return per_worker, ep, dp, workers
+
+
+def _ix_layout(raw: Raw, card: ModelCard, disaggregated: bool) -> tuple[dict, int]:
+    total = _int(raw, "total_gpus")
+    if disaggregated:
+        prefill, decode = _ix_pool(raw, "prefill", card), _ix_pool(raw, "decode", card)
+        counted = prefill[0] * prefill[3] + decode[0] * decode[3]
+        if counted != total:
+            raise MappingError(f"pools hold {counted} GPUs but total_gpus is {total}")
+        return _disaggregated(prefill, decode), total
+    tp = _int(raw, "tp")
+    if not tp or total % tp:
+        raise MappingError(f"total_gpus {total} is not a multiple of tp {tp}")
+    ep = _width(raw, "ep") if card.is_moe else 1
+    dp = tp if _bool(raw, "dp_attention") else 1
+    _check_widths(card, tp, ep, dp, "replica")
+    return {"tp": tp, "ep": ep, "attention_dp": dp, "replicas": total // tp}, total
+
+
+def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
+    card = load_card(card_name_for(raw["model"]))
+    gpu = gpu_name_for(raw.get("hardware") or raw.get("hw", ""))
+    engine, implied = engine_for(raw["framework"])
+    disaggregated = implied or _bool(raw, "disagg")
+    levers, total = _ix_layout(raw, card, disaggregated)
+    levers.update(dtypes_for(card, gpu, raw["precision"]))
+    levers["spec_method"], levers["spec_depth"] = spec_for(card, raw.get("spec_decoding", ""))
+    isl, osl, conc = _int(raw, "isl"), _int(raw, "osl"), _int(raw, "conc")
+    out = _float(raw, "total_output_tput")
+    tot = _float(raw, "total_tput")
+    measured = Measured(
+        ttft_ms_mean=_float(raw, "mean_ttft", MS_PER_S), ttft_ms_median=_float(raw, "median_ttft", MS_PER_S),
+        tpot_ms_mean=_float(raw, "mean_tpot", MS_PER_S), tpot_ms_median=_float(raw, "median_tpot", MS_PER_S),
+        itl_ms_mean=_float(raw, "mean_itl", MS_PER_S), itl_ms_median=_float(raw, "median_itl", MS_PER_S),
+        output_throughput_per_gpu=out / total if out else _float(raw, "output_tput_per_total_gpu"),
+        throughput_per_gpu=tot / total if tot else None,
+    )
+    return _finish(row_id, Format.INFERENCEX, card, gpu, engine, raw.get("image", ""), raw["precision"],
+                   levers, isl, osl, conc, measured, raw.get("run_date", ""))
+
+
+def chart_precision(precision: str, card: ModelCard) -> str:
+    """The precision label of a chart: synonyms merged (nvfp4/mxfp4 -> fp4, fp8_block ->
+    fp8, int4_wo -> int4), weight-only int4 kept apart from fp4, empty -> the checkpoint's."""
+    key = precision.strip().lower()
+    if key in _WEIGHT_ONLY:
+        return "int4"
+    return _label(precision, "precision") or card.native_dtypes.weight.value
+
+
+# The public corpora's client (InferenceX/InferenceMAX `benchmark_serving.py`) runs
+# `--num-prompts CONC*10 --max-concurrency CONC`: ten requests per client, all clients
+# starting together. The native format says so per row (`requests_per_client`).
+BENCHMARK_REQUESTS_PER_CLIENT = 10
+
+
+def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version: str, precision: str,
+            levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
+            notes: tuple[str, ...] = (),
+            requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT) -> CorpusRow:
+    if not isl or not osl or not conc:
+        raise MappingError("isl, osl and concurrency must be positive")
+    if not measured.has_any():
+        raise MappingError("no measured metric")
+    label = chart_precision(precision, card)
+    return CorpusRow(id=row_id, source=str(source), model=card.name, gpu=gpu, engine=str(engine),
+                     engine_version=version or "unknown", precision=label, config=_config(levers, conc),
+                     isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes,
+                     requests_per_client=requests_per_client)
+
+
+# --- AIConfigurator ------------------------------------------------------------------------
+
+def _source_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for part in text.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _aic_pool(raw: Raw, prefix: str, card: ModelCard, notes: list[str]) -> tuple[int, int, int, int]:
+    """(GPUs per stage of a worker, ep, attention_dp, pp)."""
+    tp, dp, pp = _width(raw, f"{prefix}tp_size"), _width(raw, f"{prefix}attention_dp_size"), _width(raw, f"{prefix}pp_size")
+    gpus = tp * dp
+    moe_tp, moe_ep = _int(raw, f"{prefix}moe_tp_size", 0), _int(raw, f"{prefix}moe_ep_size", 0)
+    ep = moe_ep if card.is_moe and moe_ep >= 1 and gpus % moe_ep == 0 else 1
+    if card.is_moe and moe_tp * moe_ep != gpus:
+        notes.append(f"{prefix or 'replica '}moe {moe_tp}x{moe_ep} != {gpus} GPUs; ep={ep}")
+    _check_widths(card, gpus, ep, dp, f"{prefix.rstrip('_') or 'replica'}")
+    return gpus, ep, dp, pp
+
+
+def _aic_concurrency(raw: Raw, source: Raw, levers: dict) -> int:
+    """`silicon_concurrency`, else `batch_size` (agg) or `decode_batch_size` per decode worker."""
+    concurrency = _int(source, "silicon_concurrency", 0)
+    if not concurrency and levers.get("disaggregated"):
+        concurrency = _int(raw, "decode_batch_size", 0) * levers["decode_replicas"]
+    concurrency = concurrency or _int(raw, "batch_size", 0)
+    if not concurrency:
+        raise MappingError("no concurrency (silicon_concurrency, batch_size or decode_batch_size)")
+    return concurrency
+
+
+def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
+    card = load_card(card_name_for(raw["model_path"]))
+    gpu = gpu_name_for(raw["system"])
+    engine, implied = engine_for(raw["backend"])
+    source = _source_fields(raw.get("silicon_data_source", ""))
+    notes: list[str] = []
+    mode = raw.get("mode", "agg").lower()
+    if implied or mode == "disagg":
+        workers = (_int(raw, "prefill_num_workers", 0), _int(raw, "decode_num_workers", 0))
+        if not all(workers):
+            raise MappingError("disaggregated row without prefill/decode worker counts: its GPU count and "
+                               "per-replica batch are unknown")
+        pg, pep, pdp, ppp = _aic_pool(raw, "prefill_", card, notes)
+        dg, dep, ddp, dpp = _aic_pool(raw, "decode_", card, notes)
+        if ppp != 1 or dpp != 1:
+            raise MappingError("disaggregated pools with pipeline stages are not supported")
+        levers = _disaggregated((pg, pep, pdp, workers[0]), (dg, dep, ddp, workers[1]))
+    elif mode == "agg":
+        gpus, ep, dp, pp = _aic_pool(raw, "", card, notes)
+        levers = {"tp": gpus, "ep": ep, "attention_dp": dp, "pp": pp}
+    else:
+        raise MappingError(f"mode '{raw.get('mode')}' is not agg or disagg")
+    levers.update(dtypes_for(card, gpu, raw.get("precision", ""), raw.get("gemm_quant_mode", ""),
+                             raw.get("moe_quant_mode", "")))
+    levers["spec_method"], levers["spec_depth"] = "none", 0
+    isl, osl = _int(raw, "isl"), _int(raw, "osl")
+    conc = _aic_concurrency(raw, source, levers)
+    ttft, tpot = _float(raw, "silicon_ttft_ms"), _float(raw, "silicon_tpot_ms")
+    total = Configuration(**levers).total_gpus
+    output, overall = _little_throughput(conc, isl, osl, ttft, tpot, total)
+    measured = Measured(ttft_ms_mean=ttft, tpot_ms_mean=tpot, output_throughput_per_gpu=output,
+                        throughput_per_gpu=overall, throughput_derived=output is not None)
+    version = raw.get("backend_version") or source.get("image", "")
+    if source.get("wip", "").lower() == "true":
+        notes.append("work-in-progress run (wip=True)")
+    return _finish(row_id, Format.AICONFIGURATOR, card, gpu, engine, version, raw.get("precision", ""), levers,
+                   isl, osl, conc, measured, source.get("measured", ""), tuple(notes))
+
+
+# --- native --------------------------------------------------------------------------------
+
+_NATIVE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "output_throughput_per_gpu", "throughput_per_gpu",
+                   "total_output_throughput", "total_throughput")
+
+
+def _native_pool(raw: Raw, name: str) -> tuple[int, int, int]:
+    try:
+        return parse_layout(raw.get(name) or "", name)
+    except InputError as error:
+        raise MappingError(error.message) from None
+
+
+def native_row(raw: Raw, row_id: str) -> CorpusRow:
+    card = load_card(card_name_for(raw["model"]))
+    gpu = gpu_name_for(raw["hardware"])
+    engine, implied = engine_for(raw["engine"])
+    if implied or _bool(raw, "disaggregated"):
+        (ptp, pep, pdp), (dtp, dep, ddp) = _native_pool(raw, "prefill_layout"), _native_pool(raw, "decode_layout")
+        levers = _disaggregated((ptp, pep, pdp, _int(raw, "prefill_replicas", 1)),
+                                (dtp, dep, ddp, _int(raw, "decode_replicas", 1)))
+        levers["pp"] = _width(raw, "pp")
+    else:
+        levers = {"tp": _int(raw, "tp"), "pp": _width(raw, "pp"), "ep": _width(raw, "ep"),
+                  "attention_dp": _width(raw, "attention_dp"), "replicas": _width(raw, "replicas")}
+    levers["dcp"] = _width(raw, "dcp")
+    levers.update(dtypes_for(card, gpu, raw["precision"]))
+    depth = _int(raw, "spec_depth", 0)
+    levers["spec_method"], levers["spec_depth"] = spec_for(card, raw.get("spec_method", ""), depth)
+    total = Configuration(**levers).total_gpus
+    out, tot = _float(raw, "output_throughput_per_gpu"), _float(raw, "throughput_per_gpu")
+    out = out or _per_gpu(_float(raw, "total_output_throughput"), total)
+    tot = tot or _per_gpu(_float(raw, "total_throughput"), total)
+    measured = Measured(
+        ttft_ms_mean=_float(raw, "ttft_ms"), ttft_ms_median=_float(raw, "ttft_ms_median"),
+        tpot_ms_mean=_float(raw, "tpot_ms"), tpot_ms_median=_float(raw, "tpot_ms_median"),
+        itl_ms_mean=_float(raw, "itl_ms"), itl_ms_median=_float(raw, "itl_ms_median"),
+        output_throughput_per_gpu=out, throughput_per_gpu=tot,
+    )
+    return _finish(row_id, Format.NATIVE, card, gpu, engine, raw.get("engine_version", ""), raw["precision"],
+                   levers, _int(raw, "isl"), _int(raw, "osl"), _int(raw, "concurrency"), measured,
+                   raw.get("measured_at", ""), requests_per_client=_int(raw, "requests_per_client", 0) or None)
+
+
+def _per_gpu(total: float | None, gpus: int) -> float | None:
+    return total / gpus if total is not None else None
+
+
+@dataclass(frozen=True)
+class Reader:
+    required: tuple[tuple[str, ...], ...]
+    row: Callable[[Raw, str], CorpusRow]
+
+    def check_columns(self, header: list[str], path: str) -> None:
+        _need(header, path, self.required)
+
+
+READERS: dict[str, Reader] = {
+    Format.INFERENCEX: Reader(
+        (("hardware", "hw"), ("model",), ("framework",), ("precision",), ("isl",), ("osl",), ("conc",),
+         ("tp",), ("total_gpus",), ("mean_ttft", "mean_tpot", "mean_itl", "total_output_tput")),
+        inferencex_row),
+    Format.AICONFIGURATOR: Reader(
+        (("backend",), ("model_path",), ("system",), ("precision",), ("mode",), ("isl",), ("osl",),
+         ("tp_size",), ("batch_size", "silicon_data_source"), ("silicon_ttft_ms", "silicon_tpot_ms")),
+        aiconfigurator_row),
+    Format.NATIVE: Reader(
+        (("model",), ("hardware",), ("engine",), ("precision",), ("tp",), ("isl",), ("osl",), ("concurrency",),
+         _NATIVE_METRICS),
+        native_row),
+}

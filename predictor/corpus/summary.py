@@ -1,0 +1,129 @@
+"""Score summaries over predicted corpus rows (METHOD §8): the row classes, APE and
+error factors per metric, ranking within choice sets (model, isl, osl, concurrency) with
+each configuration's run-to-run noise, and frontier hits per chart. Pure arithmetic over
+`predictor.corpus.metrics`; `predictor.corpus.score` runs the score, `predictor.corpus.report`
+renders it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import StrEnum
+
+from predictor.corpus.metrics import Choice, ape, error_factor, frontier_hits, quantile, rank, relative_spread
+from predictor.corpus.row import CorpusRow
+from predictor.prediction import Prediction
+from predictor.units import MS_PER_S
+
+DEFAULT_NOISE = 0.005        # README: median run-to-run variation of throughput per GPU
+METRICS = {"ttft": ("ttft_ms_mean", "ttft_ms_mean"), "tpot": ("tpot_ms_mean", "tpot_ms_mean"),
+           "throughput": ("output_throughput_per_gpu", "output_throughput_per_gpu")}
+
+
+class RowKind(StrEnum):
+    ANCHOR = "anchor"
+    SCORED = "scored"
+    RANK_ONLY = "rank-only"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class RowResult:
+    id: str
+    kind: RowKind
+    row: CorpusRow | None = None
+    prediction: Prediction | None = None
+    reason: str = ""
+
+    def pair(self, metric: str) -> tuple[float, float] | None:
+        """(predicted, measured) of `metric` (ttft, tpot, throughput) when both exist."""
+        if self.row is None or self.prediction is None or self.prediction.metrics is None:
+            return None
+        predicted_key, measured_key = METRICS[metric]
+        predicted, measured = self.prediction.metrics.get(predicted_key), self.row.measured.get(measured_key)
+        if predicted is None or measured is None or measured <= 0:
+            return None
+        return predicted, measured
+
+
+def config_key(row: CorpusRow) -> tuple:
+    return (row.gpu, row.engine, row.precision, row.spec, row.layout_name)
+
+
+def choice_key(row: CorpusRow) -> tuple:
+    return (row.model, row.isl, row.osl, row.concurrency)
+
+
+def noise_by_config(rows: list[CorpusRow]) -> dict[tuple, float]:
+    """Run-to-run noise of output throughput per (configuration, choice set): the
+    relative spread of repeated runs; configurations run once take the corpus median."""
+    runs: dict[tuple, list[float]] = defaultdict(list)
+    for row in rows:
+        value = row.measured.output_throughput_per_gpu
+        if value:
+            runs[(config_key(row), choice_key(row))].append(value)
+    spreads = {k: s for k, v in runs.items() if (s := relative_spread(v)) is not None}
+    default = statistics.median(spreads.values()) if spreads else DEFAULT_NOISE
+    return defaultdict(lambda: default, spreads)
+
+
+# --- summaries ----------------------------------------------------------------------------------
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def summarize(results: list[RowResult], noise: dict[tuple, float]) -> dict:
+    """The score keys over `results` (rows with predictions)."""
+    out: dict = {"n": len(results)}
+    factors = {}
+    for metric in METRICS:
+        pairs = [p for r in results if (p := r.pair(metric))]
+        apes = [ape(p, m) for p, m in pairs]
+        out[f"{metric}_median_ape"] = _round(quantile(apes, 0.5))
+        out[f"{metric}_p90_ape"] = _round(quantile(apes, 0.9))
+        factors[metric] = _round(error_factor(pairs), 4)
+    out["error_factor"] = factors
+    typical = [ape(r.prediction.metrics["ttft_ms_p50"], r.row.measured.ttft_ms_median) for r in results
+               if r.row.measured.ttft_ms_median and "ttft_ms_p50" in (r.prediction.metrics or {})]
+    out["ttft_p50_vs_median_ape"] = _round(quantile(typical, 0.5))
+    out.update(_ranking(results, noise))
+    out.update(_frontier(results))
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _ranking(results: list[RowResult], noise: dict[tuple, float]) -> dict:
+    grouped: dict[tuple, dict[tuple, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for result in results:
+        if pair := result.pair("throughput"):
+            grouped[choice_key(result.row)][config_key(result.row)].append(pair)
+    sets = []
+    for choice, configs in grouped.items():
+        sets.append([Choice(key, _mean([m for _, m in v]), _mean([p for p, _ in v]), noise[(key, choice)])
+                     for key, v in configs.items()])
+    ranking = rank(sets)
+    return {"pair_accuracy": _round(ranking.pair_accuracy, 4), "decisive_pairs": ranking.decisive_pairs,
+            "top1": _round(ranking.top1, 4), "choice_sets": ranking.sets,
+            "regret_median": _round(quantile(ranking.regrets_pct, 0.5)),
+            "regret_p90": _round(quantile(ranking.regrets_pct, 0.9))}
+
+
+def _frontier(results: list[RowResult]) -> dict:
+    charts: dict[str, dict[tuple, list[tuple[float, float, float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for result in results:
+        tput, tpot = result.pair("throughput"), result.pair("tpot")
+        if tput and tpot and tpot[0] > 0:
+            point = (tput[1], MS_PER_S / tpot[1], tput[0], MS_PER_S / tpot[0])
+            charts[result.row.chart.name][(config_key(result.row), result.row.concurrency)].append(point)
+    hits = total = 0
+    for points in charts.values():
+        means = [tuple(_mean([p[i] for p in group]) for i in range(4)) for group in points.values()]
+        hit, count = frontier_hits([(m[0], m[1]) for m in means], [(m[2], m[3]) for m in means])
+        hits, total = hits + hit, total + count
+    return {"frontier_hits": _round(hits / total if total else None, 4), "frontier_points": total}

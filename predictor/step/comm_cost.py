@@ -1,0 +1,224 @@
+"""Per-step communication of one replica layout (METHOD §3.7, §3.6, §3.15).
+
+Every collective costs ``t = alpha + m / B`` on its tier (fits in the GPU profile,
+`predictor.step.comm`). Inside a step only ``m / B`` is charged: ``alpha`` is the per-kernel
+launch/occupancy cost the step model already pays for every kernel, collectives included.
+
+What a step exchanges (PRODUCT.md §3 parallel semantics):
+- per layer, the attention output all-reduce over the attention-TP group;
+- per dense layer, the MLP all-reduce: over ``tp`` without attention DP, over the
+  attention-TP group under it (dense layers follow the attention ranks);
+- per MoE layer, without attention DP and without an EP backend, the TP all-reduce that
+  combines the experts' (and shared experts') partial outputs over ``tp``; with an EP
+  backend (deepep, mori, pplx) a dispatch and a combine all-to-all over the EP group
+  (dispatch in FP8 when activations are low precision, combine in BF16; each GPU sends
+  its ``1/tp`` share of the stage's tokens, ``top_k`` copies each, in the experts' width);
+  under attention DP without a backend an all-gather and a reduce-scatter of the whole
+  stage's hidden states over the DP group;
+- per softmax layer under DCP, an all-reduce of the partial attention outputs over the
+  DCP group (an approximation of vLLM's all-gather + LSE-corrected reduce-scatter);
+- per step, the LM head's logits gathered over ``tp`` (BF16) and ``p`` pipeline hops
+  (``p - 1`` activation sends plus the sampled tokens' return).
+
+All-reduce tier: the engine's custom all-reduce up to 8 MiB (METHOD §3.15, graph mode),
+one-shot up to the GPU's switch size and two-shot above (or as the
+``allreduce_algorithm`` lever forces; ``quick_reduce`` is modelled as two-shot on an
+int8-quantised payload, half the bytes; ``fused_rmsnorm`` communicates like the default
+and saves a norm kernel, priced by the step model), the library all-reduce above.
+A group larger than the cluster's scale-up domain crosses the NICs: all-reduces use the
+``allreduce_inter`` fit, all-to-alls ``all_to_all_inter``, all-gather / reduce-scatter
+each half an inter-node all-reduce, hops that cross a domain boundary ``p2p_inter``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from levers.configuration import Configuration
+from levers.legality import effective_activation_dtype
+from predictor.cards.model_card import ModelCard
+from predictor.hardware import Cluster, GpuProfile
+from predictor.step.comm import Collective
+from predictor.step.transfer import pipeline_hops_us
+
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024  # METHOD §3.15: custom all-reduce <= 8 MiB
+QUICK_REDUCE_PAYLOAD_FRACTION = 0.5          # int8 quantised payload of a bf16 message
+HIDDEN_BYTES = 2                              # hidden states and logits travel in BF16
+TOKEN_ID_BYTES = 4                            # the sampled tokens' return hop
+EP_BACKENDS = ("deepep", "mori", "pplx")
+LOW_PRECISION = ("fp8", "fp4")
+
+
+@dataclass(frozen=True, slots=True)
+class CommTerms:
+    """Microseconds of one full-depth forward's communication, by kind."""
+
+    tp_allreduce_us: float
+    moe_exchange_us: float
+    other_us: float  # DCP and the LM head gather
+
+    @property
+    def total_us(self) -> float:
+        return self.tp_allreduce_us + self.moe_exchange_us + self.other_us
+
+
+def _us_per_byte(gpu: GpuProfile, name: str, group: int) -> float:
+    """``1 / B`` of a collective fit in us per byte; 0 for a group of one."""
+    if group <= 1:
+        return 0.0
+    return gpu.collective_us(name, group, 1.0, include_alpha=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AllReduceTier:
+    """An all-reduce over one group: the tiers its message size can select."""
+
+    group: int
+    one_shot: float   # us per byte
+    two_shot: float
+    library: float
+    switch_bytes: float
+    algorithm: str | None
+
+    @classmethod
+    def build(cls, gpu: GpuProfile, group: int, algorithm: str | None, crosses_nodes: bool) -> AllReduceTier:
+        if group <= 1:
+            return cls(group, 0.0, 0.0, 0.0, 0.0, algorithm)
+        if crosses_nodes:
+            inter = _us_per_byte(gpu, Collective.ALLREDUCE_INTER, group)
+            return cls(group, inter, inter, inter, 0.0, "library")
+        one = _us_per_byte(gpu, Collective.ALLREDUCE_ONE_SHOT, group)
+        two_fits = gpu.collectives.get(Collective.ALLREDUCE_TWO_SHOT, {})
+        two = _us_per_byte(gpu, Collective.ALLREDUCE_TWO_SHOT, group) if two_fits and max(two_fits) >= group >= min(two_fits) else one
+        return cls(group, one, two, _us_per_byte(gpu, Collective.ALLREDUCE, group),
+                   float(gpu.custom_allreduce_switch_bytes), algorithm)
+
+    def us(self, message_bytes: float) -> float:
+        """``m / B`` of one all-reduce of ``message_bytes`` on the selected tier."""
+        if self.group <= 1 or message_bytes <= 0:
+            return 0.0
+        algorithm = self.algorithm
+        if algorithm == "library" or message_bytes > CUSTOM_ALLREDUCE_MAX_BYTES:
+            return message_bytes * self.library
+        if algorithm == "custom_one_shot":
+            return message_bytes * self.one_shot
+        if algorithm == "custom_two_shot":
+            return message_bytes * self.two_shot
+        if algorithm == "quick_reduce":
+            return message_bytes * QUICK_REDUCE_PAYLOAD_FRACTION * self.two_shot
+        per_byte = self.one_shot if message_bytes <= self.switch_bytes else self.two_shot
+        return message_bytes * per_byte
+
+
+@dataclass(frozen=True, slots=True)
+class CommModel:
+    """Precomputed per-byte rates and per-token message sizes of one replica layout."""
+
+    num_layers: int
+    dense_layers: int
+    moe_layers: int
+    softmax_layers: int
+    attention_ar: AllReduceTier
+    dense_ar: AllReduceTier
+    moe_ar: AllReduceTier | None          # MoE combine as a TP all-reduce (no DP, no backend)
+    dcp_ar: AllReduceTier
+    hidden_bytes_per_token: float
+    dispatch_bytes_per_token: float       # per token: top_k copies in the experts' width
+    combine_bytes_per_token: float
+    a2a_us_per_byte: float                # EP backend all-to-all (0 without one)
+    allgather_us_per_byte: float          # attention-DP all-gather (0 unless DP without backend)
+    reduce_scatter_us_per_byte: float
+    tokens_per_sending_gpu: float         # 1 / tp: each GPU dispatches its share of the stage
+    dcp_bytes_per_rank_token: float
+    logits_bytes_per_token: float
+    logits_us_per_byte: float
+    pp: int
+    p2p_us_per_byte: float
+    p2p_inter_us_per_byte: float
+    domains_spanned: int
+
+    def step(self, rank_tokens: float, stage_tokens: float) -> CommTerms:
+        """Communication of one full-depth forward: ``rank_tokens`` per attention rank,
+        ``stage_tokens`` in the stage (all attention-DP ranks together)."""
+        hidden = self.hidden_bytes_per_token
+        tp_us = self.num_layers * self.attention_ar.us(rank_tokens * hidden)
+        tp_us += self.dense_layers * self.dense_ar.us(rank_tokens * hidden)
+        if self.moe_ar is not None:
+            moe_us = self.moe_layers * self.moe_ar.us(stage_tokens * hidden)
+        else:
+            sent = stage_tokens * self.tokens_per_sending_gpu
+            a2a = sent * (self.dispatch_bytes_per_token + self.combine_bytes_per_token) * self.a2a_us_per_byte
+            gathered = stage_tokens * hidden * (self.allgather_us_per_byte + self.reduce_scatter_us_per_byte)
+            moe_us = self.moe_layers * (a2a + gathered)
+        other = self.softmax_layers * self.dcp_ar.us(rank_tokens * self.dcp_bytes_per_rank_token)
+        other += stage_tokens * self.logits_bytes_per_token * self.logits_us_per_byte
+        return CommTerms(tp_us, moe_us, other)
+
+    def step_us(self, rank_tokens: float, stage_tokens: float) -> float:
+        return self.step(rank_tokens, stage_tokens).total_us
+
+    def hops_us(self, micro_batch_tokens: float) -> float:
+        """Send/recv time of the ``p`` hops of one step (METHOD §3.6): ``p - 1``
+        activation sends and the token return, network hops at domain boundaries."""
+        if self.pp <= 1:
+            return 0.0
+        activation = micro_batch_tokens * self.hidden_bytes_per_token
+        tokens = micro_batch_tokens * TOKEN_ID_BYTES
+        mean_bytes = ((self.pp - 1) * activation + tokens) / self.pp
+        return pipeline_hops_us(self.pp, self.domains_spanned, mean_bytes * self.p2p_us_per_byte,
+                                mean_bytes * self.p2p_inter_us_per_byte)
+
+
+def _collective_or_inter(gpu: GpuProfile, name: str, inter: str, group: int, crosses: bool,
+                         inter_share: float = 1.0) -> float:
+    if group <= 1:
+        return 0.0
+    if crosses:
+        return inter_share * _us_per_byte(gpu, inter, group)
+    return _us_per_byte(gpu, name, group)
+
+
+def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -> CommModel:
+    """The communication of ``config``'s replica layout on ``cluster`` (METHOD §3.7)."""
+    gpu, tp, dp, ep = cluster.gpu, config.tp, config.attention_dp, config.ep
+    atp = config.attention_tp
+    scale_up = max(1, cluster.scale_up_gpus())
+    crosses = tp > scale_up
+    algorithm = config.allreduce_algorithm
+    attention_ar = AllReduceTier.build(gpu, atp, algorithm, atp > scale_up)
+    dense_group = config.dense_tp
+    dense_ar = AllReduceTier.build(gpu, dense_group, algorithm, dense_group > scale_up)
+    backend = config.all_to_all_backend in EP_BACKENDS and ep > 1
+    moe_ar = AllReduceTier.build(gpu, tp, algorithm, crosses) if (dp == 1 and not backend) else None
+    low_precision = effective_activation_dtype(config, card) in LOW_PRECISION
+    width = card.expert_hidden_size * card.top_k
+    a2a = _collective_or_inter(gpu, Collective.ALL_TO_ALL, Collective.ALL_TO_ALL_INTER, ep, ep > scale_up) if backend else 0.0
+    gather_group = dp if (dp > 1 and not backend) else 1
+    gather = _collective_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, gather_group,
+                                  crosses, inter_share=0.5)
+    scatter = _collective_or_inter(gpu, Collective.REDUCE_SCATTER, Collective.ALLREDUCE_INTER, gather_group,
+                                   crosses, inter_share=0.5)
+    softmax = [g for g in card.attention if not g.kind.is_linear]
+    heads = max((g.num_heads for g in softmax), default=0)
+    v_dim = max(((g.v_head_dim or g.head_dim) for g in softmax), default=0)
+    total = tp * config.pp
+    return CommModel(
+        num_layers=card.num_layers, dense_layers=card.dense_layers if card.is_moe else card.num_layers,
+        moe_layers=card.moe_layers if card.is_moe else 0,
+        softmax_layers=sum(g.num_layers for g in softmax) if config.dcp > 1 else 0,
+        attention_ar=attention_ar, dense_ar=dense_ar, moe_ar=moe_ar,
+        dcp_ar=AllReduceTier.build(gpu, config.dcp, algorithm, False),
+        hidden_bytes_per_token=card.hidden_size * HIDDEN_BYTES,
+        dispatch_bytes_per_token=width * (1 if low_precision else HIDDEN_BYTES),
+        combine_bytes_per_token=width * HIDDEN_BYTES,
+        a2a_us_per_byte=a2a, allgather_us_per_byte=gather, reduce_scatter_us_per_byte=scatter,
+        tokens_per_sending_gpu=1.0 / tp,
+        dcp_bytes_per_rank_token=heads / max(1, atp) * config.dcp * v_dim * HIDDEN_BYTES,
+        logits_bytes_per_token=card.vocab_size * HIDDEN_BYTES,
+        logits_us_per_byte=_collective_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, tp,
+                                                crosses, inter_share=0.5),
+        pp=config.pp,
+        p2p_us_per_byte=_us_per_byte(gpu, Collective.P2P, 2),
+        p2p_inter_us_per_byte=_us_per_byte(gpu, Collective.P2P_INTER, 2),
+        domains_spanned=-(-total // scale_up),
+    )

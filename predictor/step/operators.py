@@ -1,0 +1,248 @@
+"""Per-operator roofline costs of simulate mode (METHOD §2, §3.5).
+
+Every operator is priced on the GPU's datasheet rates as ``max(compute, memory)``:
+``flops / (peak(dtype) * eff_c)`` against ``bytes / (HBM BW * eff_bw)``. Launch cost is
+not here: the step model adds ``kernel_launch_us`` per kernel it counts.
+
+Efficiency by shape (a documented assumption, rank-only like everything in simulate mode):
+- GEMM compute efficiency grows with the rows ``M`` a GEMM streams its weights for:
+  ``eff_c(M) = 0.80 * M / (M + 64)`` (0.40 at 64 rows, 0.71 at 512, 0.79 at 8k). Small ``M``
+  is therefore bandwidth-bound (its weight bytes dominate); large ``M`` compute-bound.
+- Streaming efficiency of weights and activations ``eff_bw = 0.80`` (aiconfigurator's
+  empirical memory-bandwidth factor for NVIDIA parts; shared/data/hardware conventions).
+- Elementwise kernels (norms, RoPE, activations, permutation) reach 0.70 of HBM bandwidth.
+- Attention: decode reads the KV cache at 0.75 of HBM bandwidth, computes at 0.50 of the
+  BF16 peak (FP8 KV saves bytes, not FLOPs); prefill computes at 0.55 of the BF16 peak.
+
+Attention per type, per layer, per attention rank (METHOD §3.9 shapes):
+- GQA/MHA reads ``2 * kv_heads_r * head_dim`` values per token of context per request
+  (``kv_heads_r`` sharded by attention TP until it exceeds the KV heads); sliding windows
+  cap the span; a sparse indexer (MiniMax-M3 MSA, DSA) reads one index key per token
+  and attends to its top-k only;
+- MLA reads the latent ``kv_lora_rank + qk_rope_head_dim`` (not sharded by TP; ``dcp``
+  splits the tokens) and computes the absorbed form at decode, the expanded one at prefill;
+- compressed KV (DeepSeek-V4) reads ``c / ratio`` entries (at most the indexer's top-k)
+  plus the window, and at ratio 4 the indexer's keys (FP4) of every compressed entry;
+- linear attention (KDA, Gated DeltaNet, lightning) reads and writes a fixed state per
+  request (fp32 recurrent + bf16 conv), independent of context; prefill runs a chunked
+  algorithm at ~6 FLOPs per state element per token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from levers.configuration import Configuration
+from levers.legality import effective_activation_dtype
+from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
+from predictor.memory import dtype_bytes, heads_per_rank
+
+GEMM_PEAK_EFFICIENCY = 0.80
+GEMM_HALF_EFFICIENCY_ROWS = 64.0
+GEMM_BW_EFFICIENCY = 0.80
+ELEMENTWISE_BW_EFFICIENCY = 0.70
+ATTENTION_DECODE_BW_EFFICIENCY = 0.75
+ATTENTION_DECODE_COMPUTE_EFFICIENCY = 0.50
+ATTENTION_PREFILL_COMPUTE_EFFICIENCY = 0.55
+LINEAR_PREFILL_FLOPS_PER_STATE = 6.0
+LINEAR_DECODE_FLOPS_PER_STATE = 4.0
+DSA_INDEX_KEY_BYTES_PER_DIM = 132 / 128   # FP8 keys plus one fp32 scale per 128 values
+V4_INDEX_KEY_BYTES_PER_DIM = 0.5          # FP4 indexer keys (DeepSeek-V4)
+STATE_CONV_BYTES, STATE_RECURRENT_BYTES = 2, 4
+GB_PER_S_TO_BYTES_PER_US = 1e3
+TFLOPS_TO_FLOPS_PER_US = 1e6
+
+
+def compute_efficiency(rows: float) -> float:
+    """``eff_c(M) = 0.80 * M / (M + 64)``: GEMM compute efficiency at ``M`` rows."""
+    return GEMM_PEAK_EFFICIENCY * rows / (rows + GEMM_HALF_EFFICIENCY_ROWS)
+
+
+def gemm_us(rows: float, params: float, weight_bytes: float, act_bytes_per_row: float,
+            flops_per_us: float, bytes_per_us: float, bw_fraction: float = 1.0,
+            rows_per_weight: float | None = None) -> float:
+    """Roofline time of GEMMs with ``params`` weights over ``rows`` rows.
+
+    ``weight_bytes`` is the bytes of all weights read; ``act_bytes_per_row`` the
+    activation bytes read and written per row; ``rows_per_weight`` the rows each weight
+    is reused for (``rows`` unless the GEMM is grouped over experts).
+    """
+    if rows <= 0 or params <= 0:
+        return 0.0
+    reuse = rows if rows_per_weight is None else rows_per_weight
+    compute = 2.0 * rows * params / (flops_per_us * compute_efficiency(reuse))
+    memory = (weight_bytes + rows * act_bytes_per_row) / (bytes_per_us * GEMM_BW_EFFICIENCY * bw_fraction)
+    return max(memory, compute)
+
+
+def elementwise_us(num_bytes: float, bytes_per_us: float) -> float:
+    """A bandwidth-bound elementwise pass over ``num_bytes``."""
+    return num_bytes / (bytes_per_us * ELEMENTWISE_BW_EFFICIENCY)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionOp:
+    """One attention group's per-layer cost coefficients on one attention rank.
+
+    Attended tokens at context ``c``: ``min(c, window)`` (window part) plus
+    ``min(c / ratio, topk)`` (main part, absent for a pure sliding window); indexer keys
+    read: ``c / ratio`` when the group has an indexer.
+    """
+
+    num_layers: int
+    is_linear: bool
+    window_tokens: float          # 0 = no window part
+    main_ratio: float             # 0 = no main part; 1 = every token; r = compressed
+    topk_tokens: float            # math.inf = dense attention
+    has_index: bool
+    entry_bytes: float            # per attended token per request (this rank's share)
+    decode_entry_flops: float     # per attended token per query
+    prefill_entry_flops: float
+    index_key_bytes: float        # per indexed token
+    index_flops: float            # per indexed token per query
+    state_bytes: float            # linear: state read and written per request
+    state_flops: float            # linear: per query (decode)
+    prefill_state_flops: float    # linear: per token (prefill)
+
+    def attended(self, context: float) -> float:
+        window = min(context, self.window_tokens) if self.window_tokens else 0.0
+        main = min(context / self.main_ratio, self.topk_tokens) if self.main_ratio else 0.0
+        return window + main
+
+    def indexed(self, context: float) -> float:
+        return context / self.main_ratio if self.has_index and self.main_ratio else 0.0
+
+    def decode_us(self, requests: float, context: float, queries: float, flops_per_us: float,
+                  bytes_per_us: float) -> float:
+        """All layers of the group: ``requests`` requests at ``context``, ``queries`` each."""
+        if requests <= 0:
+            return 0.0
+        if self.is_linear:
+            num_bytes, flops = requests * self.state_bytes, requests * queries * self.state_flops
+        else:
+            attended, indexed = self.attended(context), self.indexed(context)
+            num_bytes = requests * (attended * self.entry_bytes + indexed * self.index_key_bytes)
+            flops = requests * queries * (attended * self.decode_entry_flops + indexed * self.index_flops)
+        memory = num_bytes / (bytes_per_us * ATTENTION_DECODE_BW_EFFICIENCY)
+        compute = flops / (flops_per_us * ATTENTION_DECODE_COMPUTE_EFFICIENCY)
+        return self.num_layers * max(memory, compute)
+
+    def prefill_us(self, tokens: float, seqs: float, context: float, flops_per_us: float,
+                   bytes_per_us: float) -> float:
+        """All layers: ``tokens`` new tokens in ``seqs`` sequences after ``context`` cached
+        tokens each (causal: a query attends ``context + n/2`` tokens on average)."""
+        if tokens <= 0:
+            return 0.0
+        seqs = max(1.0, seqs)
+        if self.is_linear:
+            flops, num_bytes = tokens * self.prefill_state_flops, seqs * self.state_bytes
+        else:
+            span = context + tokens / seqs / 2.0
+            flops = tokens * (self.attended(span) * self.prefill_entry_flops + self.indexed(span) * self.index_flops)
+            full = context + tokens / seqs
+            num_bytes = seqs * (self.attended(full) * self.entry_bytes + self.indexed(full) * self.index_key_bytes)
+        compute = flops / (flops_per_us * ATTENTION_PREFILL_COMPUTE_EFFICIENCY)
+        memory = num_bytes / (bytes_per_us * ATTENTION_DECODE_BW_EFFICIENCY)
+        return self.num_layers * max(compute, memory)
+
+
+def attention_op(group: AttentionGroup, attention_tp: int, dcp: int, kv_bytes: float) -> AttentionOp:
+    """The coefficients of ``group`` on one rank of attention TP ``attention_tp``."""
+    layers = group.num_layers
+    heads = group.num_heads / attention_tp
+    if group.kind.is_linear:
+        return _linear_op(group, attention_tp, layers)
+    if group.kind is AttentionKind.MLA:
+        latent = group.kv_lora_rank + group.qk_rope_head_dim
+        decode = 2 * heads * (latent + group.kv_lora_rank)
+        prefill = 2 * heads * (group.head_dim + (group.v_head_dim or group.head_dim))
+        return _softmax_op(group, layers, latent * kv_bytes / dcp, decode, prefill, DSA_INDEX_KEY_BYTES_PER_DIM,
+                           window=0.0, ratio=1.0)
+    if group.kind is AttentionKind.COMPRESSED:
+        flops = 4 * heads * group.head_dim
+        entry = group.head_dim * group.num_kv_heads * kv_bytes / dcp
+        return _softmax_op(group, layers, entry, flops, flops, V4_INDEX_KEY_BYTES_PER_DIM,
+                           window=float(group.window_tokens or 0), ratio=float(group.compress_ratio or 0))
+    kv_heads = heads_per_rank(group.num_kv_heads, max(1, attention_tp // dcp))
+    entry = 2 * kv_heads * group.head_dim * kv_bytes / dcp
+    flops = 4 * heads * group.head_dim
+    if group.window_tokens:
+        return _softmax_op(group, layers, entry, flops, flops, DSA_INDEX_KEY_BYTES_PER_DIM,
+                           window=float(group.window_tokens), ratio=0.0)
+    return _softmax_op(group, layers, entry, flops, flops, DSA_INDEX_KEY_BYTES_PER_DIM, window=0.0, ratio=1.0)
+
+
+def _softmax_op(group: AttentionGroup, layers: int, entry_bytes: float, decode_flops: float,
+                prefill_flops: float, index_bytes_per_dim: float, window: float, ratio: float) -> AttentionOp:
+    has_index = bool(group.indexer_heads and group.indexer_head_dim)
+    index_dim = group.indexer_head_dim or 0
+    return AttentionOp(
+        num_layers=layers, is_linear=False, window_tokens=window, main_ratio=ratio,
+        topk_tokens=float(group.indexer_topk) if group.indexer_topk else math.inf, has_index=has_index,
+        entry_bytes=entry_bytes, decode_entry_flops=decode_flops, prefill_entry_flops=prefill_flops,
+        index_key_bytes=index_dim * index_bytes_per_dim if has_index else 0.0,
+        index_flops=2.0 * (group.indexer_heads or 0) * index_dim if has_index else 0.0,
+        state_bytes=0.0, state_flops=0.0, prefill_state_flops=0.0)
+
+
+def _linear_op(group: AttentionGroup, attention_tp: int, layers: int) -> AttentionOp:
+    nv = heads_per_rank(group.linear_num_v_heads or group.num_heads, attention_tp)
+    nk = heads_per_rank(group.linear_num_k_heads or group.num_heads, attention_tp)
+    dk = group.linear_k_head_dim or group.head_dim
+    dv = group.linear_v_head_dim or group.head_dim
+    kernel = max(1, (group.conv_kernel or 1) - 1)
+    if group.kind is AttentionKind.GDN:
+        conv = (2 * nk * dk + nv * dv) * kernel
+    elif group.kind is AttentionKind.KDA:
+        conv = 3 * nv * dk * kernel
+    else:
+        conv = 0
+    states = nv * dk * dv
+    state_bytes = 2.0 * (conv * STATE_CONV_BYTES + states * STATE_RECURRENT_BYTES)  # read + write
+    return AttentionOp(
+        num_layers=layers, is_linear=True, window_tokens=0.0, main_ratio=0.0, topk_tokens=math.inf,
+        has_index=False, entry_bytes=0.0, decode_entry_flops=0.0, prefill_entry_flops=0.0,
+        index_key_bytes=0.0, index_flops=0.0, state_bytes=state_bytes,
+        state_flops=LINEAR_DECODE_FLOPS_PER_STATE * states,
+        prefill_state_flops=LINEAR_PREFILL_FLOPS_PER_STATE * states)
+
+
+# -- precision semantics (PRODUCT.md §3) ---------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Precisions:
+    """Resolved dtypes of one configuration and their bytes per value on a vendor.
+
+    Unset weight/expert/KV levers take the card's native dtypes; an unset activation dtype
+    is fp8 when the (resolved) weights are fp8, else bf16. GEMMs compute at the activation
+    dtype's peak: fp4 or fp8 weights with bf16 activations are weight-only quantisation
+    (bytes shrink, compute stays bf16). Embeddings and the LM head keep the checkpoint dtype.
+    """
+
+    weight: str
+    expert: str
+    activation: str
+    kv_cache: str
+    embedding: str
+    weight_bytes: float
+    expert_bytes: float
+    activation_bytes: float
+    kv_bytes: float
+    embedding_bytes: float
+
+    @property
+    def is_low_precision_activation(self) -> bool:
+        return self.activation in ("fp8", "fp4")
+
+
+def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> Precisions:
+    """The :class:`Precisions` of ``config`` for ``card`` on a ``vendor`` GPU."""
+    native = card.native_dtypes
+    weight = config.weight_dtype or str(native.weight)
+    expert = config.expert_dtype or str(native.expert)
+    activation = effective_activation_dtype(config, card)
+    kv = config.kv_cache_dtype or str(native.kv_cache)
+    embedding = str(native.embedding)
+    return Precisions(weight, expert, activation, kv, embedding,
+                      dtype_bytes(weight, vendor), dtype_bytes(expert, vendor), dtype_bytes(activation, vendor),
+                      dtype_bytes(kv, vendor), dtype_bytes(embedding, vendor))

@@ -1,0 +1,227 @@
+"""Speculative decoding: committed tokens per verify step and drafter cost (METHOD §3.8).
+
+A verify step at depth ``k`` commits ``L(k) = 1 + sum_{i<=k} prod_{j<=i} a_j`` tokens and
+processes ``b * (k + 1)`` tokens for a batch of ``b``. ``L(k)`` comes, in order, from:
+1. an explicit override curve (the user's or a trace's: acceptance on real agentic
+   traffic can be far below benchmark curves, so the curve is an input, never hidden);
+2. the model's measured curve for the method (``predictor/data/acceptance.json``, built by
+   ``scripts/build_acceptance.py`` from SPEED-Bench coding runs);
+3. the sibling head's curve (MTP for EAGLE-3 and vice versa);
+4. the per-depth median over every model's default curve.
+N-gram (prompt lookup) has no measured curve: it takes the median, which only repetitive
+traffic (agentic coding) reaches; pass an override for anything else.
+
+Beyond the last measured depth a geometric acceptance chain is fitted to the measured
+increments ``L(i) - L(i-1) = A * r^i`` (least squares in log space over the positive
+increments, ``r`` clamped to ``[0, 0.95]``) and summed on.
+
+Entropy classes scale the first-position acceptance ``a_1``, hence every increment:
+``L = 1 + s * (L_measured - 1)``; low (code, math) ``s = 1`` (the measured curves are the
+coding category), mixed (science, QA) 0.88, high (writing, roleplay) 0.75. The factors
+are a judgement from the per-task spread of published EAGLE-3 acceptance lengths
+(summarisation and open chat about 0.75-0.9 of code), not a measurement here.
+
+Drafter cost (:class:`DrafterPlan`): MTP runs the model's MTP layer count (1 when the card
+records none) of target layers per draft token plus the LM head; EAGLE-3 runs one dense
+layer per draft token over a pruned 32k vocabulary plus its 3-hidden-state fusion once;
+DSpark runs three MoE layers once over all draft positions plus a light serial head (the LM
+head) per draft token; n-gram drafting is free on the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+from importlib import resources
+from typing import Protocol
+
+from levers.errors import InputError, accepted_list
+from predictor.cards.model_card import ModelCard
+
+
+class SpecMethod(StrEnum):
+    NONE = "none"
+    MTP = "mtp"
+    EAGLE3 = "eagle3"
+    DSPARK = "dspark"
+    NGRAM = "ngram"
+
+
+class Entropy(StrEnum):
+    LOW = "low"      # code, math: the measured (coding) curves
+    MIXED = "mixed"  # science, QA
+    HIGH = "high"    # writing, roleplay
+
+
+ENTROPY_SCALE = {Entropy.LOW: 1.0, Entropy.MIXED: 0.88, Entropy.HIGH: 0.75}
+SIBLING = {SpecMethod.MTP: SpecMethod.EAGLE3, SpecMethod.EAGLE3: SpecMethod.MTP}
+DEFAULT_THINKING = "on"                      # every measured model has a thinking-on curve
+MAX_CHAIN_RATIO = 0.95
+EAGLE3_DRAFT_VOCAB = 32_000                  # EAGLE-3's default pruned draft vocabulary
+DSPARK_LAYERS = 3                            # MoE layers (dense on a dense model)
+
+
+class HasLength(Protocol):
+    def length(self, depth: int) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceCurve:
+    """``L(k)``: measured points for k = 1..K, a fitted geometric chain beyond."""
+
+    lengths: tuple[float, ...]
+    source: str
+    chain_scale: float = 0.0   # A in increment(i) = A * r^i beyond the last point
+    chain_ratio: float = 0.0   # r
+
+    @classmethod
+    def fitted(cls, lengths: Sequence[float], source: str, scale: float = 1.0) -> AcceptanceCurve:
+        """A curve from measured ``L(1..K)``, scaled by an entropy factor ``scale``."""
+        if not lengths:
+            raise ValueError("an acceptance curve needs at least L(1)")
+        scaled = tuple(1.0 + scale * (float(value) - 1.0) for value in lengths)
+        chain_scale, chain_ratio = _fit_chain(scaled)
+        return cls(scaled, source, chain_scale, chain_ratio)
+
+    def length(self, depth: int) -> float:
+        """Committed tokens per verify step at draft depth ``depth`` (``L(0) = 1``)."""
+        if depth <= 0 or not self.lengths:
+            return 1.0
+        last = len(self.lengths)
+        if depth <= last:
+            return self.lengths[depth - 1]
+        extra = sum(self.chain_scale * self.chain_ratio ** i for i in range(last + 1, depth + 1))
+        return self.lengths[-1] + extra
+
+
+def _fit_chain(lengths: tuple[float, ...]) -> tuple[float, float]:
+    """``(A, r)`` of ``increment(i) = A * r^i`` over the positive measured increments."""
+    previous = (1.0,) + lengths[:-1]
+    points = [(i + 1, math.log(now - before)) for i, (now, before) in enumerate(zip(lengths, previous))
+              if now - before > 1e-6]
+    if not points:
+        return 0.0, 0.0
+    if len(points) == 1:
+        depth, log_increment = points[0]
+        ratio = min(MAX_CHAIN_RATIO, math.exp(log_increment / depth))
+        return math.exp(log_increment) / ratio ** depth, ratio
+    xs, ys = zip(*points)
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs)
+    ratio = min(MAX_CHAIN_RATIO, math.exp(slope))
+    return math.exp(mean_y - math.log(ratio) * mean_x) if ratio > 0 else 0.0, ratio
+
+
+# -- measured curves --------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def measured_curves() -> tuple[dict, ...]:
+    text = (resources.files("predictor") / "data" / "acceptance.json").read_text("utf-8")
+    return tuple(json.loads(text)["curves"])
+
+
+def _pick(model: str, method: SpecMethod, thinking: str) -> dict | None:
+    matches = [c for c in measured_curves() if c["model"].lower() == model.lower() and c["method"] == method.value]
+    for chosen in ([c for c in matches if c["thinking"] == thinking and c["primary"]],
+                   [c for c in matches if c["primary"]], matches):
+        if chosen:
+            return chosen[0]
+    return None
+
+
+def _median_lengths(thinking: str) -> tuple[float, ...]:
+    curves = [c for c in measured_curves() if c["primary"] and c["thinking"] == thinking] or list(measured_curves())
+    depth = min(len(c["acceptance_length"]) for c in curves)
+    return tuple(statistics.median(c["acceptance_length"][i] for c in curves) for i in range(depth))
+
+
+def parse_method(name: str) -> SpecMethod:
+    try:
+        return SpecMethod(str(name).strip().lower())
+    except ValueError:
+        raise InputError("spec_method", f"unknown method '{name}'", accepted_list(SpecMethod)) from None
+
+
+def parse_entropy(name: str) -> Entropy:
+    try:
+        return Entropy(str(name).strip().lower())
+    except ValueError:
+        raise InputError("entropy", f"unknown entropy class '{name}'", accepted_list(Entropy)) from None
+
+
+def acceptance_curve(model: str, method: str, entropy: str = Entropy.LOW, thinking: str = DEFAULT_THINKING,
+                     override: Sequence[float] | None = None) -> AcceptanceCurve:
+    """``L(k)`` for ``model`` (a card name) and ``method`` by the order in the module doc."""
+    spec, scale = parse_method(method), ENTROPY_SCALE[parse_entropy(entropy)]
+    if override is not None:
+        values = [float(v) for v in override]
+        if not values or any(v < 1.0 or not math.isfinite(v) for v in values):
+            raise InputError("acceptance curve", f"{values} is not a list of L(k) >= 1",
+                             "committed tokens per verify step for depths 1..n, e.g. 1.8,2.4,2.9")
+        return AcceptanceCurve.fitted(values, "override", scale)
+    if spec is SpecMethod.NONE:
+        return AcceptanceCurve((), "no speculation")
+    for candidate, how in ((spec, "measured"), (SIBLING.get(spec), "sibling")):
+        found = _pick(model, candidate, thinking) if candidate else None
+        if found:
+            source = f"{how}: {found['model']} {found['method']} thinking {found['thinking']} ({found['file']})"
+            return AcceptanceCurve.fitted(found["acceptance_length"], source, scale)
+    return AcceptanceCurve.fitted(_median_lengths(thinking), "per-depth median across models", scale)
+
+
+def curve_from_positions(acceptance: Sequence[float], source: str = "override") -> AcceptanceCurve:
+    """A curve from per-position acceptance ``a_1..a_k`` (Eq. 2: ``L(k) = 1 + sum prod a_j``)."""
+    lengths, product, total = [], 1.0, 1.0
+    for rate in acceptance:
+        product *= float(rate)
+        total += product
+        lengths.append(total)
+    return AcceptanceCurve.fitted(lengths, source)
+
+
+def best_depth(step_us_fn: Callable[[int], float], method: HasLength, max_depth: int) -> int:
+    """The depth in ``0..max_depth`` with the most committed tokens per unit of step time
+    (METHOD §3.8); ``step_us_fn(k)`` is the verify step (plus drafting) at depth ``k``,
+    ``step_us_fn(0)`` the step without speculation. Ties keep the shallower depth."""
+    best, best_rate = 0, 1.0 / step_us_fn(0)
+    for depth in range(1, max(0, max_depth) + 1):
+        rate = method.length(depth) / step_us_fn(depth)
+        if rate > best_rate * (1 + 1e-12):
+            best, best_rate = depth, rate
+    return best
+
+
+# -- drafter cost -------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DrafterPlan:
+    """What drafting ``k`` tokens runs, for the step model to price (METHOD §3.8)."""
+
+    method: SpecMethod
+    target_layers_per_draft: int = 0   # MTP: target layers (same kind) per draft token
+    dense_layers_per_draft: int = 0    # EAGLE-3: one dense layer per draft token
+    target_layers_once: int = 0        # DSpark: target (MoE) layers once over all k draft positions
+    lm_head_vocab: int = 0             # LM head (and sampling) per draft token; 0 = none
+    fusion_params_once: int = 0        # EAGLE-3 fc over three hidden states; MTP eh_proj (charged once)
+
+    @property
+    def is_free(self) -> bool:
+        return not (self.target_layers_per_draft or self.dense_layers_per_draft or self.target_layers_once
+                    or self.lm_head_vocab)
+
+
+def drafter_plan(card: ModelCard, method: str) -> DrafterPlan:
+    """The drafter of ``method`` for ``card``."""
+    spec, hidden = parse_method(method), card.hidden_size
+    if spec is SpecMethod.MTP:
+        return DrafterPlan(spec, target_layers_per_draft=max(1, card.mtp_layers), lm_head_vocab=card.vocab_size,
+                           fusion_params_once=2 * hidden * hidden)
+    if spec is SpecMethod.EAGLE3:
+        return DrafterPlan(spec, dense_layers_per_draft=1, lm_head_vocab=min(EAGLE3_DRAFT_VOCAB, card.vocab_size),
+                           fusion_params_once=3 * hidden * hidden)
+    if spec is SpecMethod.DSPARK:
+        return DrafterPlan(spec, target_layers_once=DSPARK_LAYERS, lm_head_vocab=card.vocab_size)
+    return DrafterPlan(spec)

@@ -1,0 +1,82 @@
+"""`inferasim anchors list|show|check` (agent/cli/anchors.py)."""
+
+import json
+
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from predictor.anchors.anchor import DecodeSweep, Provenance, Signature
+from predictor.anchors.store import build_anchor, save_anchor, user_anchors_dir
+
+runner = CliRunner()
+
+
+def make_anchor(accelerator="MI355X", engine="sglang", tp=8):
+    sig = Signature(accelerator=accelerator, engine=engine, model="DeepSeek-R1", weight_dtype="fp8",
+                    activation_dtype="fp8", expert_dtype="fp8", kv_cache_dtype="bf16", tp=tp)
+    sweep = DecodeSweep(prompt_tokens=1024, batch_sizes=(1, 8, 64), itl_ms=(20.0, 22.0, 36.0))
+    return build_anchor(sig, sweep, (1024, 4096, 8192), (90.0, 330.0, 800.0),
+                        Provenance(source="test", timestamp="2025-06-01"))
+
+
+def _user_rows(output: str) -> list[dict]:
+    return [row for row in json.loads(output) if row["where"] == "user"]
+
+
+def test_list_shows_user_anchors_as_json():
+    anchor = make_anchor()
+    save_anchor(anchor)
+    result = runner.invoke(app, ["anchors", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = _user_rows(result.stdout)
+    assert [row["id"] for row in rows] == [anchor.id]
+    assert rows[0]["gpu"] == "MI355X" and rows[0]["widths"]["tp"] == 8 and rows[0]["source"] == "test"
+    table = runner.invoke(app, ["anchors", "list"])
+    assert table.exit_code == 0 and "MI355X" in table.stdout and "sglang" in table.stdout
+
+
+def test_show_one_anchor_and_unknown_id():
+    anchor = make_anchor()
+    save_anchor(anchor)
+    result = runner.invoke(app, ["anchors", "show", anchor.id, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["anchor"]["id"] == anchor.id and data["where"] == "user"
+    assert "TP>=8" in data["coverage"] and "decode batch 1..256" in data["coverage"]
+    missing = runner.invoke(app, ["anchors", "show", "nope"])
+    assert missing.exit_code == 2
+    assert missing.stderr.startswith("error: anchor id: unknown anchor 'nope'")
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_check_bad_file_is_one_line_exit_2(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(make_anchor().model_dump_json())
+    bad = tmp_path / "bad.json"
+    data = make_anchor().model_dump(mode="json")
+    data["signature"]["tp"] = "eight"
+    bad.write_text(json.dumps(data))
+    ok = runner.invoke(app, ["anchors", "check", str(good), "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)[0]["status"] == "ok"
+    result = runner.invoke(app, ["anchors", "check", str(bad)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.json" in lines[0] and "signature.tp" in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_check_store_reports_foreign_and_broken_anchors():
+    save_anchor(make_anchor())
+    save_anchor(make_anchor(accelerator="H100"))
+    save_anchor(make_anchor(accelerator="TPU9"))
+    result = runner.invoke(app, ["anchors", "check", "--cluster", "mi355x", "--json"])
+    assert result.exit_code == 0, result.output
+    reports = {r["id"]: r for r in json.loads(result.stdout) if r["where"] == "user"}
+    statuses = sorted((r["id"].split("-")[0], r["status"]) for r in reports.values())
+    assert statuses == [("h100", "refused"), ("mi355x", "ok"), ("tpu9", "refused")]
+    h100 = next(r for r in reports.values() if r["id"].startswith("h100"))
+    assert any("foreign" in reason for reason in h100["reasons"])
+    (user_anchors_dir() / "junk.json").write_text("[]")
+    broken = runner.invoke(app, ["anchors", "check"])
+    assert broken.exit_code == 2 and "junk.json" in broken.stderr

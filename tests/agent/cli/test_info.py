@@ -1,0 +1,93 @@
+"""The foundation commands: models, hardware, levers, objectives, check, memory, and
+the bad-input rule (one line naming the input and what is accepted, exit 2)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+def run_json(*args):
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_levers_json_lists_exactly_36():
+    levers = run_json("levers")
+    assert len(levers) == 36
+    assert levers[0]["name"] == "tp" and levers[35]["name"] == "router"
+    assert run_json("levers", "--engine", "atom")[16]["values"] == {"atom": ["aiter"]}
+
+
+def test_objectives_json_lists_exactly_24():
+    assert len(run_json("objectives")) == 24
+
+
+def test_models_and_hardware_list_the_embedded_cards():
+    names = {row["name"] for row in run_json("models")}
+    assert len(names) >= 35 and {"Kimi-K3", "DeepSeek-V4-Pro", "gpt-oss-120b"} <= names
+    gpus = {row["name"]: row for row in run_json("hardware")}
+    assert set(gpus) >= {"H100", "H200", "B200", "GB200", "B300", "GB300", "MI300X", "MI325X", "MI355X"}
+    assert gpus["GB200"]["scale_up_domain"] == 72 and gpus["MI355X"]["scale_up_domain"] == 8
+
+
+def test_check_reports_every_reason_and_exits_1():
+    result = run("check", "--model", "deepseek-r1", "--engine", "atom",
+                 "--config", "tp=8,ep=4,attention_backend=triton,activation_dtype=bf16,fusions=norm_quant")
+    assert result.exit_code == 1
+    assert "not supported by atom" in result.output
+    assert "needs fp8 or fp4 activations" in result.output
+    data = run_json("check", "--model", "deepseek-r1", "--config", "tp=8,ep=8,attention_dp=8")
+    assert data["legal"] is True and data["memory"]["fits"] is True
+
+
+def test_memory_json_keys_and_fit():
+    data = run_json("memory", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--context", "4096")
+    for key in ("weights_per_gpu_gb", "weights_by_component_gb", "kv_bytes_per_token",
+                "state_bytes_per_sequence", "kv_pool_per_gpu_gb", "max_concurrency", "fits"):
+        assert key in data
+    # Llama-3.1-8B bf16: 32 layers x 2 (K,V) x 8 KV heads x 128 x 2 bytes = 131072 B/token.
+    assert data["kv_bytes_per_token"] == 131072
+    assert data["fits"] is True
+    too_big = run_json("memory", "--model", "kimi-k3", "--cluster", "mi355x1", "--config", "expert_dtype=bf16")
+    assert too_big["fits"] is False
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("check", "--model", "gpt-5-ultra"), "--model: unknown model 'gpt-5-ultra'"),
+    (("check", "--model", "kimi-k3", "--cluster", "tpu9x8"), "--cluster"),
+    (("check", "--model", "kimi-k3", "--engine", "tgi"), "--engine: unknown engine 'tgi'"),
+    (("check", "--model", "kimi-k3", "--config", "warp=9"), "--config: unknown lever 'warp'"),
+    (("check", "--model", "kimi-k3", "--config", "tp=3"), "tp: '3' is not a legal value"),
+    (("check", "--model", "kimi-k3", "--config", "tp8"), "--config: 'tp8' is not k=v"),
+    (("memory", "--model", "kimi-k3", "--config", "kv_cache_dtype=int2"), "kv_cache_dtype"),
+    (("objectives", "--json", "--bogus"), "No such option"),
+])
+def test_bad_input_is_one_line_exit_2_no_traceback(args, fragment):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+    if not fragment.startswith("No such"):
+        assert "accepted" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_config_json_missing_fields_is_a_clear_error(tmp_path):
+    from levers.errors import InputError
+    from predictor.cards.registry import card_from_config_json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 4096}))
+    with pytest.raises(InputError) as error:
+        card_from_config_json(path)
+    assert str(path) in error.value.message or "config.json" in error.value.message

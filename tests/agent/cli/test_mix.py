@@ -1,0 +1,109 @@
+"""`inferasim plan-mix` (and the `plan-mix` console script): report, tables, bad files.
+
+Bad files are rejected with one line naming the file, the key path and what is
+accepted (exit 2), before anything is priced. The last test runs the real predictor
+(the DES) on a two-candidate plan.
+"""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import agent.cli.mix
+import agent.mix.planner
+from agent.cli.main import app, plan_mix_main
+from tests.agent.mix.test_planner import GPT_OSS_CANDIDATES, fake_predict
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def fake_predictor(monkeypatch):
+    monkeypatch.setattr(agent.mix.planner, "default_predict_fn", lambda: fake_predict)
+
+
+@pytest.fixture
+def models_yaml(tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text(GPT_OSS_CANDIDATES)
+    return path
+
+
+def test_json_report_on_stdout_and_in_out_file(fake_predictor, models_yaml, tmp_path, isolated_home):
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["plan-mix", str(models_yaml), "--json", "--workers", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert json.loads(out.read_text()) == data
+    assert data["candidates_evaluated"] == 5 and data["wall_s"] >= 0
+    assert [slot["tier"] for slot in data["slots"]] == ["realtime", "interactive", "responsive", "bulk"]
+    interactive = data["slots"][1]
+    assert interactive["met"] and interactive["pick"]["disaggregated"]
+    assert interactive["pick"]["throughput_per_gpu"] == pytest.approx(1500.0, abs=1e-9)
+    assert len(interactive["short_list"]) == 4  # the four candidates under 1.25 s and over 70 tok/s
+    assert data["settings"] == {"seed": 0, "max_requests": 1024, "workers": 1}
+    (ledger,) = data["ledgers"]
+    assert ledger.startswith(str(isolated_home / "ledgers"))
+
+
+def test_tables_show_each_tier_and_the_nearest_miss(fake_predictor, tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text(GPT_OSS_CANDIDATES.replace("max_gpus: 8", "max_gpus: 8\n    tiers: [realtime, bulk, strict]")
+                    + "tiers:\n  strict: {interactivity: 500, ttft_s: 0.2}\n")
+    result = runner.invoke(app, ["plan-mix", str(path), "--workers", "1"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "realtime: interactivity p50 >= 150 tok/s, TTFT mean <= 1 s (qualify at half)" in text
+    assert "bulk: no latency bound (best throughput)" in text
+    assert "strict / gpt-oss-120b: nothing meets the tier; nearest miss tp=2,replicas=4,concurrency=4: " in text
+    assert "5 candidates evaluated (5 legal)" in text and "rank-only picks (gpt-oss-120b)" in text
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("models:\n  - name: kimi-k3\n    tiers: [realtime\n", "models.yaml: malformed YAML at line 4"),
+    ("models:\n  - name: gpt-oss-120b\n  - name: llama-9000\n",
+     "models.yaml: models[1].name: unknown model 'llama-9000' (accepted: DeepSeek-R1,"),
+    ("models: [{name: kimi-k3}]\ntiers:\n  bulk: {interactivity: 1, latency: 3}\n",
+     "models.yaml: tiers.bulk.latency: unknown key 'latency' (accepted: keys interactivity, ttft_s,"),
+    ("models:\n  - name: kimi-k3\n    tiers: [gold]\n",
+     "models.yaml: models[0].tiers[0]: unknown tier 'gold' (accepted: realtime, interactive, responsive, bulk)"),
+    ("models:\n  - name: kimi-k3\n    max_gpus: -8\n",
+     ("models.yaml: models[0].max_gpus: Input should be greater than or equal to 1 (got -8) "
+      "(accepted: a positive integer (GPUs per deployment))")),
+])
+def test_bad_files_are_rejected_before_anything_runs(monkeypatch, tmp_path, isolated_home, text, expected):
+    monkeypatch.setattr(agent.cli.mix, "plan_mix", lambda *a, **k: pytest.fail("planned a bad file"))
+    path = tmp_path / "models.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["plan-mix", str(path)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}"), line
+    assert expected.removeprefix("models.yaml") in line
+    assert not (isolated_home / "ledgers").exists()
+
+
+def test_plan_mix_console_script(fake_predictor, models_yaml, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["plan-mix", str(models_yaml), "--json", "--workers", "1"])
+    with pytest.raises(SystemExit) as stopped:
+        plan_mix_main()
+    assert stopped.value.code == 0
+    assert json.loads(capsys.readouterr().out)["candidates_evaluated"] == 5
+
+
+def test_real_predictor_prices_with_the_des(tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: gpt-oss-120b\n    engines: [vllm]\n    candidates:\n"
+                    "      - {tp: 1, replicas: 8, concurrency: 8}\n"
+                    "      - {disaggregated: true, prefill_layout: TP1, decode_layout: TP1, concurrency: 8}\n")
+    result = runner.invoke(app, ["plan-mix", str(path), "--json", "--workers", "2", "--requests", "16"])
+    assert result.exit_code in (0, 1), result.output
+    data = json.loads(result.stdout)
+    assert data["candidates_evaluated"] == 2 == data["candidates_legal"]
+    bulk = data["slots"][3]
+    assert bulk["tier"] == "bulk" and bulk["met"]
+    assert {entry["source"] for entry in bulk["short_list"]} == {"des"}
+    assert {entry["disaggregated"] for entry in bulk["short_list"]} == {False, True}
+    assert all(entry["throughput_per_gpu"] > 0 and entry["ttft_s"] > 0 for entry in bulk["short_list"])

@@ -1,0 +1,102 @@
+"""`inferasim pareto` end to end on the real predictor (PRODUCT.md §2, METHOD §8): files,
+JSON, the frontier table, and user errors as one line with exit code 2."""
+
+import csv
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from predictor.sweep.frontier import dominates
+
+SMALL = ["--model", "llama-3.1-8b", "--cluster", "h100x2", "--engine", "vllm", "--workers", "1"]
+
+
+@pytest.fixture()
+def runner():
+    return CliRunner()
+
+
+def test_json_output_files_and_frontier(runner, tmp_path):
+    out = tmp_path / "sweep"
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["model"] == "Llama-3.1-8B" and data["workload"] == "1k/1k"
+    assert data["num_points"] > 100 and data["wall_s"] > 0
+    for name in ("points.csv", "frontier.csv", "sweep.json", "pareto.png"):
+        assert (out / name).stat().st_size > 0
+    with open(out / "points.csv") as handle:
+        points = [(float(r["throughput_per_gpu"]), float(r["interactivity_mean"])) for r in csv.DictReader(handle)]
+    assert len(points) == data["num_points"]
+    frontier = [(p["throughput_per_gpu"], p["interactivity"]) for p in data["frontier"]]
+    assert len(frontier) >= 3
+    for point in data["frontier"]:
+        assert point["mode"] in ("anchored", "rank-only") and point["configuration"] and point["config"]["tp"] >= 1
+    for xy in frontier:   # rounded to 4 decimals in JSON: compare with a stated tolerance
+        assert not any(dominates(p, (xy[0] * (1 + 1e-6), xy[1] * (1 + 1e-6))) for p in points)
+    interactivity = [xy[1] for xy in frontier]
+    assert interactivity == sorted(interactivity)   # ordered along the frontier
+    throughput = [xy[0] for xy in frontier]
+    assert throughput == sorted(throughput, reverse=True)
+
+
+def test_table_output(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path / "o"), "--no-plot",
+                                 "--no-disaggregated", "--max-spec-depth", "0"])
+    assert result.exit_code == 0, result.output
+    assert "Pareto frontier: Llama-3.1-8B on h100x2 (vllm), 1k/1k" in result.stdout
+    assert "tok/s/GPU" in result.stdout and "predictions" in result.stdout
+    assert not (tmp_path / "o" / "pareto.png").exists()
+    assert "disaggregated=true" not in (tmp_path / "o" / "points.csv").read_text()
+
+
+def test_max_points_caps_the_predictions(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--max-points", "40", "--json",
+                                 "--no-plot"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert 0 < data["num_priced"] <= 40 and data["num_sampled_out"] > 0
+
+
+def test_agentic_workload_runs_the_des(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--workload", "agentic",
+                                 "--max-points", "4", "--num-requests", "40", "--no-disaggregated",
+                                 "--json", "--no-plot"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["workload"] == "agentic" and data["frontier"]
+    assert all(point["source"] == "des" for point in data["frontier"])
+
+
+def test_nothing_fits(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", "--model", "kimi-k3", "--cluster", "h100x1", "--engine", "vllm",
+                                 "--out", str(tmp_path), "--no-plot"])
+    assert result.exit_code == 1
+    assert "no legal point" in result.stdout and "memory" in result.stdout
+
+
+def test_only_anchored_without_anchors_says_why(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--modes", "anchored", "--no-plot"])
+    assert result.exit_code == 1
+    assert "rank-only" in result.stdout and "excluded by --modes" in result.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--modes", "measured"], "--modes"),
+    (["--workload", "1k"], "--workload"),
+])
+def test_bad_input_is_one_line_exit_2(runner, tmp_path, args, needle):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), *args])
+    assert result.exit_code == 2
+    assert needle in result.stderr and "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_ray_not_installed_names_the_extra(runner, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--ray", "auto"])
+    assert result.exit_code == 2
+    assert "inferasim[ray]" in result.stderr

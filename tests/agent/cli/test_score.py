@@ -1,0 +1,56 @@
+"""`inferasim score` through the CLI runner: JSON keys, rendering, bad input (PRODUCT.md §6)."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+runner = CliRunner()
+
+
+def test_score_json_on_a_native_corpus():
+    result = runner.invoke(app, ["score", str(FIXTURES / "native_small.csv"), "--format", "native", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("n_rows", "n_scored", "ttft_median_ape", "tpot_median_ape", "throughput_median_ape",
+                "pair_accuracy", "per_model", "per_chart"):
+        assert key in data
+    assert data["n_rows"] == 10 and data["n_scored"] == 4 and data["format"] == "native"
+    assert data["tpot_median_ape"] < 3.0                     # a synthetic steady state: interpolation is tight
+    chart = next(iter(data["per_chart"].values()))
+    assert {"tpot_median_ape", "pair_accuracy", "n"} <= set(chart)
+
+
+def test_score_table_and_auto_format_on_inferencex_rows():
+    result = runner.invoke(app, ["score", str(FIXTURES / "inferencex_small.csv")])
+    assert result.exit_code == 0, result.output
+    assert "Score of" in result.stdout and "Failed rows by reason" in result.stdout
+    assert "matches no model card" in result.stdout
+
+
+def test_score_json_reports_unmappable_rows():
+    result = runner.invoke(app, ["score", str(FIXTURES / "aiconfigurator_small.csv"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["format"] == "aiconfigurator"
+    reasons = data["failures"]["by_reason"]
+    assert any("worker counts" in reason for reason in reasons)
+    assert data["n_rows"] == data["n_anchor_rows"] + data["n_scored"] + data["n_rank_only"] + data["n_failed"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    missing_columns = tmp_path / "bad.csv"
+    missing_columns.write_text("model,hardware\ngpt-oss-120b,h100\n")
+    cases = [
+        (["score", str(tmp_path / "nope.csv")], "cannot be read"),
+        (["score", str(missing_columns), "--format", "native"], "missing required column"),
+        (["score", str(FIXTURES / "native_small.csv"), "--format", "xlsx"], "unknown corpus format"),
+        (["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "tp>>2"], "--anchor-where"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.stderr and "Traceback" not in result.output

@@ -1,0 +1,85 @@
+"""`inferasim simulate` driven through the CLI runner, with the fake step model."""
+
+import csv
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import simulate as commands_simulate
+from agent.cli.main import app
+from tests.predictor.sim.sim_fakes import fake_factory
+
+runner = CliRunner()
+BASE = ["simulate", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--engine", "vllm"]
+
+
+@pytest.fixture(autouse=True)
+def fake_step_model(monkeypatch):
+    monkeypatch.setattr(commands_simulate, "step_model_factory_for", lambda target: fake_factory())
+
+
+def invoke(*args):
+    return runner.invoke(app, [*BASE, *args])
+
+
+def test_json_has_the_distributions_and_rates():
+    result = invoke("--workload", "1k/1k", "--concurrency", "8", "--requests", "40", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert set(data[name]) >= {"mean", "p50", "p90", "p99"}
+        assert data[name]["p99"] >= data[name]["p50"] > 0
+    for key in ("throughput_per_gpu", "output_throughput_per_gpu", "num_requests", "sim_wall_s"):
+        assert data[key] > 0
+    assert set(data["hit_rate"]) == {"overall", "per_replica", "per_tier"}
+    assert data["config"] == "concurrency=8" and data["mode"] == ["rank-only"]
+
+
+def test_config_repeats_merge_left_to_right_and_flags_override():
+    result = invoke("--config", "concurrency=16,max_running_requests=64", "--config", "concurrency=8",
+                    "--requests", "16", "--json")
+    assert json.loads(result.stdout)["config"] == "max_running_requests=64,concurrency=8"
+    result = invoke("--config", "concurrency=16", "--concurrency", "4", "--workload", "256/16", "--json")
+    assert json.loads(result.stdout)["config"] == "concurrency=4"
+
+
+def test_a_bad_trace_line_exits_2_with_its_line_number(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    good = {"timestamp": 0, "input_length": 512, "output_length": 8, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8]}
+    trace.write_text(json.dumps(good) + "\n" + '{"timestamp": 5, "input_length": "many"}\n')
+    result = invoke("--trace", str(trace), "--json")
+    assert result.exit_code == 2
+    assert "t.jsonl line 2: input_length" in result.stderr and "Traceback" not in result.output
+    skipped = invoke("--trace", str(trace), "--skip-bad-lines", "--json")
+    assert skipped.exit_code == 0, skipped.output
+    data = json.loads(skipped.stdout)
+    assert data["bad_lines_skipped"] == 1 and data["num_requests"] == 1
+
+
+def test_csv_has_one_row_per_request(tmp_path):
+    path = tmp_path / "requests.csv"
+    result = invoke("--workload", "512/32", "--concurrency", "4", "--requests", "12", "--csv", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 12 and float(rows[-1]["ttft_ms"]) > 0
+
+
+def test_workload_and_trace_together_are_refused(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    result = invoke("--workload", "1k/1k", "--trace", str(trace))
+    assert result.exit_code == 2 and "not both" in result.stderr
+
+
+def test_an_empty_trace_is_refused(tmp_path):
+    trace = tmp_path / "empty.jsonl"
+    trace.write_text("\n")
+    result = invoke("--trace", str(trace))
+    assert result.exit_code == 2 and "no requests" in result.stderr
+
+
+def test_table_output_on_the_agentic_default():
+    result = invoke("--concurrency", "2", "--requests", "20")
+    assert result.exit_code == 0, result.output
+    assert "ttft_ms" in result.stdout and "prefix hit rate" in result.stdout

@@ -1,0 +1,97 @@
+"""`inferasim tune` and `inferasim ledger ...` through the CLI runner (fake predictor)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import agent.question
+from agent.cli.main import app
+from tests.agent.tune_fakes import FakePredictor
+
+runner = CliRunner()
+QWEN = ["--model", "qwen3-30b-a3b", "--workload", "1k/1k"]
+
+
+@pytest.fixture(autouse=True)
+def fake_predictor(monkeypatch):
+    predictor = FakePredictor()
+    monkeypatch.setattr(agent.question, "predict", predictor)
+    return predictor
+
+
+def invoke(*args):
+    return runner.invoke(app, ["tune", *args])
+
+
+def test_tune_prints_the_table_the_ledger_and_the_no_lm_line():
+    result = invoke(*QWEN, "--budget", "20", "--top", "3")
+    assert result.exit_code == 0, result.output
+    assert "throughput_per_gpu (max)" in result.output
+    assert "LLM phase: no LM configured (set --lm or INFERASIM_LM): seed phase only" in result.output
+    assert "Ledger: " in result.output and "trials/s" in result.output
+
+
+def test_tune_json_has_the_documented_keys():
+    result = invoke(*QWEN, "--budget", "15", "--slo", "tpot<=20", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert {"best", "top", "ledger", "num_trials", "stop_reason", "lm"} <= set(data)
+    assert data["best"]["legal"] and data["best"]["slo_met"] is True and data["lm"] is None
+    assert data["top"][0] == data["best"] and data["num_trials"] <= 15
+
+
+def test_no_trial_meeting_the_slos_is_exit_1_with_nearest_misses():
+    result = invoke(*QWEN, "--budget", "10", "--slo", "tpot<=1", "--json")
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["best"] is None and data["nearest_misses"]
+    distances = [t["miss_distance"] for t in data["nearest_misses"]]
+    assert distances == sorted(distances)
+
+
+def test_rank_only_best_says_compliance_is_unverified_and_prints_harvest_lines():
+    result = invoke("--model", "kimi-k3", "--workload", "1k/1k", "--budget", "8", "--slo", "tpot<=50")
+    assert result.exit_code == 0, result.output
+    assert "compliance is unverified" in result.output
+    assert "inferasim harvest --engine vllm --model Kimi-K3 --cluster mi355x --config tp=8,pp=1,ep=1" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "5", "--slo", "p90itl=25"], "--slo: cannot parse 'p90itl=25'"),
+    (["--budget", "0"], "--budget: 0 is out of range"),
+    (["--budget", "5", "--lm", "gpt4"], "--lm: 'gpt4' is not a LiteLLM model string"),
+    (["--budget", "5", "--precisions", "int3"], "--precisions: unknown precision 'int3'"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = invoke(*QWEN, *args)
+    assert result.exit_code == 2
+    assert result.output.strip().startswith(f"error: {message}")
+    assert "Traceback" not in result.output
+
+
+def test_missing_model_is_exit_2():
+    result = invoke("--budget", "5")
+    assert result.exit_code == 2 and "--model: a model is required" in result.output
+
+
+def test_ledger_commands_review_persisted_searches():
+    first = json.loads(invoke(*QWEN, "--budget", "12", "--json").output)["ledger"]
+    second = json.loads(invoke(*QWEN, "--budget", "12", "--slo", "tpot<=1", "--json").output)["ledger"]
+    listed = json.loads(runner.invoke(app, ["ledger", "list", "--json"]).output)
+    assert [row["path"] for row in listed] == [first, second]
+    shown = json.loads(runner.invoke(app, ["ledger", "show", first, "--json"]).output)
+    assert shown["question"]["model"] == "Qwen3-30B-A3B" and shown["top"]
+    best = runner.invoke(app, ["ledger", "best", first, "--json"])
+    assert best.exit_code == 0 and json.loads(best.output)["legal"]
+    assert runner.invoke(app, ["ledger", "best", second]).exit_code == 1
+    compared = json.loads(runner.invoke(app, ["ledger", "compare", first, second, "--json"]).output)
+    assert compared["question"]["slos"] == [[], ["mean-tpot<=1ms"]] and not compared["same_question"]
+    assert runner.invoke(app, ["ledger", "show", "no-such-ledger"]).exit_code == 2
+    assert "Ledgers" in runner.invoke(app, ["ledger", "list"]).output
+
+
+def test_resume_through_the_cli_extends_the_budget():
+    first = json.loads(invoke(*QWEN, "--budget", "6", "--json").output)
+    resumed = json.loads(invoke("--resume", first["ledger"], "--budget", "10", "--json").output)
+    assert resumed["ledger"] == first["ledger"] and resumed["num_trials"] == 10

@@ -1,0 +1,233 @@
+"""The anchor store, schema and selection by coverage (predictor/anchors/store.py,
+METHOD §4)."""
+
+import importlib.util
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from levers.configuration import Configuration
+from levers.errors import InputError
+from predictor.anchors.anchor import Anchor, DecodeSweep, Provenance, Signature
+from predictor.anchors.store import (
+    AnchorStore,
+    anchor_id_for,
+    build_anchor,
+    load_anchor_file,
+    save_anchor,
+    signature_for,
+    target_batch,
+    user_anchors_dir,
+)
+from predictor.cards.registry import load_card
+from predictor.hardware import parse_cluster
+
+REPO = Path(__file__).resolve().parents[3]
+CARD = load_card("deepseek-r1")
+MI355X = parse_cluster("mi355x")
+SWEEP = (1, 2, 4, 8, 16, 32, 64)
+
+
+def make_anchor(*, accelerator="MI355X", engine="sglang", model="DeepSeek-R1", tp=8, ep=1, dp=1,
+                batches=SWEEP, full=True, kv="bf16", backend="auto", timestamp="2025-06-01T00:00:00Z",
+                **extra) -> Anchor:
+    sig = Signature(accelerator=accelerator, engine=engine, model=model, weight_dtype="fp8",
+                    activation_dtype="fp8", expert_dtype="fp8", kv_cache_dtype=kv, attention_backend=backend,
+                    tp=tp, ep=ep, attention_dp=dp, captured_sizes=tuple(batches))
+    sweep = DecodeSweep(prompt_tokens=1024, batch_sizes=tuple(batches),
+                        itl_ms=tuple(20.0 + 0.25 * b for b in batches), is_full_sweep=full)
+    return build_anchor(sig, sweep, (512, 1024, 2048, 4096, 8192), (60.0, 90.0, 160.0, 330.0, 800.0),
+                        Provenance(source="test", timestamp=timestamp), **extra)
+
+
+def select(anchors, concurrency=64, **changes):
+    config = Configuration(**{"tp": 8, "concurrency": concurrency, **changes})
+    return AnchorStore.from_anchors(anchors).select(CARD, MI355X, "sglang", config, concurrency)
+
+
+# --- files, ids, schema ------------------------------------------------------------------
+
+def test_bad_anchor_file_names_the_file_and_first_error(tmp_path):
+    data = make_anchor().model_dump(mode="json")
+    data["decode_sweep"]["itl_ms"] = data["decode_sweep"]["itl_ms"][:-1]
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as caught:
+        load_anchor_file(path)
+    message = caught.value.message
+    assert "broken.json" in message and "decode_sweep" in message and "same length" in message
+    assert "\n" not in message
+    del data["signature"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"schema error at signature: Field required"):
+        load_anchor_file(path)
+    path.write_text("{not json")
+    with pytest.raises(InputError, match="not JSON"):
+        load_anchor_file(path)
+
+
+def test_save_is_atomic_and_round_trips(tmp_path):
+    anchor = make_anchor()
+    folder = tmp_path / "cache"
+    path = save_anchor(anchor, folder)
+    assert path == folder / f"{anchor.id}.json"
+    assert load_anchor_file(path) == anchor
+    assert [p.name for p in folder.iterdir()] == [path.name]     # no temp file left
+    assert save_anchor(anchor).parent == user_anchors_dir()      # default: $INFERASIM_HOME/anchors
+
+
+def test_anchor_id_is_stable_and_readable():
+    sig = make_anchor(tp=8, ep=8, dp=8).signature
+    anchor_id = anchor_id_for(sig)
+    assert anchor_id.startswith("mi355x-sglang-deepseek-r1-fp8-tp8ep8dp8-")
+    assert len(anchor_id.rsplit("-", 1)[1]) == 6
+    assert anchor_id == anchor_id_for(Signature.model_validate(sig.model_dump()))
+    assert anchor_id != anchor_id_for(sig.model_copy(update={"engine_version": "0.5.1"}))
+
+
+def test_schema_file_is_up_to_date_and_validates_an_anchor():
+    spec = importlib.util.spec_from_file_location("build_schemas", REPO / "scripts" / "build_schemas.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shipped = (REPO / "predictor" / "data" / "anchor.schema.json").read_text("utf-8")
+    assert shipped == module.anchor_schema_text(), "run scripts/build_schemas.py"
+    schema = json.loads(shipped)
+    jsonschema.validate(make_anchor().model_dump(mode="json"), schema)
+    bad = make_anchor().model_dump(mode="json") | {"surprise": 1}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_signature_resolves_native_dtypes_and_auto_backends():
+    sig = signature_for(CARD, MI355X, "sglang", Configuration(tp=8))
+    assert (sig.weight_dtype, sig.activation_dtype, sig.expert_dtype, sig.kv_cache_dtype) == ("fp8", "fp8", "fp8", "bf16")
+    assert sig.attention_backend == sig.moe_backend == "auto"
+    kimi = signature_for(load_card("kimi-k2.5"), MI355X, "vllm", Configuration(tp=8))
+    assert (kimi.weight_dtype, kimi.activation_dtype, kimi.expert_dtype) == ("bf16", "bf16", "fp4")
+    llama = signature_for(load_card("Llama-3.1-70B"), MI355X, "vllm", Configuration(tp=4, kv_cache_dtype="fp8"))
+    assert llama.expert_dtype is None and llama.kv_cache_dtype == "fp8"
+
+
+# --- refusal and coverage ----------------------------------------------------------------
+
+def test_another_gpu_or_engine_is_refused():
+    h100 = make_anchor(accelerator="H100")
+    vllm = make_anchor(engine="vllm")
+    selection = select([h100, vllm])
+    assert selection.anchor is None and not selection.covered and "no anchor" in selection.reason
+    store = AnchorStore.from_anchors([h100, vllm])
+    assert not store.has_anchor(CARD, MI355X, "sglang")
+    assert store.has_anchor(CARD, parse_cluster("h100"), "sglang")
+
+
+def test_exact_width_covers_with_no_flags():
+    anchor = make_anchor()
+    selection = select([anchor])
+    assert selection.covered and selection.anchor == anchor and selection.flags == ()
+
+
+def test_concurrency_within_4x_of_the_sweep():
+    anchor = make_anchor(batches=(8, 16, 32, 64))
+    assert select([anchor], concurrency=256, max_running_requests=1024).covered   # 64 * 4
+    outside = select([anchor], concurrency=257, max_running_requests=1024)
+    assert not outside.covered and outside.anchor == anchor                # nearest, rank-only
+    assert "within 4x" in outside.reason
+    assert select([anchor], concurrency=2).covered                         # 8 / 4
+    assert not select([anchor], concurrency=1).covered
+    assert "batch-outside-sweep" in select([anchor], concurrency=128).flags
+
+
+def test_target_batch_is_per_replica_and_per_micro_batch():
+    config = Configuration(tp=8, pp=2, replicas=2, concurrency=256)
+    assert target_batch(config, 256) == 64       # 128 per replica, 64 per micro-batch
+    assert target_batch(replace(config, max_running_requests=32), 256) == 16
+
+
+def test_narrower_anchor_needs_a_full_sweep():
+    full = make_anchor(tp=4)
+    partial = make_anchor(tp=4, full=False)
+    covered = select([full])
+    assert covered.covered and covered.anchor == full and "extrapolated-width" not in covered.flags
+    refused = select([partial])
+    assert not refused.covered and "not a full batch sweep" in refused.reason
+    assert "extrapolated-width" in select([make_anchor(tp=2)]).flags    # two doublings
+
+
+def test_wider_anchor_does_not_cover():
+    wide = make_anchor(tp=8)
+    selection = select([wide], tp=4)
+    assert not selection.covered and selection.anchor == wide and "wider" in selection.reason
+
+
+def test_exact_width_preferred_then_nearest_narrower():
+    exact, half, quarter = make_anchor(tp=8), make_anchor(tp=4), make_anchor(tp=2)
+    assert select([quarter, half, exact]).anchor == exact
+    assert select([quarter, half]).anchor == half
+
+
+def test_restored_dimensions_do_not_break_coverage():
+    anchor = make_anchor(tp=8, ep=1)
+    selection = select([anchor], concurrency=128, pp=2, replicas=2, ep=8, host_kv_tier_gb=64.0)
+    assert selection.covered
+    disaggregated = select([anchor], disaggregated=True, prefill_layout="TP8/EP1/DP1",
+                           decode_layout="TP8/EP8/DP8")
+    assert disaggregated.covered
+    assert not select([make_anchor(ep=8)], ep=1).covered       # a narrower EP is not restored
+
+
+def test_kernel_set_matching_with_auto_wildcards():
+    aiter = make_anchor(backend="aiter")
+    assert select([aiter]).covered                              # target "auto" matches
+    assert select([aiter], attention_backend="aiter").covered
+    mismatch = select([aiter], attention_backend="triton")
+    assert not mismatch.covered and "attention_backend aiter != triton" in mismatch.reason
+    assert not select([make_anchor(kv="fp8")]).covered          # kv dtype is anchor-defining
+
+
+def test_speculation_is_part_of_the_kernel_set_and_flagged():
+    selection = select([make_anchor()], spec_method="mtp", spec_depth=2)
+    assert not selection.covered and "spec-mismatch" in selection.flags
+
+
+def test_half_width_sibling_for_measured_rho():
+    anchor, sibling, other = make_anchor(tp=8), make_anchor(tp=4), make_anchor(tp=4, kv="fp8")
+    selection = select([anchor, sibling, other])
+    assert selection.anchor == anchor and selection.sibling == sibling
+
+
+def test_provenance_and_probe_flags_are_carried():
+    from predictor.anchors.anchor import PackedProbe
+
+    probe = PackedProbe(num_seqs=4, seq_tokens=1024, step_ms=200.0, serialised=True)
+    anchor = make_anchor(packed_probe=probe, flags=("harvest-note",))
+    anchor = anchor.model_copy(update={"provenance": anchor.provenance.model_copy(update={"real_weights": False})})
+    flags = select([anchor]).flags
+    assert {"serialised-probe", "harvest-note", "random-weights"} <= set(flags)
+
+
+# --- the default store ---------------------------------------------------------------------
+
+def test_default_store_reads_user_cache_and_skips_bad_files():
+    user = make_anchor()
+    save_anchor(user)
+    (user_anchors_dir() / "broken.json").write_text("{}")
+    store = AnchorStore.default()
+    assert store.entry(user.id).where == "user"
+    assert store.get(user.id) == user
+    assert any("broken.json" in path and "schema error" in message for path, message in store.problems)
+    with pytest.raises(InputError, match="unknown anchor"):
+        store.get("no-such-anchor")
+    newer = make_anchor(timestamp="2026-01-01T00:00:00Z")
+    assert newer.id == user.id
+    save_anchor(newer)
+    assert AnchorStore.default().get(user.id).provenance.timestamp.startswith("2026")  # re-read on change
+
+
+def test_same_attention_dp_preferred_and_a_different_one_flagged():
+    dep, plain = make_anchor(ep=8, dp=8), make_anchor()
+    selection = select([plain, dep], ep=8, attention_dp=8)
+    assert selection.anchor == dep and "attention-dp-mismatch" not in selection.flags
+    assert "attention-dp-mismatch" in select([plain], ep=8, attention_dp=8).flags

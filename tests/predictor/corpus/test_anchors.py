@@ -1,0 +1,103 @@
+"""The corpus-to-anchor rule (predictor.corpus.anchors / corpus_points / corpus_assemble /
+corpus_refine): it inverts a known steady state and the predictor reproduces its rows."""
+
+from pathlib import Path
+
+import pytest
+
+from predictor.corpus.anchors import CAPTURE_LADDER, context_gamma, decode_sweep, prefill_sweep, recorded_batch
+from predictor.corpus.assemble import build_anchors
+from predictor.corpus.read import read_corpus
+from predictor.corpus.refine import refine, reproduce
+from tests.fixtures.corpus_truth import TRUTH, truth_rows, write_native
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+
+
+def test_recorded_batch_pads_to_the_capture_ladder_then_bins():
+    assert [recorded_batch(b) for b in (1, 3, 5, 33, 256)] == [1, 4, 8, 40, 256]
+    assert recorded_batch(300) == 304 and recorded_batch(1030) == 1024   # 16 bins per octave above 256
+    assert CAPTURE_LADDER[:5] == (1, 2, 4, 8, 16)
+
+
+def test_decode_sweep_keeps_measured_points_and_fits_the_context_slope():
+    gamma = 2e-5
+
+    def step(b, ctx):
+        return 5.0 + 0.1 * b + gamma * b * ctx
+
+    points = {(1536, b): [step(b, 1536)] for b in (4, 8, 16, 32, 64)}
+    points.update({(5120, b): [step(b, 5120)] for b in (8, 32, 128)})
+    points[(8704, 16)] = [step(16, 8704)]
+    sweep = decode_sweep(points)
+    assert sweep.prompt_tokens == 1536 and sweep.second_prompt_tokens == 8704       # primary, farthest
+    assert sweep.batch_sizes == (4, 8, 16, 32, 64, 128)
+    for b, value, second in zip(sweep.batch_sizes, sweep.itl_ms, sweep.second_itl_ms):
+        assert value == pytest.approx(step(b, 1536), rel=1e-9)        # 128 carried from 5120 by the slope
+        assert second == pytest.approx(step(b, 8704), rel=1e-9)
+    by_ctx = {1536: {b: step(b, 1536) for b in (4, 16)}, 5120: {8: step(8, 5120)}}
+    assert context_gamma(by_ctx, 1536) == pytest.approx(gamma, rel=1e-9)
+
+
+def test_prefill_fit_keeps_f_and_recovers_the_curve():
+    points = {n: 10.0 + 0.02 * n + 1e-6 * n * n for n in (1024, 4096, 8192)}
+    sweep = prefill_sweep(points, 10.0)
+    assert (sweep.fit_c1_ms, sweep.fit_c2_ms) == (pytest.approx(0.02), pytest.approx(1e-6))
+    single = prefill_sweep({1024: 30.0}, 10.0)
+    assert (single.fit_c1_ms, single.fit_c2_ms) == (pytest.approx(20.0 / 1024), 0.0)
+
+
+def _built(tmp_path):
+    corpus = read_corpus(write_native(tmp_path / "truth.csv", truth_rows()))
+    return build_anchors(list(corpus.rows))
+
+
+def test_rule_inverts_a_known_steady_state(tmp_path):
+    build = _built(tmp_path)
+    assert len(build.anchors) == 2 and not build.failures
+    for anchor in build.anchors:
+        group = build.groups[anchor.id]
+        f, e, marginal = TRUTH[anchor.signature.tp]
+        # M(n) from the prefill interference of the per-token stream, within 0.1%
+        assert group.marginals[1024] == pytest.approx(marginal, rel=1e-3)
+        assert group.marginal_source[1024] == "itl"
+        assert anchor.host_time_ms == pytest.approx(15.1, abs=0.05)       # vLLM's fitted host time
+        for (ctx, batch), steps in group.decode_points.items():
+            # the recorded step is s(b) at the Little's-law batch, padded up by < 1 request
+            assert steps[0] == pytest.approx(f + e * batch, abs=e * 1.0 + 1e-6)
+        sweep = anchor.decode_sweep
+        assert not sweep.is_full_sweep and sweep.prompt_tokens == 1536
+        assert anchor.signature.captured_sizes == CAPTURE_LADDER
+        assert len(anchor.provenance.source_rows) == 5
+
+
+def test_anchor_rows_are_reproduced(tmp_path):
+    build = refine(_built(tmp_path), rounds=2)
+    checks = reproduce(build)
+    assert len(checks) == 10 and all(c.anchored for c in checks)
+    for check in checks:
+        metrics, measured = check.prediction.metrics, check.row.measured
+        assert metrics["tpot_ms_mean"] == pytest.approx(measured.tpot_ms_mean, rel=0.01)
+        assert metrics["ttft_ms_mean"] == pytest.approx(measured.ttft_ms_mean, rel=0.02)
+        assert metrics["output_throughput_per_gpu"] == pytest.approx(measured.output_throughput_per_gpu, rel=0.01)
+
+
+def test_split_rows_feed_both_pool_layouts():
+    corpus = read_corpus(FIXTURES / "inferencex_small.csv")
+    build = build_anchors([r for r in corpus.rows if r.gpu == "GB200"])
+    [anchor] = build.anchors                 # prefill and decode pools share the TP4/DP4 layout
+    assert (anchor.signature.tp, anchor.signature.attention_dp) == (4, 4)
+    assert anchor.provenance.source_rows and all(i.startswith("inferencex_small.csv:")
+                                                 for i in anchor.provenance.source_rows)
+
+
+def test_illegal_layouts_fail_with_their_reason(tmp_path):
+    rows = truth_rows()[:2]
+    for row in rows:
+        row["tp"] = 32                        # wider than one 8-GPU node without a cross-domain EP
+    corpus = read_corpus(write_native(tmp_path / "wide.csv", rows))
+    build = build_anchors(list(corpus.rows))
+    assert not build.anchors
+    assert {f.reason for f in build.failures} == {
+        "layout TP32/EP1/DP1 cannot be anchored: tp=32 exceeds the 8-GPU scale-up domain "
+        "(use pp, or an EP that spans domains with attention inside one)"}

@@ -1,0 +1,166 @@
+"""Corpus readers and mapping rules (predictor.corpus.read, corpus_formats, corpus_where)."""
+
+from pathlib import Path
+
+import pytest
+
+from levers.errors import InputError
+from predictor.cards.registry import load_card
+from predictor.corpus.formats import dtypes_for
+from predictor.corpus.read import (
+    MappingError,
+    card_name_for,
+    detect_format,
+    engine_for,
+    filter_rows,
+    gpu_name_for,
+    read_corpus,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+IX = FIXTURES / "inferencex_small.csv"
+AIC = FIXTURES / "aiconfigurator_small.csv"
+NATIVE = FIXTURES / "native_small.csv"
+
+
+@pytest.mark.parametrize("raw, card", [
+    ("/mnt/lustre01/models/deepseek-r1-0528-fp4-v2", "DeepSeek-R1"),
+    ("nvidia/DeepSeek-R1-0528-FP4-V2", "DeepSeek-R1"),
+    ("amd/DeepSeek-R1-0528-MXFP4-Preview", "DeepSeek-R1"),
+    ("deepseek-ai/DeepSeek-R1-0528", "DeepSeek-R1"),
+    ("/models/DeepSeek-R1", "DeepSeek-R1"),
+    ("deepseek-ai/DeepSeek-V3", "DeepSeek-V3"),
+    ("/mnt/lustre01/models/gpt-oss-120b", "gpt-oss-120b"),
+    ("Qwen/Qwen3-235B-A22B-FP8", "Qwen3-235B-A22B"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B"),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "Llama-3.1-8B"),
+    ("nvidia/Qwen3-32B-NVFP4", "Qwen3-32B"),
+    ("zhipuai/GLM-5", "GLM-5"),
+    ("moonshotai/Kimi-K2.5", "Kimi-K2.5"),
+])
+def test_model_names_map_to_cards(raw, card):
+    assert card_name_for(raw) == card
+
+
+def test_unknown_model_is_a_mapping_error():
+    with pytest.raises(MappingError, match="matches no model card"):
+        card_name_for("acme/NoSuchModel-7B")
+
+
+@pytest.mark.parametrize("raw, gpu", [("mi355x-amd_0", "MI355X"), ("h200_sxm", "H200"), ("b200-trt", "B200"),
+                                      ("gb200", "GB200"), ("B300_SXM", "B300")])
+def test_gpu_names_map_to_profiles(raw, gpu):
+    assert gpu_name_for(raw) == gpu
+
+
+@pytest.mark.parametrize("raw, engine, split", [("dynamo-trt", "trtllm", False), ("trt", "trtllm", False),
+                                                ("sglang-disagg", "sglang", True), ("dynamo-sglang", "sglang", False),
+                                                ("vllm", "vllm", False), ("atom", "atom", False)])
+def test_engine_names(raw, engine, split):
+    assert engine_for(raw) == (engine, split)
+
+
+def test_unknown_engine_is_a_mapping_error():
+    with pytest.raises(MappingError):
+        engine_for("llama.cpp")
+
+
+def test_precision_rule():
+    deepseek, gptoss, kimi = load_card("DeepSeek-R1"), load_card("gpt-oss-120b"), load_card("Kimi-K2.5")
+    fp4 = dtypes_for(deepseek, "MI355X", "fp4")
+    assert (fp4["weight_dtype"], fp4["expert_dtype"], fp4["activation_dtype"]) == ("fp8", "fp4", "fp4")
+    assert dtypes_for(gptoss, "H100", "fp4")["activation_dtype"] == "bf16"      # no FP4 tensor cores
+    assert dtypes_for(gptoss, "H100", "fp8")["expert_dtype"] == "fp4"           # never wider than shipped
+    int4 = dtypes_for(kimi, "H200", "int4", "int4_wo", "int4_wo")
+    assert (int4["expert_dtype"], int4["activation_dtype"], int4["weight_dtype"]) == ("fp4", "bf16", "bf16")
+    llama = dtypes_for(load_card("Llama-3.1-70B"), "B200", "fp4", "nvfp4", "nvfp4")
+    assert (llama["weight_dtype"], llama["expert_dtype"], llama["activation_dtype"]) == ("fp4", None, "fp4")
+
+
+def test_inferencex_rows():
+    corpus = read_corpus(IX, "inferencex")
+    assert corpus.n_rows == 17 and len(corpus.failures) == 2
+    reasons = {f.id: f.reason for f in corpus.failures}
+    assert "conc='many' is not a number" in reasons["inferencex_small.csv:17"]
+    assert "matches no model card" in reasons["inferencex_small.csv:18"]
+    row = next(r for r in corpus.rows if r.engine == "vllm" and r.concurrency == 4)
+    line = int(row.id.split(":")[1])
+    assert row.id.startswith("inferencex_small.csv:")
+    assert IX.read_text().splitlines()[line - 1].split(",")[15] == "4"          # the conc column
+    assert (row.gpu, row.model, row.config.tp, row.config.attention_dp, row.total_gpus) == ("H100", "gpt-oss-120b", 2, 1, 2)
+    assert row.measured.ttft_ms_mean == pytest.approx(1000 * float(IX.read_text().splitlines()[line - 1].split(",")[38]))
+    assert row.chart.name == "gpt-oss-120b/H100/vllm/fp4/none/1024x1024"
+
+
+def test_inferencex_split_layouts_follow_the_sglang_convention():
+    rows = read_corpus(IX, "inferencex").rows
+    amd = next(r for r in rows if r.gpu == "MI355X" and r.config.decode_replicas == 2 and r.config.tp == 8
+               and r.config.attention_dp == 8)
+    # recorded prefill tp=1 x dp_attention over 8 GPUs, ep=8: a TP x attention-DP product
+    assert amd.config.prefill_layout == "TP8/EP8/DP8" and amd.total_gpus == 24
+    gb = next(r for r in rows if r.gpu == "GB200")
+    # dynamo-sglang records tp=1 for a 4-GPU worker: GPUs per worker are trusted
+    assert gb.config.prefill_layout == "TP4/EP1/DP4" and gb.config.decode_layout == "TP4/EP1/DP4"
+    assert (gb.config.prefill_replicas, gb.config.decode_replicas, gb.total_gpus) == (1, 2, 12)
+    line = IX.read_text().splitlines()[int(gb.id.split(":")[1]) - 1].split(",")
+    # every GPU of both pools counts: InferenceX's output_tput_per_total_gpu
+    assert gb.measured.output_throughput_per_gpu == pytest.approx(float(line[34]), rel=1e-9)
+
+
+def test_aiconfigurator_rows():
+    corpus = read_corpus(AIC, "aiconfigurator")
+    assert corpus.n_rows == 10
+    [failure] = corpus.failures
+    assert "without prefill/decode worker counts" in failure.reason
+    row = next(r for r in corpus.rows if r.concurrency == 128)
+    assert (row.gpu, row.engine, row.model, row.config.tp) == ("B300", "vllm", "MiniMax-M2.5", 4)
+    m = row.measured
+    expected = 128 * 1024 / ((m.ttft_ms_mean + 1023 * m.tpot_ms_mean) / 1000) / 4   # Little's law
+    assert m.throughput_derived and m.output_throughput_per_gpu == pytest.approx(expected, rel=1e-9)
+    split = next(r for r in corpus.rows if r.config.disaggregated and r.concurrency == 105)
+    assert split.config.decode_replicas == 5 and split.config.decode_layout == "TP4/EP4/DP1"
+
+
+def test_native_rows_and_auto_format():
+    corpus = read_corpus(NATIVE)
+    assert corpus.format == "native" and len(corpus.rows) == 10 and not corpus.failures
+    assert detect_format(["framework", "conc"]) == "inferencex"
+    assert detect_format(["silicon_tpot_ms"]) == "aiconfigurator"
+
+
+def test_native_totals_stand_in_for_per_gpu(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("model,hardware,engine,precision,tp,isl,osl,concurrency,total_output_throughput\n"
+                    "gpt-oss-120b,h200,vllm,fp4,4,1024,1024,16,4000\n"
+                    "gpt-oss-120b,h200,vllm,fp4,4,1024,1024,16,\n"
+                    "gpt-oss-120b,h200,vllm,fp4,x,1024,1024,16,4000\n")
+    corpus = read_corpus(path, "native")
+    assert corpus.rows[0].measured.output_throughput_per_gpu == pytest.approx(1000.0)
+    reasons = [f.reason for f in corpus.failures]
+    assert reasons == ["no measured metric", "tp='x' is not a number"]
+
+
+def test_missing_columns_and_bad_files_are_input_errors(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("model,hardware,engine\nx,y,z\n")
+    with pytest.raises(InputError, match="missing required column"):
+        read_corpus(path, "native")
+    with pytest.raises(InputError, match="cannot be read"):
+        read_corpus(tmp_path / "nope.csv", "native")
+    with pytest.raises(InputError, match="unknown corpus format"):
+        read_corpus(path, "csv")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(InputError, match="empty"):
+        read_corpus(empty)
+
+
+def test_anchor_where_filters_rows():
+    rows = read_corpus(NATIVE).rows
+    matched, rest = filter_rows(rows, "tp=2, concurrency<=8")
+    assert sorted(r.concurrency for r in matched) == [4, 8] and len(rest) == 8
+    matched, _ = filter_rows(rows, "engine=VLLM and tp=2|4 and disaggregated=false")
+    assert len(matched) == 10
+    for bad in ("tp", "colour=red", "model<3"):
+        with pytest.raises(InputError, match="--anchor-where"):
+            filter_rows(rows, bad)

@@ -1,0 +1,237 @@
+"""Pareto sweeps: the enumerated space, the kept speculative variant, backends that agree,
+the frontier marks and the files (PRODUCT.md §2 `pareto`, METHOD §3.8, §8)."""
+
+import csv
+import json
+from dataclasses import replace
+
+import pytest
+
+from levers.errors import InputError
+from predictor.feasibility import check_configuration
+from predictor.prediction import Prediction, illegal
+from predictor.step.cost import Mode
+from predictor.sweep.executors import (
+    LocalPoolExecutor,
+    RayExecutor,
+    SerialExecutor,
+    chunk_ranges,
+    make_executor,
+)
+from predictor.sweep.frontier import dominates
+from predictor.sweep.output import COLUMNS, write_sweep
+from predictor.sweep.run import parse_modes, run_sweep
+from predictor.sweep.space import (
+    SpaceOptions,
+    build_plan,
+    colocated_layouts,
+    precision_choices,
+    speculative_variants,
+)
+from predictor.target import resolve_target
+from predictor.workload import parse_workload
+
+WORKLOAD = parse_workload("1k/1k")
+SMALL = SpaceOptions(concurrency_ladder=(1, 4, 16, 64, 1024), max_spec_depth=2)
+WEIGHT_FACTOR = {None: 1.0, "bf16": 1.0, "fp8": 0.55, "fp4": 0.35}
+TOO_MANY_CLIENTS = 512
+
+
+def fake_predict(target, config, workload, *, seed=0, num_requests=None):
+    """A cheap deterministic stand-in for `predict`: bigger batches raise throughput and
+    slow each user; a draft depth pays at small batches only; tp=2 counts as anchored."""
+    if config.concurrency > TOO_MANY_CLIENTS:
+        return illegal(("fake: more clients than the fake allows",))
+    replicas = config.decode_replicas if config.disaggregated else config.replicas
+    batch = config.concurrency / replicas
+    kv = 0.8 if config.kv_cache_dtype == "fp8" else 1.0
+    depth = config.spec_depth
+    step_ms = 4.0 + 12.0 * WEIGHT_FACTOR[config.weight_dtype] / config.tp + 0.2 * kv * batch * (1 + depth)
+    committed = 1.0 + 0.7 * depth - 0.15 * depth ** 2
+    interactivity = 1000.0 * committed / step_ms
+    metrics = {"throughput_per_gpu": interactivity * config.concurrency * 2 / config.total_gpus,
+               "interactivity_mean": interactivity, "tpot_ms_mean": step_ms / committed}
+    mode = Mode.ANCHORED if config.tp == 2 else Mode.RANK_ONLY
+    return Prediction(True, (), mode, None, (), metrics, None)
+
+
+@pytest.fixture(scope="module")
+def small_target():
+    return resolve_target("qwen3.5-35b", "h100x2", "vllm")
+
+
+# -- the space ------------------------------------------------------------------------
+def test_precision_choices_narrow_only_and_need_fp4_tensor_cores():
+    fp8_native = resolve_target("deepseek-r1", "mi355x", "vllm")   # fp8 weights/experts, bf16 KV
+    assert precision_choices(fp8_native.card, fp8_native.cluster) == [
+        (w, e, kv) for w in (None, "fp4") for e in (None, "fp4") for kv in (None, "fp8")]
+    no_fp4 = resolve_target("deepseek-r1", "h100x8", "vllm")
+    assert precision_choices(no_fp4.card, no_fp4.cluster) == [(None, None, None), (None, None, "fp8")]
+    dense = resolve_target("llama-3.1-8b", "b200x1", "vllm")          # bf16, no experts
+    assert len(precision_choices(dense.card, dense.cluster)) == 3 * 1 * 2
+
+
+def test_speculative_variants_from_mtp_layers_or_a_measured_curve():
+    card = resolve_target("deepseek-r1").card           # one MTP layer, no curve
+    assert speculative_variants(card, "vllm", 2) == (("none", 0), ("mtp", 1), ("mtp", 2))
+    kimi = resolve_target("kimi-k2.5").card              # no MTP layers, an EAGLE-3 curve
+    assert speculative_variants(kimi, "vllm", 1) == (("none", 0), ("eagle3", 1))
+    llama = resolve_target("llama-3.1-8b").card
+    assert speculative_variants(llama, "vllm", 3) == (("none", 0),)
+    assert speculative_variants(card, "atom", 0) == (("none", 0),)
+
+
+def test_layouts_divide_what_they_must():
+    target = resolve_target("deepseek-r1", "mi355x", "vllm")
+    layouts = colocated_layouts(target.card, target.cluster, target.engine)
+    for tp, pp, ep, dp in layouts:
+        assert tp * pp <= 8 and tp % ep == 0 and tp % dp == 0 and 61 % pp == 0
+        assert 128 % (tp // dp) == 0 and 256 % ep == 0
+    # 61 layers: one stage only; tp 1, 2, 4, 8 with every ep | tp and dp | tp
+    assert len(layouts) == 1 + 2 * 2 + 3 * 3 + 4 * 4
+
+
+def test_every_family_is_legal_and_fits_the_cluster(small_target):
+    plan = build_plan(small_target, WORKLOAD, SMALL)
+    assert plan.families and plan.num_illegal_families >= 0
+    for family in plan.families:
+        base = family.base
+        assert check_configuration(small_target.card, small_target.cluster, "vllm", base, 2048).legal
+        assert base.total_gpus <= 2
+        if base.disaggregated:
+            assert min(base.prefill_replicas, base.decode_replicas) == 1
+    for group in plan.groups:
+        base = plan.families[group.family].base
+        assert group.concurrency >= (base.decode_replicas if base.disaggregated else base.replicas)
+    assert any(f.base.disaggregated for f in plan.families)
+    assert plan.num_points == sum(len(plan.families[g.family].variants) for g in plan.groups)
+
+
+def test_max_points_samples_whole_families_deterministically():
+    target = resolve_target("deepseek-r1", "mi355x", "vllm")
+    full = build_plan(target, WORKLOAD, SMALL)
+    capped = build_plan(target, WORKLOAD, SpaceOptions(**{**_fields(SMALL), "max_points": 1000}))
+    again = build_plan(target, WORKLOAD, SpaceOptions(**{**_fields(SMALL), "max_points": 1000}))
+    assert 900 <= capped.num_points <= 1000
+    assert capped.num_points + capped.num_sampled_out == full.num_points
+    assert capped.families == again.families
+    ladder = len(SMALL.concurrency_ladder)
+    assert all(sum(g.family == i for g in capped.groups) >= 1 for i in range(len(capped.families)))
+    assert len(capped.groups) <= len(capped.families) * ladder
+
+
+def _fields(options: SpaceOptions) -> dict:
+    return {name: getattr(options, name) for name in options.__slots__}
+
+
+# -- execution ------------------------------------------------------------------------
+def test_chunks_cover_every_group_once():
+    for num_groups, workers in ((0, 2), (1, 2), (7, 1), (1000, 2), (100_000, 16)):
+        chunks = chunk_ranges(num_groups, workers)
+        covered = [i for start, stop in chunks for i in range(start, stop)]
+        assert covered == list(range(num_groups))
+
+
+def test_best_speculative_variant_is_kept_per_concurrency(small_target):
+    result = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
+    depths = set()
+    for point in result.points:
+        variants = [replace(point.config, spec_method=m, spec_depth=d)
+                    for m, d in (("none", 0), ("mtp", 1), ("mtp", 2))]
+        scores = [fake_predict(small_target, v, WORKLOAD).metrics["throughput_per_gpu"] for v in variants]
+        assert point.config.spec_depth == scores.index(max(scores))
+        depths.add(point.config.spec_depth)
+    assert depths == {0, 1, 2}   # the fake makes each depth win somewhere
+    assert all(p.config.concurrency <= TOO_MANY_CLIENTS for p in result.points)
+    plan = build_plan(small_target, WORKLOAD, SMALL)
+    assert result.num_illegal_groups == sum(g.concurrency > TOO_MANY_CLIENTS for g in plan.groups)
+    assert result.num_priced == plan.num_points
+
+
+def test_local_pool_matches_the_serial_run(small_target):
+    serial = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
+    pooled = run_sweep(small_target, WORKLOAD, options=SMALL, executor=LocalPoolExecutor(2), predict_fn=fake_predict)
+    assert pooled.points == serial.points
+    assert pooled.frontier == serial.frontier and len(serial.frontier) >= 3
+
+
+def test_frontier_marks_are_the_non_dominated_points(small_target):
+    result = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
+    coordinates = [(p.throughput_per_gpu, p.interactivity) for p in result.points]
+    non_dominated = {xy for xy in coordinates if not any(dominates(other, xy) for other in coordinates)}
+    on = [xy for point, xy in zip(result.points, coordinates) if point.on_frontier]
+    assert sorted(on) == sorted(non_dominated)      # each frontier coordinate exactly once
+    for point, xy in zip(result.points, coordinates):   # ties keep the fewest GPUs
+        if point.on_frontier:
+            tied = [p for p, other in zip(result.points, coordinates) if other == xy]
+            assert point.config.total_gpus == min(p.config.total_gpus for p in tied)
+
+
+def test_modes_filter_points(small_target):
+    both = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
+    anchored = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(),
+                         modes=parse_modes("anchored"), predict_fn=fake_predict)
+    assert anchored.points and all(p.mode is Mode.ANCHORED for p in anchored.points)
+    rank_only = sum(p.mode is Mode.RANK_ONLY for p in both.points)
+    assert rank_only > 0 and anchored.num_excluded_by_mode == rank_only
+    assert parse_modes("simulate") == {Mode.RANK_ONLY} and parse_modes(None) == set(Mode)
+    with pytest.raises(InputError):
+        parse_modes("anchored,measured")
+
+
+def test_ray_missing_is_a_user_error(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)
+    with pytest.raises(InputError, match="inferasim\\[ray\\]"):
+        make_executor("auto")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_and_local_pool_give_the_same_frontier(small_target):
+    """One local Ray instance, two sweeps: the fake predictor, and the real one on a
+    space with anchored and rank-only points (DeepSeek-R1 on MI355X, SGLang)."""
+    ray = pytest.importorskip("ray")
+    anchored_target = resolve_target("deepseek-r1", "mi355x", "sglang")
+    real_options = SpaceOptions(concurrency_ladder=(1, 8, 64, 512), max_spec_depth=0, include_disaggregated=False)
+    cases = [(small_target, SMALL, fake_predict), (anchored_target, real_options, None)]
+    local = [run_sweep(t, WORKLOAD, options=o, executor=LocalPoolExecutor(2), predict_fn=f, seed=3)
+             for t, o, f in cases]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        on_ray = [run_sweep(t, WORKLOAD, options=o, executor=RayExecutor(), predict_fn=f, seed=3)
+                  for t, o, f in cases]
+    finally:
+        ray.shutdown()
+    for pooled, distributed in zip(local, on_ray):
+        assert distributed.backend == "ray" and distributed.workers == 2
+        assert distributed.points == pooled.points
+        assert distributed.frontier == pooled.frontier and len(pooled.frontier) >= 3
+    assert {p.mode for p in on_ray[1].points} == {Mode.ANCHORED, Mode.RANK_ONLY}
+
+
+# -- files ----------------------------------------------------------------------------
+def test_files_and_plot(small_target, tmp_path):
+    result = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
+    paths = write_sweep(result, tmp_path / "out")
+    with open(paths["points"]) as handle:
+        rows = list(csv.DictReader(handle))
+    with open(paths["frontier"]) as handle:
+        frontier_rows = list(csv.DictReader(handle))
+    assert tuple(rows[0].keys()) == COLUMNS and len(rows) == result.num_points
+    assert len(frontier_rows) == len(result.frontier) and all(r["on_frontier"] == "true" for r in frontier_rows)
+    best = max(result.points, key=lambda p: p.throughput_per_gpu)
+    top = max(float(r["throughput_per_gpu"]) for r in frontier_rows)
+    assert top == pytest.approx(best.throughput_per_gpu, rel=1e-5)   # CSV keeps 6 significant digits
+    summary = json.loads(paths["sweep"].read_text())
+    assert summary["num_points"] == result.num_points and len(summary["frontier"]) == len(result.frontier)
+    _check_png(paths["plot"])
+
+
+def _check_png(path):
+    image = pytest.importorskip("matplotlib.image").imread(path)
+    assert path.stat().st_size > 20_000
+    height, width = image.shape[:2]
+    assert (width, height) == (1080, 720)   # 9 x 6 in at 120 dpi
+    grey = image[..., :3].mean(axis=2)
+    assert grey.std() > 0.05                 # not a blank canvas
+    assert (grey < 0.5).mean() > 0.005       # dark ink: axes, labels, the bold frontier
