@@ -1,5 +1,8 @@
-"""The `inferasim` command line (PRODUCT.md §2): imports every command module so they
-register on the shared app, and the console-script entry points."""
+"""The `inferasim` command line (PRODUCT.md §2): the console-script entry points.
+
+Command modules are imported on first use (`agent.cli.app.LazyGroup`, the list in
+`agent.cli.commands`), so start-up costs only typer and rich.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,6 @@ import sys
 # burns a core the search's worker processes need (measured: ~7% of a default `tune`).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-# Each module registers its commands on the app; the import order is the help order.
-from agent.cli import (  # noqa: F401,E402,I001
-    tune, mix, predict, simulate, pareto, harvest, score, ledger, anchors, info,
-)
 from agent.cli.app import app  # noqa: E402
 
 

@@ -82,8 +82,8 @@ def simulate_command(
                           seed=seed, progress=report, options=options)
     if csv is not None:
         result.write_csv(csv)
-    models = list(getattr(factory, "models", {}).values())
-    info = {**target.to_json(), "workload": getattr(replay, "name", str(replay)),
+    models = list(factory.models.values())
+    info = {**target.to_json(), "workload": replay.name,
             "config": configuration.describe(), "mode": sorted({str(m.mode) for m in models}),
             "flags": sorted({f for m in models for f in m.flags})}
     if json_out:

@@ -1,0 +1,75 @@
+"""The CLI's shared edge (agent/cli/app.py, agent/cli/commands.py): lazy command
+loading, the command list's one-line help, `--version`, did-you-mean on a command."""
+
+import importlib
+import json
+import subprocess
+import sys
+
+import typer
+from typer.testing import CliRunner
+
+from agent.cli.app import app, package_version
+from agent.cli.commands import COMMANDS
+
+runner = CliRunner()
+HEAVY = ("numpy", "dspy", "litellm", "httpx", "matplotlib", "predictor.sim", "agent.tune")
+
+
+def _loaded_after(args: list[str]) -> dict:
+    """Run the CLI with ``args`` in a fresh interpreter; which modules were imported."""
+    code = ("import json, sys\n"
+            "from typer.testing import CliRunner\n"
+            "from agent.cli.main import app\n"
+            f"result = CliRunner().invoke(app, {args!r})\n"
+            "print(json.dumps({'exit': result.exit_code, 'modules': sorted(sys.modules)}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_help_imports_no_command_module_and_nothing_heavy():
+    loaded = _loaded_after(["--help"])
+    assert loaded["exit"] == 0
+    commands = {m for m in loaded["modules"] if m.startswith("agent.cli.")}
+    assert commands == {"agent.cli.app", "agent.cli.commands", "agent.cli.main"}
+    assert not [m for m in loaded["modules"] if m.startswith(HEAVY)]
+
+
+def test_models_imports_only_its_own_module():
+    loaded = _loaded_after(["models"])
+    assert loaded["exit"] == 0
+    assert {m for m in loaded["modules"] if m.startswith("agent.cli.")} == {
+        "agent.cli.app", "agent.cli.commands", "agent.cli.main", "agent.cli.info"}
+    assert not [m for m in loaded["modules"] if m.startswith(HEAVY)]
+
+
+def test_listed_summary_is_the_commands_own_help():
+    for entry in COMMANDS:
+        importlib.import_module(entry.module)
+    group = typer.main.get_group(app)
+    for entry in COMMANDS:
+        command = group.commands[entry.name]
+        first_line = (command.help or "").strip().splitlines()[0]
+        assert entry.summary == first_line, entry.name
+
+
+def test_help_lists_every_command_in_order():
+    result = runner.invoke(app, ["--help"], terminal_width=200)
+    assert result.exit_code == 0
+    listed = [line.strip("│ ").split()[0] for line in result.stdout.splitlines()
+              if line.startswith("│ ") and not line.startswith("│  ") and "--" not in line.split()[1]]
+    assert listed == [entry.name for entry in COMMANDS]
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.startswith(f"inferasim {package_version()} (Python ")
+
+
+def test_mistyped_command_gets_a_suggestion():
+    result = runner.invoke(app, ["tnue"])
+    assert result.exit_code == 2
+    assert "No such command 'tnue'. Did you mean 'tune'?" in result.output
+    sub = runner.invoke(app, ["ledger", "shwo"])
+    assert sub.exit_code == 2 and "Did you mean 'show'?" in sub.output
