@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from levers.errors import InputError, accepted_list
+from levers.errors import InputError, accepted_list, did_you_mean
 
 
 class Engine(StrEnum):
@@ -112,7 +112,8 @@ class Lever:
         for value in _union(self.values):
             if _matches(value, raw):
                 return value
-        raise InputError(self.name, f"'{raw}' is not a legal value", self.accepted_text())
+        raise InputError(self.name, f"'{raw}' is not a legal value"
+                         + did_you_mean(raw, _union(self.values)), self.accepted_text())
 
 
 def _fmt(x: float) -> str:
@@ -279,11 +280,13 @@ def get_lever(name: str) -> Lever:
     try:
         return LEVERS_BY_NAME[key]
     except KeyError:
-        raise InputError("--config", f"unknown lever '{name}'", accepted_list(LEVER_NAMES, limit=40)) from None
+        raise InputError("--config", f"unknown lever '{name}'" + did_you_mean(key, LEVER_NAMES),
+                         accepted_list(LEVER_NAMES, limit=40)) from None
 
 
 def parse_engine(name: str) -> Engine:
     try:
         return Engine(str(name).strip().lower())
     except ValueError:
-        raise InputError("--engine", f"unknown engine '{name}'", accepted_list(ENGINES)) from None
+        raise InputError("--engine", f"unknown engine '{name}'" + did_you_mean(name, ENGINES),
+                         accepted_list(ENGINES)) from None

@@ -7,6 +7,9 @@ below the CLI prints or exits.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class InputError(ValueError):
     """A user (or LLM) supplied value that cannot be used.
@@ -27,6 +30,16 @@ class InputError(ValueError):
         if self.accepted:
             text += f" (accepted: {self.accepted})"
         return text
+
+
+def did_you_mean(word: object, choices: Iterable[object]) -> str:
+    """``; did you mean 'x'?`` when difflib finds a close choice (case-insensitive), else ``''``.
+
+    Appended to an error's problem, so a typo of a model, GPU, lever, engine or value
+    names the likely intent before the (possibly long) accepted list."""
+    names = {str(choice).lower(): str(choice) for choice in choices}
+    close = difflib.get_close_matches(str(word).strip().lower(), list(names), n=1, cutoff=0.6)
+    return f"; did you mean '{names[close[0]]}'?" if close else ""
 
 
 def accepted_list(values, limit: int = 12) -> str:

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from levers.errors import InputError, accepted_list
+from levers.errors import InputError, accepted_list, did_you_mean
 from predictor.step.comm import Collective, CollectiveFit, bus_factor, nearest_group_fit
 
 __all__ = [
@@ -158,7 +158,7 @@ def load_gpu(name: str) -> GpuProfile:
     """The profile named `name`, case-insensitive ("mi355x", "H100", "gb200")."""
     profile = _profiles_by_key().get(name.strip().lower())
     if profile is None:
-        raise InputError("--cluster", f"unknown GPU '{name}'",
+        raise InputError("--cluster", f"unknown GPU '{name}'" + did_you_mean(name, _profiles_by_key()),
                          accepted_list(p.name.lower() for p in list_gpus()))
     return profile
 
@@ -227,7 +227,8 @@ def _split_counts(text: str) -> tuple[GpuProfile, str | None, str | None]:
             raise _cluster_error(f"cannot read '{text}' after GPU '{name}'")
         return profile, match.group(1), match.group(2)
     head = re.match(r"[a-z0-9]*?(?=x\d|$)", text)
-    raise _cluster_error(f"unknown GPU '{(head and head.group(0)) or text}'")
+    unknown = (head and head.group(0)) or text
+    raise _cluster_error(f"unknown GPU '{unknown}'" + did_you_mean(unknown, _profiles_by_key()))
 
 
 def parse_cluster(text: str) -> Cluster:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from levers.errors import InputError
+from levers.errors import InputError, did_you_mean
 
 ACCEPTED = "1k/1k, 8k/1k, ISL/OSL in tokens (e.g. 2048/256), or agentic"
 # The context one sequence is checked at for memory on agentic traffic (long, growing
@@ -75,6 +75,7 @@ def parse_workload(text: str | None) -> WorkloadSpec:
     if text is None or text.strip().lower() == "agentic":
         return AGENTIC
     if "/" not in text:
-        raise InputError("--workload", f"unknown workload '{text}'", ACCEPTED)
+        raise InputError("--workload", f"unknown workload '{text}'" + did_you_mean(text, ("agentic", "1k/1k", "8k/1k")),
+                         ACCEPTED)
     isl, _, osl = text.partition("/")
     return WorkloadSpec("fixed", _tokens(isl, text), _tokens(osl, text))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from levers.errors import InputError, accepted_list
+from levers.errors import InputError, accepted_list, did_you_mean
 from predictor.cards.builder import card_aliases, card_from_hf_config
 from predictor.cards.model_card import (
     COMPONENTS,
@@ -55,7 +55,8 @@ def load_card(name: str) -> ModelCard:
     cards, index = _catalog(str(user_cards_dir()))
     position = index.get(name.strip().lower())
     if position is None:
-        raise InputError("--model", f"unknown model '{name}'", accepted_list(card.name for card in cards))
+        raise InputError("--model", f"unknown model '{name}'" + did_you_mean(name, index),
+                         accepted_list(card.name for card in cards))
     return cards[position]
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -73,3 +74,25 @@ def test_mistyped_command_gets_a_suggestion():
     assert "No such command 'tnue'. Did you mean 'tune'?" in result.output
     sub = runner.invoke(app, ["ledger", "shwo"])
     assert sub.exit_code == 2 and "Did you mean 'show'?" in sub.output
+
+
+@pytest.mark.parametrize("args, suggestion", [
+    (["check", "--model", "kimi-k33"], "did you mean 'kimi-k3'?"),
+    (["check", "--model", "deepsek-r1"], "did you mean 'deepseek-r1'?"),
+    (["check", "--model", "kimi-k3", "--cluster", "mi35x"], "did you mean 'mi355x'?"),
+    (["check", "--model", "kimi-k3", "--config", "tpp=8"], "did you mean 'tp'?"),
+    (["check", "--model", "kimi-k3", "--config", "spec_method=mpt"], "did you mean 'mtp'?"),
+    (["check", "--model", "kimi-k3", "--engine", "vlm"], "did you mean 'vllm'?"),
+    (["tune", "--model", "kimi-k3", "--objective", "throughpt", "--budget", "1"], "did you mean 'throughput'?"),
+    (["predict", "--model", "kimi-k3", "--workload", "agentc"], "did you mean 'agentic'?"),
+])
+def test_typos_get_a_did_you_mean(args, suggestion):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert suggestion in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_no_suggestion_for_a_far_miss():
+    result = runner.invoke(app, ["check", "--model", "zzzzzz"])
+    assert result.exit_code == 2 and "did you mean" not in result.stderr

@@ -63,7 +63,7 @@ def test_tables_show_each_tier_and_the_nearest_miss(fake_predictor, tmp_path):
 @pytest.mark.parametrize("text, expected", [
     ("models:\n  - name: kimi-k3\n    tiers: [realtime\n", "models.yaml: malformed YAML at line 4"),
     ("models:\n  - name: gpt-oss-120b\n  - name: llama-9000\n",
-     "models.yaml: models[1].name: unknown model 'llama-9000' (accepted: DeepSeek-R1,"),
+     "models.yaml: models[1].name: unknown model 'llama-9000'"),
     ("models: [{name: kimi-k3}]\ntiers:\n  bulk: {interactivity: 1, latency: 3}\n",
      "models.yaml: tiers.bulk.latency: unknown key 'latency' (accepted: keys interactivity, ttft_s,"),
     ("models:\n  - name: kimi-k3\n    tiers: [gold]\n",
