@@ -24,7 +24,7 @@ import dspy
 from agent import briefing
 from agent.guards import guard_proposal
 from agent.lm import LmRuntime, StopAgent
-from agent.redact import redact
+from levers.redact import redact
 from agent.session import SearchSession
 from agent.trial import Phase
 from prompts import load_prompt

@@ -14,7 +14,7 @@ Facts this module follows (verified against DSPy 3.4 / LiteLLM 1.110):
 A small local model (a llama.cpp server) follows DSPy's text formats only when its
 decoding is constrained: ``json_schema=True`` selects :class:`SchemaJSONAdapter`, which
 sends ``response_format={"type": "json_object", "schema": ...}`` built from the
-signature's output fields. Secrets never reach a record (:mod:`agent.redact`).
+signature's output fields. Secrets never reach a record (:mod:`levers.redact`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import dspy  # noqa: E402
 import pydantic  # noqa: E402
 from dspy.adapters.types.tool import ToolCalls  # noqa: E402
 
-from agent.redact import redact  # noqa: E402
+from levers.redact import redact  # noqa: E402
 from levers.errors import InputError  # noqa: E402
 from predictor.units import MS_PER_S  # noqa: E402
 

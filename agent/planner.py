@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent import briefing
 from agent.lm import LmRuntime
-from agent.redact import redact
+from levers.redact import redact
 from agent.session import SearchSession
 from agent.trial import Phase
 from prompts import load_prompt

@@ -3,7 +3,7 @@ ledger after every trial, and the way back from a ledger to a session (``--resum
 
 The header (the question the search answers) is written once; each trial is added as
 it is recorded; the tail (best, nearest misses, stop reason, LLM notes, statistics) is
-recomputed at every write. Only masked text reaches the file (:mod:`agent.redact`).
+recomputed at every write. Only masked text reaches the file (:mod:`levers.redact`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.fidelity import fidelity_json
 from agent.ranking import meets_slos
-from agent.redact import redact, redact_argv
+from levers.redact import redact, redact_argv
 from agent.session import SearchSession
 from agent.trial import Phase, SearchContext, Stage, Trial
 from ledgers.model import Ledger, TrialRecord

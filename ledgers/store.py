@@ -5,11 +5,18 @@ leaves a valid file that ``--resume`` continues. A write is a temporary file in 
 same directory, then ``os.replace`` — a reader sees the old ledger or the new one, never
 half of one. Each trial is serialised once (:meth:`LedgerWriter.add_trial`) and the
 file is assembled from those fragments, one trial per line, so a write costs a string
-join rather than re-encoding the whole search.
+join rather than re-encoding the whole search. Each fragment is redacted once, when it is
+added (:mod:`levers.redact`: an LLM that echoes a key never puts it on disk), and the
+header and tail on every write.
+
+Reading goes through the input layer (:mod:`levers.inputs`): bounded size, UTF-8, no
+NaN, bounded nesting, control characters removed from every string, so a shared or
+hand-edited ledger cannot crash a reader or drive the terminal.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +25,8 @@ from pydantic import ValidationError
 
 from ledgers.model import Ledger
 from levers.errors import InputError
+from levers.inputs import load_json, quote
+from levers.redact import redact
 from predictor.cards.registry import inferasim_home
 from predictor.files import atomic_write_text  # noqa: F401  (the ledger API re-exports it)
 
@@ -35,24 +44,24 @@ class LedgerWriter:
     def __init__(self, path: Path, header: dict[str, Any], trials: list[dict[str, Any]] | None = None):
         self.path = path
         self.header = header
-        self._fragments = [_dumps(record) for record in trials or []]
+        self._fragments = [redact(_dumps(record)) for record in trials or []]
 
     def add_trial(self, record: dict[str, Any]) -> None:
-        self._fragments.append(_dumps(record))
+        self._fragments.append(redact(_dumps(record)))
 
     @property
     def num_trials(self) -> int:
         return len(self._fragments)
 
     def render(self, tail: dict[str, Any]) -> str:
-        head = ",\n".join(f"  {json.dumps(key)}: {_dumps(value)}" for key, value in self.header.items())
+        head = redact(",\n".join(f"  {json.dumps(key)}: {_dumps(value)}" for key, value in self.header.items()))
         trials = ",\n".join(f"    {fragment}" for fragment in self._fragments)
-        rest = ",\n".join(f"  {json.dumps(key)}: {_dumps(value)}" for key, value in tail.items())
+        rest = redact(",\n".join(f"  {json.dumps(key)}: {_dumps(value)}" for key, value in tail.items()))
         body = f"{head},\n  \"trials\": [\n{trials}\n  ]" if trials else f"{head},\n  \"trials\": []"
         return "{\n" + body + (",\n" + rest if rest else "") + "\n}\n"
 
     def write(self, tail: dict[str, Any], *, durable: bool = False) -> None:
-        atomic_write_text(self.path, self.render(tail), durable=durable)
+        atomic_write_text(self.path, self.render(tail), durable=durable, redacted=True)
 
 
 def _dumps(value: Any) -> str:
@@ -64,28 +73,31 @@ def resolve_ledger(reference: str) -> Path:
     candidate = Path(reference).expanduser()
     if candidate.is_file():
         return candidate
-    matches = sorted(ledgers_dir().glob(f"{reference}*{SUFFIX}")) if ledgers_dir().is_dir() else []
+    if candidate.is_dir():
+        raise InputError(f"ledger {quote(reference)}", "is a directory", "a ledger file or search id")
+    pattern = f"{glob.escape(reference)}*{SUFFIX}"
+    try:
+        matches = sorted(ledgers_dir().glob(pattern)) if "/" not in reference and ledgers_dir().is_dir() else []
+    except (OSError, ValueError):
+        matches = []
     exact = [m for m in matches if m.stem == reference]
     if exact or len(matches) == 1:
         return (exact or matches)[0]
     known = ", ".join(p.stem for p in list_ledgers()[-5:]) or "none yet"
-    problem = f"'{reference}' matches {len(matches)} ledgers" if matches else f"no ledger '{reference}'"
+    problem = f"{quote(reference)} matches {len(matches)} ledgers" if matches else f"no ledger {quote(reference)}"
     raise InputError("ledger", problem, f"a ledger file or search id (recent: {known})")
 
 
 def load_ledger(reference: str | Path) -> Ledger:
     """Read and validate a ledger; InputError (one line) when it is not one."""
     path = resolve_ledger(str(reference))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise InputError("ledger", f"cannot read {path}: {error}", "a ledger JSON written by tune") from None
+    data = load_json(path, "ledger", expected="a ledger JSON written by tune")
     try:
         return Ledger.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise InputError("ledger", f"{path} is not a valid ledger: {where}: {first['msg']}",
+        raise InputError(f"ledger {quote(str(path))}", f"is not a valid ledger: {quote(where)}: {first['msg']}",
                          "a ledger JSON written by tune (schema ledgers/ledger.schema.json)") from None
 
 

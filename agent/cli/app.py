@@ -9,6 +9,13 @@ Start-up is part of the interface (`inferasim --help` should feel instant): the 
 group is a :class:`LazyGroup` that knows the commands from `agent.cli.commands` (plain
 data) and imports a command's module only when that command runs, so `--help` loads
 typer and rich, and `inferasim models` loads the model cards, nothing else.
+
+Everything printed passes the one redaction pass and loses its control characters
+(:func:`levers.redact.clean_text`): the consoles clean every string they render (table
+cells too), and JSON output is redacted before it is written. An error message is
+bounded in size. A file the product could not read or write (``OSError``) is an input
+error too; anything else unexpected is one line and exit code 3, never a traceback
+(``INFERASIM_DEBUG=1`` shows it).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import difflib
 import functools
 import importlib
 import json
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable
@@ -28,6 +36,8 @@ from typer.core import TyperGroup
 
 from agent.cli.commands import BY_NAME, COMMANDS
 from levers.errors import InputError
+from levers.inputs import bounded, quote
+from levers.redact import clean_text, redact
 
 
 class LazyGroup(TyperGroup):
@@ -105,10 +115,21 @@ def _root(version_flag: bool = typer.Option(False, "--version", callback=_print_
 # Piped output (logs, CI) gets a wide page instead of rich's 80-column default, so
 # tables of configurations stay readable; a terminal keeps its own width.
 PIPED_WIDTH = 140
-console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
-
 EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3
+DEBUG_ENV = "INFERASIM_DEBUG"
+
+
+class SafeConsole(Console):
+    """A rich console that redacts and strips control characters from every string it
+    renders (PRODUCT.md §6: LLM replies and ledger fields are untrusted)."""
+
+    def render_str(self, text: str, **kwargs: Any):  # noqa: ANN201 - rich's own signature
+        return super().render_str(clean_text(text), **kwargs)
+
+
+console = SafeConsole(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+err_console = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 
 def cli_errors(fn: Callable) -> Callable:
@@ -119,15 +140,31 @@ def cli_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except InputError as error:
-            err_console.print(f"error: {error.message}", markup=False, highlight=False, soft_wrap=True)
+            _say_error(error.message)
             raise typer.Exit(EXIT_USER_ERROR) from None
+        except OSError as error:
+            where = f"{quote(str(error.filename))}: " if error.filename else ""
+            _say_error(f"{where}{error.strerror or error}")
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as error:  # noqa: BLE001 - the edge: one line, never a traceback
+            if os.environ.get(DEBUG_ENV):
+                raise
+            _say_error(f"internal error ({type(error).__name__}: {error}); rerun with {DEBUG_ENV}=1 "
+                       "for the traceback and report it")
+            raise typer.Exit(EXIT_INTERNAL_ERROR) from None
 
     return wrapper
 
 
+def _say_error(message: str) -> None:
+    err_console.print(f"error: {bounded(message)}", markup=False, highlight=False, soft_wrap=True)
+
+
 def print_json(data: Any) -> None:
-    """Machine-readable output on stdout, nothing else."""
-    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+    """Machine-readable output on stdout, nothing else (secrets masked)."""
+    sys.stdout.write(redact(json.dumps(data, indent=2, default=_json_default)) + "\n")
 
 
 def _json_default(value: Any) -> Any:

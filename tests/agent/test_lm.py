@@ -10,7 +10,7 @@ import dspy
 import pytest
 
 from agent.lm import LmRuntime, LmSettings, build_lm, resolve_lm_settings
-from agent.redact import MASK, redact, redact_argv
+from levers.redact import MASK, redact, redact_argv
 from agent.tune import TuneRequest, tune
 from ledgers.store import load_ledger
 from levers.errors import InputError
