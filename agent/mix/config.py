@@ -6,10 +6,13 @@ the catalogues (model cards, engines, clusters, workloads, levers, tiers). Every
 rejection is an :class:`InputError` whose ``what`` is the file and the key path
 (``models.yaml: models[2].max_gpus``) and whose ``accepted`` says what would do.
 
-Tiers: the four of METHOD §7 (realtime / interactive / responsive / bulk); a top-level
-``tiers:`` mapping overrides fields of a named tier or adds a tier. Each tier bounds a
-statistic of interactivity from below (default the median over requests of 1/TPOT) and
-of TTFT from above (default the mean from arrival); an absent bound is ``null``.
+Tiers: the four of METHOD §7 (realtime / interactive / responsive / bulk). A top-level
+``tiers:`` is either a mapping, which overrides fields of a named tier or adds a tier
+(every model without its own ``tiers:`` list then plans for every tier, the added ones
+included), or a list of tier names, which every model without its own list plans for.
+Each tier bounds a statistic of interactivity from below (default the median over
+requests of 1/TPOT) and of TTFT from above (default the mean from arrival); an absent
+bound is ``null``.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ class ModelPlan:
 class MixSpec:
     source: str
     models: tuple[ModelPlan, ...]
-    tiers: dict[str, Tier]
+    tiers: dict[str, Tier]          # every tier a model may plan for, in file order
 
 
 # -- the file's shape (pydantic) ------------------------------------------------------
@@ -130,7 +133,7 @@ class MixFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[ModelEntry] = Field(min_length=1)
-    tiers: dict[str, TierFields] = Field(default_factory=dict)
+    tiers: dict[str, TierFields | None] | list[str] = Field(default_factory=dict)
 
 
 ACCEPTED_BY_FIELD = {
@@ -140,7 +143,7 @@ ACCEPTED_BY_FIELD = {
     "cluster": "GPU[xPER_NODE[xNODES]], e.g. mi355x, mi355x8x2",
     "workload": "agentic, 1k/1k, 8k/1k or ISL/OSL",
     "candidates": "'auto' or a list of partial configurations (lever: value mappings)",
-    "tiers": "a non-empty list of tier names",
+    "tiers": "a non-empty list of tier names (file level: also a mapping of tier fields)",
     "max_gpus": "a positive integer (GPUs per deployment)",
     "interactivity": "a positive number of tok/s per user, or null (no floor)",
     "ttft_s": "a positive number of seconds, or null (no cap)",
@@ -157,10 +160,29 @@ def key_path(loc: tuple[Any, ...]) -> str:
     return text
 
 
-def _shape_error(source: str, error: ValidationError) -> InputError:
-    first = error.errors()[0]
+def _branch_errors(error: ValidationError, data: Any) -> list[dict[str, Any]]:
+    """The errors of the union branch the input took (file-level ``tiers`` is a mapping or
+    a list), with pydantic's branch tag dropped from the key path."""
+    given = data.get("tiers") if isinstance(data, dict) else None
+    taken = "list[" if isinstance(given, list) else "dict["
+    kept = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        if len(loc) > 1 and loc[0] == "tiers" and isinstance(loc[1], str) and loc[1].startswith(("dict[", "list[")):
+            if not isinstance(given, (dict, list)) and loc[1].startswith("list["):
+                continue
+            if isinstance(given, (dict, list)) and not loc[1].startswith(taken):
+                continue
+            item = {**item, "loc": (loc[0], *loc[2:])}
+        kept.append(item)
+    return kept
+
+
+def _shape_error(source: str, error: ValidationError, data: Any = None) -> InputError:
+    errors = _branch_errors(error, data)
+    first = errors[0]
     loc = tuple(first["loc"])
-    more = len(error.errors()) - 1
+    more = len(errors) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     if first["type"] == "extra_forbidden":
         parent = TierFields if loc[0] == "tiers" else ModelEntry if loc[0] == "models" else MixFile
@@ -204,17 +226,33 @@ def parse_mix_text(text: str, source: str = "models.yaml") -> MixSpec:
     try:
         parsed = MixFile.model_validate(data)
     except ValidationError as error:
-        raise _shape_error(source, error) from None
-    tiers = resolve_tiers(parsed.tiers)
-    models = tuple(_resolve_entry(source, index, entry, tiers) for index, entry in enumerate(parsed.models))
+        raise _shape_error(source, error, data) from None
+    tiers, planned = file_tiers(source, parsed.tiers)
+    models = tuple(_resolve_entry(source, index, entry, tiers, planned) for index, entry in enumerate(parsed.models))
     return MixSpec(source, models, tiers)
 
 
-def resolve_tiers(overrides: Mapping[str, TierFields]) -> dict[str, Tier]:
-    """Default tiers, with named fields overridden and new tiers added (unset = no bound)."""
+def file_tiers(source: str, given: Mapping[str, TierFields | None] | list[str]) -> tuple[dict[str, Tier], tuple[str, ...]]:
+    """(every known tier, the tiers a model without its own list plans for)."""
+    if isinstance(given, list):
+        for i, name in enumerate(given):
+            if name not in DEFAULT_TIERS:
+                raise InputError(f"{source}: tiers[{i}]", f"unknown tier '{name}'",
+                                 accepted_list(DEFAULT_TIERS) + ", or a mapping that defines new tiers")
+        return dict(DEFAULT_TIERS), tuple(dict.fromkeys(given)) or tuple(DEFAULT_TIERS)
+    tiers = resolve_tiers(given)
+    return tiers, tuple(tiers)
+
+
+def resolve_tiers(overrides: Mapping[str, TierFields | None]) -> dict[str, Tier]:
+    """Default tiers, with named fields overridden and new tiers added (unset = no bound;
+    a name with no fields keeps the default tier, or adds one without bounds)."""
     tiers = dict(DEFAULT_TIERS)
     for name, fields in overrides.items():
         base = tiers.get(name, Tier(name, None, None))
+        if fields is None:
+            tiers[name] = base
+            continue
         given = fields.model_fields_set
         tiers[name] = Tier(
             name,
@@ -230,7 +268,8 @@ def _relocated(error: InputError, what: str) -> InputError:
     return InputError(what, error.problem, error.accepted)
 
 
-def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, Tier]) -> ModelPlan:
+def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, Tier],
+                   planned: tuple[str, ...]) -> ModelPlan:
     at = f"{source}: models[{index}]"
     try:
         card = load_card(entry.name)
@@ -250,7 +289,7 @@ def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, 
     candidates = None
     if entry.candidates != AUTO:
         candidates = tuple(_candidate(item, f"{at}.candidates[{i}]") for i, item in enumerate(entry.candidates))
-    names = tuple(dict.fromkeys(entry.tiers)) if entry.tiers else tuple(DEFAULT_TIERS)
+    names = tuple(dict.fromkeys(entry.tiers)) if entry.tiers else planned
     for i, name in enumerate(names):
         if name not in tiers:
             raise InputError(f"{at}.tiers[{i}]", f"unknown tier '{name}'", accepted_list(tiers))

@@ -6,6 +6,7 @@ They sit below the planner (which builds them) and the ledger writer (which read
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,11 +53,29 @@ class MixReport:
     def candidates_evaluated(self) -> int:
         return len(self.tasks)
 
+    def illegal_reasons(self, entry: ModelPlan) -> tuple[int, int, list[tuple[str, int]]]:
+        """(candidates, illegal ones, their reasons with counts, most common first) of one
+        entry; a reason is the stage that refused the candidate and its first reason."""
+        trials = [self.trials[task.key] for task in self.tasks_by_entry.get(entry.index, [])]
+        reasons = Counter(f"{trial.stage or 'prediction'}: {trial.reasons[0] if trial.reasons else 'no reason given'}"
+                          for trial in trials if not trial.legal)
+        return len(trials), sum(reasons.values()), reasons.most_common()
+
+    def _entries_json(self) -> list[dict[str, Any]]:
+        entries = []
+        for entry in self.spec.models:
+            total, illegal, reasons = self.illegal_reasons(entry)
+            entries.append({"model": entry.name, "entry": entry.index, "tiers": list(entry.tiers),
+                            "candidates": total, "illegal": illegal,
+                            "illegal_reasons": [{"reason": reason, "count": count} for reason, count in reasons]})
+        return entries
+
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.spec.source,
             "tiers": [tier.to_json() for tier in self.spec.tiers.values()],
             "slots": [slot.to_json() for slot in self.slots],
+            "entries": self._entries_json(),
             "candidates_evaluated": self.candidates_evaluated,
             "candidates_legal": sum(1 for t in self.trials.values() if t.legal),
             "excluded_by_max_gpus": sum(self.excluded_by_max_gpus.values()),

@@ -47,6 +47,20 @@ def test_json_report_on_stdout_and_in_out_file(fake_predictor, models_yaml, tmp_
     assert ledger.startswith(str(isolated_home / "ledgers"))
 
 
+def test_illegal_candidates_are_counted_with_their_reasons(fake_predictor, tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text(GPT_OSS_CANDIDATES + "      - {tp: 2, attention_dp: 4, concurrency: 4}\n"
+                    "      - {tp: 1, attention_dp: 2, concurrency: 8}\n")
+    result = runner.invoke(app, ["plan-mix", str(path), "--workers", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads(result.stdout)["entries"]
+    assert (entry["candidates"], entry["illegal"]) == (7, 2)
+    assert sum(r["count"] for r in entry["illegal_reasons"]) == 2
+    assert all(r["reason"].startswith("structure: ") for r in entry["illegal_reasons"])
+    text = runner.invoke(app, ["plan-mix", str(path), "--workers", "1"], terminal_width=200).stdout
+    assert "gpt-oss-120b: 2 of 7 candidates illegal: structure: " in text
+
+
 def test_tables_show_each_tier_and_the_nearest_miss(fake_predictor, tmp_path):
     path = tmp_path / "models.yaml"
     path.write_text(GPT_OSS_CANDIDATES.replace("max_gpus: 8", "max_gpus: 8\n    tiers: [realtime, bulk, strict]")
@@ -56,7 +70,7 @@ def test_tables_show_each_tier_and_the_nearest_miss(fake_predictor, tmp_path):
     text = result.stdout
     assert "realtime: interactivity p50 >= 150 tok/s, TTFT mean <= 1 s (qualify at half)" in text
     assert "bulk: no latency bound (best throughput)" in text
-    assert "strict / gpt-oss-120b: nothing meets the tier; nearest miss tp=2,replicas=4,concurrency=4: " in text
+    assert "strict / gpt-oss-120b: nothing meets the tier; nearest miss tp=2, replicas=4, concurrency=4: " in text
     assert "5 candidates evaluated (5 legal)" in text and "rank-only picks (gpt-oss-120b)" in text
 
 

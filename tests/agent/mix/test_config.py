@@ -43,6 +43,24 @@ def test_custom_tiers_override_fields_and_add_tiers():
     assert spec.models[0].tiers == ("realtime", "overnight")
 
 
+def test_tiers_added_at_file_level_are_planned_for_every_model_without_its_own_list():
+    spec = parse_mix_text(
+        "models: [{name: gpt-oss-120b}, {name: kimi-k3, tiers: [bulk]}]\n"
+        "tiers:\n  realtime: {interactivity: 120}\n  overnight: {interactivity: 5, ttft_s: 60}\n")
+    assert spec.models[0].tiers == ("realtime", "interactive", "responsive", "bulk", "overnight")
+    assert spec.models[1].tiers == ("bulk",)
+    assert spec.tiers["realtime"].interactivity_floor == 120.0
+
+
+def test_a_file_level_list_of_tiers_selects_them_for_every_model():
+    spec = parse_mix_text("models: [{name: gpt-oss-120b}, {name: kimi-k3, tiers: [bulk]}]\n"
+                          "tiers: [interactive, bulk, interactive]\n")
+    assert [m.tiers for m in spec.models] == [("interactive", "bulk"), ("bulk",)]
+    message = rejected("models: [{name: gpt-oss-120b}]\ntiers: [realtime, gold]\n")
+    assert message.startswith("models.yaml: tiers[1]: unknown tier 'gold' (accepted: realtime, interactive")
+    assert rejected("models: [{name: gpt-oss-120b}]\ntiers: 5\n").startswith("models.yaml: tiers: ")
+
+
 def test_listed_candidates_are_partials_over_the_lever_defaults():
     spec = parse_mix_text("models:\n - name: Qwen3.5-397B\n   engines: [sglang, vllm]\n   candidates:\n"
                           "     - {tp: 8, concurrency: 16}\n"
