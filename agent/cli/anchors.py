@@ -6,20 +6,20 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.table import Table
-
 from agent.cli.app import EXIT_USER_ERROR, app, cli_errors, console, err_console, print_json
-from agent.cli.info import JsonOpt
+from agent.cli.info import JsonOpt, WideOpt
+from agent.cli.render import id_line, list_text, number, paragraph, print_wide, say, table
 from levers.catalog import parse_engine
 from predictor.anchors.anchor import Anchor
 from predictor.anchors.check import INVALID, REFUSED, check_anchors, coverage_summary
 from predictor.anchors.store import AnchorStore, StoredAnchor
-from predictor.hardware import parse_cluster
+from predictor.cards.registry import load_card
+from predictor.hardware import load_gpu, parse_cluster
+from predictor.units import NS_PER_MS, US_PER_MS
 
 anchors_app = typer.Typer(help="The anchor cache: list, show and check anchors.", no_args_is_help=True)
 app.add_typer(anchors_app, name="anchors")
-
-
+WIDE_HEADERS = ("id", "GPU", "engine", "model", "dtypes", "widths", "source", "where")
 
 def _row(item: StoredAnchor) -> dict:
     anchor, sig = item.anchor, item.anchor.signature
@@ -50,24 +50,47 @@ def _warn_problems(store: AnchorStore) -> None:
 
 @anchors_app.command("list")
 @cli_errors
-def list_anchors(json_out: bool = JsonOpt) -> None:
+def list_anchors(model: Optional[str] = typer.Option(None, "--model", "-m", help="Only this model (name or alias)."),
+                 gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU type, e.g. mi355x."),
+                 engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Only this engine."),
+                 wide: bool = WideOpt, json_out: bool = JsonOpt) -> None:
     """Every anchor: embedded defaults and the user's cache ($INFERASIM_HOME/anchors)."""
     store = AnchorStore.default()
-    rows = [_row(item) for item in store.entries()]
+    keep = _filter(model, gpu, engine)
+    rows = [_row(item) for item in store.entries() if keep(item.anchor.signature)]
     if json_out:
         return print_json(rows)
     _warn_problems(store)
     if not rows:
-        console.print("No anchors stored. `inferasim harvest` measures one; predictions run in simulate mode.")
+        filtered = " matching the filters" if (model or gpu or engine) else ""
+        console.print(f"No anchors stored{filtered}. `inferasim harvest` measures one; "
+                      "predictions run in simulate mode.")
         return
-    table = Table(title="Anchors")
-    table.add_column("id", overflow="fold")
-    for column in ("GPU", "engine", "model", "dtypes", "widths", "source", "where"):
-        table.add_column(column)
+    if wide:
+        grid = table(f"Anchors ({len(rows)})", [(header, "left") for header in WIDE_HEADERS])
+        for row in rows:
+            grid.add_row(row["id"], row["gpu"], row["engine"], row["model"], _dtypes_text(row), _widths_text(row),
+                         row["source"], row["where"])
+        return print_wide(console, grid)
+    say(console, f"{len(rows)} anchors (id, then GPU / engine / model / dtypes / widths / source):")
     for row in rows:
-        table.add_row(row["id"], row["gpu"], row["engine"], row["model"], _dtypes_text(row), _widths_text(row),
-                      row["source"], row["where"])
-    console.print(table)
+        id_line(console, row["id"])
+        paragraph(console, f"{row['gpu']} {row['engine']} {row['model']}; {_dtypes_text(row)}; "
+                           f"{_widths_text(row)}; {row['source']} ({row['where']})", indent=4)
+
+
+def _filter(model: str | None, gpu: str | None, engine: str | None):
+    """A predicate on anchor signatures; names are resolved (with did-you-mean on a typo)."""
+    model_name = load_card(model).name if model else None
+    gpu_name = load_gpu(gpu).name.lower() if gpu else None
+    engine_name = str(parse_engine(engine)) if engine else None
+
+    def keep(sig) -> bool:
+        return ((model_name is None or sig.model == model_name)
+                and (gpu_name is None or sig.accelerator.lower() == gpu_name)
+                and (engine_name is None or sig.engine == engine_name))
+
+    return keep
 
 
 def _show_json(item: StoredAnchor) -> dict:
@@ -77,26 +100,33 @@ def _show_json(item: StoredAnchor) -> dict:
 
 def _render_anchor(anchor: Anchor, where: str) -> None:
     sig, sweep, prefill = anchor.signature, anchor.decode_sweep, anchor.prefill_sweep
-    console.print(f"[bold]{anchor.id}[/bold] ({where}, source {anchor.provenance.source}, "
-                  f"{anchor.provenance.timestamp})", highlight=False)
-    console.print(f"coverage: {coverage_summary(anchor)}", markup=False, highlight=False)
-    console.print(f"signature: {sig.model_dump_json()}", markup=False, highlight=False, soft_wrap=True)
-    table = Table(title=f"decode sweep (prompt {sweep.prompt_tokens} tokens)")
-    table.add_column("batch")
-    table.add_column("ITL ms")
+    id_line(console, anchor.id)
+    say(console, f"{where}, source {anchor.provenance.source}, {anchor.provenance.timestamp}")
+    paragraph(console, coverage_summary(anchor), first="coverage: ")
+    signature = ", ".join(f"{key} {_value(value)}" for key, value in sig.model_dump().items() if value is not None)
+    paragraph(console, signature, first="signature: ")
+    columns = [("batch", "right"), (f"ITL ms\n@ {number(sweep.prompt_tokens)} tok", "right")]
     if sweep.second_itl_ms:
-        table.add_column(f"ITL ms @ {sweep.second_prompt_tokens}")
+        columns.append((f"ITL ms\n@ {number(sweep.second_prompt_tokens)} tok", "right"))
+    say(console, "decode sweep (median single-wave ITL):")
+    grid = table(None, columns)
     for index, batch in enumerate(sweep.batch_sizes):
-        cells = [str(batch), f"{sweep.itl_ms[index]:.3f}"]
+        cells = [str(batch), number(sweep.itl_ms[index])]
         if sweep.second_itl_ms:
-            cells.append(f"{sweep.second_itl_ms[index]:.3f}")
-        table.add_row(*cells)
-    console.print(table)
-    console.print(f"prefill fit: F {prefill.fit_f_ms:.3f} ms + {prefill.fit_c1_ms:.6f} ms/token "
-                  f"+ {prefill.fit_c2_ms:.3e} ms/token^2 over lengths {list(prefill.prompt_tokens)}",
-                  markup=False, highlight=False)
+            cells.append(number(sweep.second_itl_ms[index]))
+        grid.add_row(*cells)
+    console.print(grid)
+    paragraph(console, f"F {number(prefill.fit_f_ms)} ms + {number(prefill.fit_c1_ms * US_PER_MS)} us/token "
+                       f"+ {number(prefill.fit_c2_ms * NS_PER_MS)} ns/token^2 over prompts of "
+                       f"{list_text(prefill.prompt_tokens)} tokens", first="prefill fit: ")
     if anchor.flags:
-        console.print(f"flags: {', '.join(anchor.flags)}", markup=False, highlight=False)
+        paragraph(console, ", ".join(anchor.flags), first="flags: ")
+
+
+def _value(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return list_text(value)
+    return number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 @anchors_app.command("show")
@@ -135,11 +165,9 @@ def _render_reports(reports: list) -> None:
     if not reports:
         console.print("No anchors to check.")
         return
-    table = Table(title="Anchor check")
-    table.add_column("id", overflow="fold")
-    for column in ("where", "status", "coverage", "notes"):
-        table.add_column(column)
+    say(console, f"Anchor check: {len(reports)} anchors (id, then where / status / coverage / notes)")
     for report in reports:
-        status = f"[red]{report.status}[/red]" if report.status == REFUSED else report.status
-        table.add_row(report.anchor_id, report.where, status, report.coverage, "; ".join(report.reasons))
-    console.print(table)
+        id_line(console, report.anchor_id, style="bold red" if report.status == REFUSED else "bold")
+        notes = "; ".join(report.reasons)
+        paragraph(console, f"{report.where}, {report.status}; {report.coverage}" + (f"; {notes}" if notes else ""),
+                  indent=4)

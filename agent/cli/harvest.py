@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.table import Table
-
 from agent.cli.app import app, cli_errors, console, err_console, print_json
+from agent.cli.render import list_text, number, say, table
 from levers.errors import InputError
 from predictor.harvest.harvester import HarvestReport, run_harvest
+from predictor.units import NS_PER_MS, US_PER_MS
 from predictor.harvest.plan import (
     DEFAULT_READY_TIMEOUT_S,
     HarvestPlan,
@@ -38,11 +38,12 @@ def _render_plan(plan: HarvestPlan) -> None:
         console.print(f"note: {note}", markup=False)
     console.print("launch: " + (data["launch"] or f"(endpoint {data['endpoint']})"), markup=False, soft_wrap=True)
     sweep = data["sweep"]
-    console.print(f"decode waves at batch {sweep['decode_batches']}, {sweep['prompt_tokens']} prompt tokens"
-                  + (f" (and {sweep['second_prompt_tokens']})" if sweep["second_prompt_tokens"] else "")
-                  + f", {sweep['decode_tokens']} output tokens, {sweep['waves_per_batch']} wave(s) each", markup=False)
-    console.print(f"prefill TTFT at {sweep['prefill_lengths']} tokens x{sweep['repeats']}, concurrency 1,"
-                  " unique prompts", markup=False)
+    say(console, f"decode waves at batch {list_text(sweep['decode_batches'])}, {number(sweep['prompt_tokens'])} "
+                 "prompt tokens" + (f" (and {number(sweep['second_prompt_tokens'])})" if sweep["second_prompt_tokens"]
+                                    else "")
+                 + f", {number(sweep['decode_tokens'])} output tokens, {sweep['waves_per_batch']} wave(s) each")
+    say(console, f"prefill TTFT at {list_text(sweep['prefill_lengths'])} tokens x{sweep['repeats']}, concurrency 1,"
+                 " unique prompts")
     if sweep["packed_probe"]:
         console.print(f"packed-prefill probe: {sweep['packed_probe'][0]} x {sweep['packed_probe'][1]} tokens",
                       markup=False)
@@ -52,17 +53,18 @@ def _render_report(report: HarvestReport) -> None:
     anchor = report.anchor
     console.print(f"[bold]anchor[/bold] {anchor.id}")
     console.print(f"written to {report.path}" if report.path else "not written", markup=False)
-    table = Table("batch", "median ITL (ms)", title="decode sweep")
+    grid = table("decode sweep", [("batch", "right"), ("median ITL\nms", "right")])
     for batch, itl in zip(anchor.decode_sweep.batch_sizes, anchor.decode_sweep.itl_ms):
-        table.add_row(str(batch), f"{itl:.2f}")
-    console.print(table)
+        grid.add_row(str(batch), number(itl))
+    console.print(grid)
     sweep = anchor.prefill_sweep
-    table = Table("prompt tokens", "TTFT (ms)", title="prefill sweep")
+    grid = table("prefill sweep", [("prompt\ntokens", "right"), ("TTFT\nms", "right")])
     for tokens, ttft in zip(sweep.prompt_tokens, sweep.ttft_ms):
-        table.add_row(str(tokens), f"{ttft:.1f}")
-    console.print(table)
-    console.print(f"fit: F {sweep.fit_f_ms:.2f} ms + {sweep.fit_c1_ms:.4f} ms/token + {sweep.fit_c2_ms:.3g} ms/token^2;"
-                  f" host {anchor.host_time_ms:.2f} ms + {anchor.host_us_per_prompt_token:.2f} us/token", markup=False)
+        grid.add_row(number(tokens), number(ttft))
+    console.print(grid)
+    say(console, f"fit: F {number(sweep.fit_f_ms)} ms + {number(sweep.fit_c1_ms * US_PER_MS)} us/token + "
+                 f"{number(sweep.fit_c2_ms * NS_PER_MS)} ns/token^2; host {number(anchor.host_time_ms)} ms + "
+                 f"{number(anchor.host_us_per_prompt_token)} us/token")
     for check in report.checks:
         if check.outcome != "ok":
             console.print(f"{check.outcome}: {check.message}", markup=False, soft_wrap=True)

@@ -3,12 +3,12 @@ need no prediction, `check` (structural legality + memory) and `memory` (METHOD 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Optional
 
 import typer
-from rich.table import Table
-
 from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.render import MISSING, number, objective_header, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, parse_config_text, parse_partial
 from objectives.objectives import list_objectives
@@ -18,6 +18,7 @@ from predictor.hardware import list_gpus
 from predictor.target import resolve_target
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
+WideOpt = typer.Option(False, "--wide", help="One table with the ids in it (lines wider than the terminal).")
 ModelOpt = typer.Option(..., "--model", "-m", help="Model name or alias, e.g. kimi-k3.")
 ClusterOpt = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]], default mi355x.")
 EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom or trtllm.")
@@ -42,15 +43,16 @@ def models(json_out: bool = JsonOpt) -> None:
     rows = [_card_row(card) for card in list_cards()]
     if json_out:
         return print_json(rows)
-    table = Table(title="Model cards")
-    for column in ("name", "total B", "active B", "layers", "experts/top-k", "max context", "dtypes"):
-        table.add_column(column)
+    grid = table("Model cards", [("name", "left"), ("params\ntotal B", "right"), ("params\nactive B", "right"),
+                                 ("layers", "right"), ("experts\n/ top-k", "right"), ("context\ntokens", "right"),
+                                 ("dtypes\nw / e", "left")], wrap_last=True)
     for row in rows:
         dtypes = row["native_dtypes"]
-        table.add_row(row["name"], f"{row['total_params_b']:.1f}", f"{row['active_params_b']:.1f}",
-                      str(row["layers"]), f"{row['routed_experts']}/{row['top_k']}",
-                      str(row["max_context"]), f"w {dtypes['weight']} / e {dtypes['expert']}")
-    console.print(table)
+        experts = f"{row['routed_experts']}/{row['top_k']}" if row["routed_experts"] else "dense"
+        grid.add_row(row["name"], number(row["total_params_b"]), number(row["active_params_b"]),
+                     str(row["layers"]), experts, number(row["max_context"]),
+                     f"{dtypes['weight']} / {dtypes['expert'] or '-'}")
+    console.print(grid)
 
 
 @app.command("hardware")
@@ -60,14 +62,14 @@ def hardware(json_out: bool = JsonOpt) -> None:
     gpus = list_gpus()
     if json_out:
         return print_json([gpu.model_dump(mode="json") for gpu in gpus])
-    table = Table(title="GPU profiles")
-    for column in ("GPU", "HBM GB", "HBM GB/s", "BF16 TF", "FP8 TF", "FP4 TF", "per node", "scale-up"):
-        table.add_column(column)
+    grid = table("GPU profiles", [("GPU", "left"), ("HBM\nGB", "right"), ("HBM\nGB/s", "right"),
+                                  ("BF16\nTFLOPS", "right"), ("FP8\nTFLOPS", "right"), ("FP4\nTFLOPS", "right"),
+                                  ("GPUs per\nnode", "right"), ("scale-up\nGPUs", "right")])
     for gpu in gpus:
-        table.add_row(gpu.name, f"{gpu.hbm_gb:g}", f"{gpu.hbm_bandwidth_gbps:g}", f"{gpu.bf16_tflops:g}",
-                      f"{gpu.fp8_tflops:g}", f"{gpu.fp4_tflops:g}" if gpu.fp4_tflops else "-",
-                      str(gpu.gpus_per_node), str(gpu.scale_up_domain))
-    console.print(table)
+        grid.add_row(gpu.name, number(gpu.hbm_gb), number(gpu.hbm_bandwidth_gbps), number(gpu.bf16_tflops),
+                     number(gpu.fp8_tflops), number(gpu.fp4_tflops) if gpu.fp4_tflops else MISSING,
+                     str(gpu.gpus_per_node), str(gpu.scale_up_domain))
+    console.print(grid)
 
 
 def _lever_row(lever, engine: Engine | None) -> dict:
@@ -91,29 +93,29 @@ def levers(engine: Optional[str] = EngineOpt, json_out: bool = JsonOpt) -> None:
     rows = [_lever_row(lever, chosen) for lever in LEVERS]
     if json_out:
         return print_json(rows)
-    table = Table(title=f"Levers ({chosen or 'all engines'})")
-    for column in ("#", "lever", "kind", "legal values", "description"):
-        table.add_column(column)
+    grid = table(f"Levers ({chosen or 'all engines'})", [("#", "right"), ("lever", "left"), ("kind", "left"),
+                                                          ("legal values", "left"), ("description", "left")],
+                 wrap=(2, 3, 4))
     for lever, row in zip(LEVERS, rows):
-        table.add_row(str(row["index"]), row["name"], row["kind"], lever.accepted_text(chosen),
-                      row["description"])
-    console.print(table)
+        grid.add_row(str(row["index"]), row["name"], row["kind"], lever.accepted_text(chosen), row["description"])
+    console.print(grid)
 
 
 @app.command("objectives")
 @cli_errors
 def objectives(json_out: bool = JsonOpt) -> None:
     """The 24 objectives with their direction and metric."""
-    rows = [{"name": o.name, "group": o.group, "metric": o.metric, "direction": str(o.direction),
+    rows = [{"name": o.name, "group": o.group, "metric": o.metric, "direction": str(o.direction), "unit": o.unit,
              "aliases": list(o.aliases), "description": o.description} for o in list_objectives()]
     if json_out:
         return print_json(rows)
-    table = Table(title="Objectives")
-    for column in ("objective", "group", "direction", "metric", "aliases"):
-        table.add_column(column)
+    grid = table("Objectives", [("objective", "left"), ("dir.", "left"), ("unit", "left"),
+                                ("what it is (aliases)", "left")], wrap_last=True)
     for row in rows:
-        table.add_row(row["name"], row["group"], row["direction"], row["metric"], ", ".join(row["aliases"]))
-    console.print(table)
+        aliases = f" (alias {', '.join(row['aliases'])})" if row["aliases"] else ""
+        grid.add_row(row["name"], row["direction"], objective_header(SimpleNamespace(**row)).split("\n")[-1],
+                     f"{row['description']}; reads {row['metric']}{aliases}")
+    console.print(grid)
 
 
 def configuration_from_options(config: list[str] | None, concurrency: int | None = None) -> Configuration:
@@ -157,15 +159,14 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt,
     if json_out:
         return print_json({"model": target.card.name, "cluster": target.cluster.spec,
                            "context_tokens": context, **data})
-    table = Table(title=f"Memory per GPU: {target.card.name} on {target.cluster.spec}, context {context}")
-    table.add_column("item")
-    table.add_column("value", justify="right")
+    grid = table(f"Memory per GPU: {target.card.name} on {target.cluster.spec}, context {number(context)} tokens",
+                 [("item", "left"), ("value", "right"), ("unit", "left")], wrap=(1,))
     for component, gb in data["weights_by_component_gb"].items():
-        table.add_row(f"weights: {component}", f"{gb:.2f} GB")
-    table.add_row("weights total", f"{data['weights_per_gpu_gb']:.2f} GB")
-    table.add_row("KV bytes per token", f"{data['kv_bytes_per_token']:,}")
-    table.add_row("state bytes per sequence", f"{data['state_bytes_per_sequence']:,}")
-    table.add_row("KV pool", f"{data['kv_pool_per_gpu_gb']:.2f} GB")
-    table.add_row("max concurrency", str(data["max_concurrency"]))
-    table.add_row("fits (90% HBM)", "yes" if data["fits"] else f"no: {data.get('reason')}")
-    console.print(table)
+        grid.add_row(f"weights: {component}", number(gb), "GB")
+    grid.add_row("weights total", number(data["weights_per_gpu_gb"]), "GB")
+    grid.add_row("KV per token", number(data["kv_bytes_per_token"]), "bytes")
+    grid.add_row("state per sequence", number(data["state_bytes_per_sequence"]), "bytes")
+    grid.add_row("KV pool", number(data["kv_pool_per_gpu_gb"]), "GB")
+    grid.add_row("max concurrency", number(data["max_concurrency"]), "sequences")
+    grid.add_row("fits (90% HBM)", "yes" if data["fits"] else f"no: {data.get('reason')}", "")
+    console.print(grid)

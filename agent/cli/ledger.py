@@ -5,27 +5,29 @@ A ledger is named by its path, its search id, or a unique prefix of the id.
 
 from __future__ import annotations
 
-import json
-
 import typer
-from rich.table import Table
 
 from agent.cli.app import app, cli_errors, console, print_json
-from agent.cli.info import JsonOpt
+from agent.cli.info import JsonOpt, WideOpt
+from agent.cli.render import (MISSING, config_text, id_line, mapping_text, metric_header, number,
+                              objective_header, paragraph, print_wide, say, table)
 from ledgers.review import best_record, compare, overview, rows
 from ledgers.store import load_ledger
 from levers.configuration import configuration_from_dict
+from objectives.objectives import resolve_objective
 
 ledger_app = typer.Typer(help="Review persisted ledgers (one per search).", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
 
 LedgerArg = typer.Argument(..., help="Ledger path, search id, or a unique prefix of the id.")
 DEFAULT_SHOWN = 10
+BEST_METRICS = ("throughput_per_gpu", "output_throughput_per_gpu", "ttft_ms_mean", "tpot_ms_p50",
+                "interactivity_p50", "itl_ms_p90")
 
 
 @ledger_app.command("list")
 @cli_errors
-def list_command(json_out: bool = JsonOpt) -> None:
+def list_command(json_out: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Every ledger in $INFERASIM_HOME/ledgers, oldest first."""
     found = rows()
     if json_out:
@@ -33,18 +35,44 @@ def list_command(json_out: bool = JsonOpt) -> None:
     if not found:
         console.print("no ledgers yet (inferasim tune writes one per search)")
         return
-    table = Table(title="Ledgers")
-    for column in ("search id", "model", "cluster", "engine", "objective", "SLOs", "trials", "best", "status"):
-        table.add_column(column, overflow="fold")
+    if wide:
+        return _print_wide(found)
+    for item in found:
+        id_line(console, item["search_id"])
+        paragraph(console, _details(item), indent=4)
+
+
+def _details(item: dict) -> str:
+    if "problem" in item:
+        return f"unreadable: {item['problem']}"
+    return (f"{item['model']} on {item['cluster']} ({item['engine']}), {item['workload']}; "
+            f"{_objective_text(item['objective'], item['best_objective'])}; SLOs {', '.join(item['slos']) or 'none'}; "
+            f"{item['num_trials']}/{item['budget']} trials, {item['status']}")
+
+
+def _objective_text(objective: str, value: float | None) -> str:
+    unit = objective_unit(objective)
+    best = "no trial met the SLOs" if value is None else f"best {number(value)} {unit}".rstrip()
+    return f"{objective} {best}"
+
+
+def objective_unit(name: str) -> str:
+    """The objective's unit as a header reads it (tok/s/GPU for per-GPU throughput)."""
+    return objective_header(resolve_objective(name)).split("\n")[-1]
+
+
+def _print_wide(found: list[dict]) -> None:
+    grid = table("Ledgers", [("search id", "left"), ("model", "left"), ("cluster", "left"), ("engine", "left"),
+                             ("objective", "left"), ("best", "right"), ("unit", "left"), ("SLOs", "left"),
+                             ("trials", "right"), ("status", "left")])
     for item in found:
         if "problem" in item:
-            table.add_row(item["search_id"], f"[red]unreadable[/red]: {item['problem']}", *[""] * 7)
+            grid.add_row(item["search_id"], f"unreadable: {item['problem']}", *[""] * 8)
             continue
-        best = "-" if item["best_objective"] is None else f"{item['best_objective']:.4g}"
-        table.add_row(item["search_id"], item["model"], item["cluster"], item["engine"], item["objective"],
-                      ", ".join(item["slos"]) or "-", f"{item['num_trials']}/{item['budget']}", best,
-                      item["status"])
-    console.print(table)
+        grid.add_row(item["search_id"], item["model"], item["cluster"], item["engine"], item["objective"],
+                     number(item["best_objective"]), objective_unit(item["objective"]),
+                     ", ".join(item["slos"]) or MISSING, f"{item['num_trials']}/{item['budget']}", item["status"])
+    print_wide(console, grid)
 
 
 @ledger_app.command("show")
@@ -56,40 +84,52 @@ def show_command(ledger: str = LedgerArg, top: int = typer.Option(DEFAULT_SHOWN,
     if json_out:
         return print_json(data)
     question = data["question"]
-    console.print(f"[bold]{data['search_id']}[/bold] ({data['status']}): {question['model']} on "
-                  f"{question['cluster']} ({question['engine']}), {question['workload']}, objective "
-                  f"{question['objective']}, SLOs {', '.join(question['slos']) or 'none'}")
-    console.print(f"trials by phase: {data['trials_by_phase']}; stop: {data['stop_reason']}", markup=False)
-    table = Table(title="Top trials")
-    for column in ("#", "phase", "objective", "SLOs", "mode", "configuration"):
-        table.add_column(column, overflow="fold")
+    id_line(console, f"{data['search_id']} ({data['status']})")
+    say(console, f"{question['model']} on {question['cluster']} ({question['engine']}), {question['workload']}, "
+                 f"objective {question['objective']}, SLOs {', '.join(question['slos']) or 'none'}")
+    say(console, f"trials by phase: {mapping_text(data['trials_by_phase'])}; stop: {data['stop_reason']}")
+    unit = objective_unit(question["objective"])
+    grid = table("Top trials", [("#", "right"), ("phase", "left"), (f"objective\n{unit}", "right"),
+                                ("SLOs", "left"), ("mode", "left"), ("configuration", "left")], wrap_last=True)
     for trial in data["top"]:
-        config = configuration_from_dict(trial["configuration"]).describe()
-        table.add_row(str(trial["index"]), trial["phase"], f"{trial['objective_value']:.4g}",
-                      str(trial["slo_met"]), str(trial["mode"]), config)
-    console.print(table)
+        config = config_text(configuration_from_dict(trial["configuration"]))
+        grid.add_row(str(trial["index"]), trial["phase"], number(trial["objective_value"]),
+                     _slo_word(trial["slo_met"]), trial["mode"] or MISSING, config)
+    console.print(grid)
     for rejected in data["rejected"]:
-        console.print(f"  rejected #{rejected['index']} ({rejected['phase']}, {rejected['rejected_by']}): "
-                      f"{rejected['reason']}", markup=False, soft_wrap=True)
+        paragraph(console, rejected["reason"] or "",
+                  first=f"  rejected #{rejected['index']} ({rejected['phase']}, {rejected['rejected_by']}): ")
     llm = data["llm"]
     if llm["calls"]:
         outcomes = ", ".join(f"{c['role']}:{c['outcome']}" for c in llm["calls"])
-        console.print(f"LLM calls: {outcomes}; phase end: {llm['phase_end_reason']}", markup=False)
+        say(console, f"LLM calls: {outcomes}; phase end: {llm['phase_end_reason']}")
+
+
+def _slo_word(met: bool | None) -> str:
+    return {True: "met", False: "missed", None: "unverified"}[met]
 
 
 @ledger_app.command("best")
 @cli_errors
 def best_command(ledger: str = LedgerArg, json_out: bool = JsonOpt) -> None:
     """The best trial of a search in full (exit 1 when no trial met the SLOs)."""
-    record = best_record(load_ledger(ledger))
+    loaded = load_ledger(ledger)
+    record = best_record(loaded)
     if json_out:
         print_json(record.model_dump() if record else None)
     elif record is None:
         console.print("no trial met the SLOs (see `inferasim ledger show` for the nearest misses)")
     else:
-        console.print(f"trial #{record.index} ({record.phase}, {record.mode}): objective "
-                      f"{record.objective_value:.6g}", markup=False)
-        console.print(json.dumps(record.configuration, indent=2), markup=False)
+        say(console, f"trial #{record.index} ({record.phase}, {record.mode}): {loaded.objective} "
+                     f"{number(record.objective_value)} {objective_unit(loaded.objective)}")
+        paragraph(console, config_text(configuration_from_dict(record.configuration)), first="configuration: ")
+        metrics = record.metrics or {}
+        shown = [f"{metric_header(key).replace(chr(10), ' ')} {number(metrics[key])}"
+                 for key in BEST_METRICS if metrics.get(key) is not None]
+        if shown:
+            paragraph(console, "; ".join(shown), first="metrics: ")
+        if record.flags:
+            paragraph(console, "; ".join(record.flags), first="flags: ")
     if record is None:
         raise typer.Exit(1)
 
@@ -102,14 +142,23 @@ def compare_command(first: str = typer.Argument(..., help="First ledger."),
     data = compare(load_ledger(first), load_ledger(second))
     if json_out:
         return print_json(data)
-    table = Table(title="Ledger comparison")
-    for column in ("", *data["ledgers"]):
-        table.add_column(column, overflow="fold")
+    first_id, second_id = data["ledgers"]
+    id_line(console, f"A: {first_id}")
+    id_line(console, f"B: {second_id}")
+    grid = table("Ledger comparison", [("", "left"), ("A", "left"), ("B", "left")], wrap=(1, 2))
     for key, (a, b) in data["question"].items():
-        table.add_row(key, str(a), str(b))
+        grid.add_row(key, _cell(a), _cell(b))
     for key in ("num_trials", "best_objective", "best_mode", "stop_reason"):
         a, b = data[key]
-        table.add_row(key, str(a), str(b))
+        grid.add_row(key, _cell(a), _cell(b))
     for lever, (a, b) in data["best_configuration_differences"].items():
-        table.add_row(f"best: {lever}", str(a), str(b))
-    console.print(table)
+        grid.add_row(f"best: {lever}", _cell(a), _cell(b))
+    console.print(grid)
+
+
+def _cell(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value) or "none"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return number(value)
+    return MISSING if value is None else str(value)

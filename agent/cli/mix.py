@@ -27,12 +27,16 @@ from rich.table import Table
 
 from agent.cli.app import app, cli_errors, console, err_console, print_json
 from agent.cli.info import JsonOpt
+from agent.cli.render import MISSING, config_text, number, percent, say
 from agent.mix.candidates import DEFAULT_MAX_REQUESTS
 from agent.mix.config import Tier, load_mix_file
 from agent.mix.planner import plan_mix
 from agent.mix.report import MixReport, Slot
 from agent.mix.selection import Scored
 from ledgers.store import atomic_write_text
+
+
+MAX_REASONS = 4
 
 
 @app.command("plan-mix")
@@ -81,14 +85,20 @@ def render_report(report: MixReport, out: Path | None) -> None:
         for slot in slots:
             if not slot.choice.met:
                 _say(f"{tier.name} / {slot.entry.name}: {_miss_text(slot)}")
+    for entry in report.spec.models:
+        total, illegal, reasons = report.illegal_reasons(entry)
+        if illegal:
+            listed = "; ".join(f"{reason} ({count})" for reason, count in reasons[:MAX_REASONS])
+            more = f"; +{len(reasons) - MAX_REASONS} more reasons" if len(reasons) > MAX_REASONS else ""
+            _say(f"{entry.name}: {illegal} of {total} candidates illegal: {listed}{more}")
     rank_only = sorted({s.entry.name for s in report.slots if s.choice.pick and s.choice.pick.trial.mode == "rank-only"})
     if rank_only:
         _say(f"rank-only picks ({', '.join(rank_only)}): no covering anchor, so tier compliance is "
              "unverified; harvest an anchor at the pick's layout to verify it.")
     data = report.to_json()
     _say(f"{data['candidates_evaluated']} candidates evaluated ({data['candidates_legal']} legal) "
-         f"in {data['wall_s']:.1f} s on {report.settings['workers']} workers, "
-         f"at most {report.settings['max_requests']} DES requests each")
+         f"in {number(data['wall_s'])} s on {report.settings['workers']} worker process(es), "
+         f"at most {number(report.settings['max_requests'])} DES requests each")
     if data["excluded_by_max_gpus"]:
         _say(f"{data['excluded_by_max_gpus']} candidates over max_gpus were not priced")
     for path in report.ledger_paths:
@@ -98,7 +108,7 @@ def render_report(report: MixReport, out: Path | None) -> None:
 
 
 def _say(text: str) -> None:
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    say(console, text)
 
 
 def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
@@ -108,16 +118,16 @@ def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
     title = f"{tier.name}: " + (", ".join(b for b in bounds if b) or "no latency bound (best throughput)")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     table.add_column("#", no_wrap=True)
-    table.add_column("model / engine: configuration", overflow="fold", ratio=1, min_width=22)
+    table.add_column("model / engine (mode):\nconfiguration", overflow="fold", ratio=1, min_width=28)
     table.add_column("GPUs", justify="right", no_wrap=True)
-    for column in ("tok/s\nper GPU", "tok/s\nper user", "TTFT\ns", "head-\nroom"):
+    for column in ("tok/s\nper GPU", f"tok/s/user\n{tier.interactivity_stat}", f"TTFT\n{tier.ttft_stat} s",
+                   "head-\nroom"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("mode", no_wrap=True)
     for slot in slots:
         choice = slot.choice
         if not choice.met:
             miss = choice.nearest_miss
-            row = _row(slot.entry.name, "miss", miss, tier) if miss else ["-", f"{slot.entry.name}\nno legal candidate"]
+            row = _row(slot.entry.name, "miss", miss, tier) if miss else [MISSING, f"{slot.entry.name}\nno legal candidate"]
             table.add_row(*row, style="red", end_section=True)
             continue
         for rank, scored in enumerate(choice.short_list, start=1):
@@ -131,18 +141,16 @@ def _miss_text(slot: Slot) -> str:
     if miss is None:
         return f"no legal candidate among {slot.choice.num_priced} priced"
     missed = "; ".join(str(c) for c in miss.checks if c.met is not True)
-    return f"nothing meets the tier; nearest miss {miss.task.config.describe()}: {missed}"
+    return f"nothing meets the tier; nearest miss {config_text(miss.task.config)}: {missed}"
 
 
 def _row(model: str, rank: str, scored: Scored, tier: Tier) -> list[str]:
     data = scored.to_json(tier)
     heading = f"{model}\n" if model else ""
     return [
-        rank, f"{heading}{data['engine']}: {data['configuration']}", str(data["total_gpus"]),
-        _number(data["throughput_per_gpu"], "{:,.0f}"), _number(data["interactivity"], "{:,.1f}"),
-        _number(data["ttft_s"], "{:.3f}"), _number(data["headroom"], "{:+.0%}"), data["mode"] or "-",
+        rank, f"{heading}{data['engine']} ({data['mode'] or MISSING}): {config_text(data['configuration'])}",
+        str(data["total_gpus"]), number(data["throughput_per_gpu"]), number(data["interactivity"]),
+        number(data["ttft_s"]), percent(data["headroom"], signed=True),
     ]
 
 
-def _number(value: float | None, pattern: str) -> str:
-    return "-" if value is None else pattern.format(value)

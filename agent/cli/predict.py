@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.table import Table
-
 from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.render import MISSING, number, paragraph, percent, say, table
 from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
 from levers.configuration import Configuration
 from predictor.predict import default_store, predict
@@ -20,6 +19,20 @@ from predictor.prediction import Prediction
 from predictor.target import Target, resolve_target
 from predictor.units import US_PER_MS
 from predictor.workload import parse_workload
+
+
+# Shown in this order when predicted. TPOT and tok/s/user sit at the same statistic (the
+# median over requests) so tok/s/user = 1000 / TPOT; the mean of 1/TPOT is in --json.
+SHOWN_METRICS = (
+    ("TTFT", "mean", "ttft_ms_mean", "ms"), ("TTFT", "p90", "ttft_ms_p90", "ms"),
+    ("TPOT", "mean", "tpot_ms_mean", "ms"), ("TPOT", "p50", "tpot_ms_p50", "ms"),
+    ("tok/s/user", "p50 of 1/TPOT", "interactivity_p50", "tok/s/user"),
+    ("ITL", "mean", "itl_ms_mean", "ms"), ("ITL", "p90", "itl_ms_p90", "ms"),
+    ("E2E", "mean", "e2e_ms_mean", "ms"),
+    ("throughput", "per GPU", "throughput_per_gpu", "tok/s/GPU"),
+    ("output throughput", "per GPU", "output_throughput_per_gpu", "tok/s/GPU"),
+    ("throughput", "fleet", "throughput_fleet", "tok/s"),
+)
 
 
 def target_with_default_engine(model: str, cluster: str | None, engine: str | None) -> Target:
@@ -60,23 +73,26 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
             console.print(f"  - {reason}", markup=False)
         console.print("metrics: null")
         return
-    table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, value in (result.headline() or {}).items():
-        table.add_row(name, f"{value:,.2f}")
-    console.print(table)
-    console.print(f"mode: [bold]{result.mode}[/bold]   anchor: {result.anchor_id or '-'}   source: {result.source}")
+    grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
+                        ("unit", "left")], wrap=(1,))
+    for label, stat, key, unit in SHOWN_METRICS:
+        if result.metrics.get(key) is not None:
+            grid.add_row(label, stat, number(result.metrics[key]), unit)
+    paragraph(console, title, indent=0)
+    console.print(grid)
+    say(console, f"mode: {result.mode}; anchor: {result.anchor_id or MISSING}; source: {result.source}")
     if result.flags:
-        console.print("flags: " + "; ".join(result.flags), markup=False)
+        paragraph(console, "; ".join(result.flags), first="flags: ")
     memory = result.memory.to_json() if result.memory else {}
     if memory:
-        console.print(f"memory per GPU: weights {memory['weights_per_gpu_gb']:.1f} GB, "
-                      f"KV pool {memory['kv_pool_per_gpu_gb']:.1f} GB, max concurrency {memory['max_concurrency']}")
+        say(console, f"memory per GPU: weights {number(memory['weights_per_gpu_gb'])} GB, "
+                     f"KV pool {number(memory['kv_pool_per_gpu_gb'])} GB, "
+                     f"max concurrency {number(memory['max_concurrency'])} sequences")
     step = result.breakdown.get("decode_step")
     if step:
-        terms = ", ".join(f"{k} {v / US_PER_MS:.2f}" for k, v in step.items() if k != "total_us" and v)
-        console.print(f"decode step {step['total_us'] / US_PER_MS:.2f} ms = {terms} (ms)", markup=False)
+        terms = ", ".join(f"{k.removesuffix('_us')} {number(v / US_PER_MS)}" for k, v in step.items()
+                          if k != "total_us" and v)
+        paragraph(console, f"{number(step['total_us'] / US_PER_MS)} ms = {terms} (ms)", first="decode step: ")
     for item in result.fusion_opportunities:
-        console.print(f"fusion opportunity: {item.get('name')} saves {item.get('saving_us', 0):.1f} us "
-                      f"({100 * item.get('share', 0):.1f}% of the decode step)", markup=False)
+        say(console, f"fusion opportunity: {item.get('name')} saves {number(item.get('saving_us', 0))} us "
+                     f"({percent(item.get('share', 0))} of the decode step)")

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.render import number, table
 from predictor.corpus.score import score_file
 
 FORMAT_HELP = ("Corpus format: inferencex, aiconfigurator, native, or auto (from the header). "
@@ -22,6 +23,10 @@ WHERE_HELP = ("Use the rows matching EXPR as anchor rows (e.g. 'pp=1', 'tp=8,con
               "default rule (alternate concurrencies of each deployment).")
 
 
+def _met(value: bool | None) -> str:
+    return {True: "yes", False: "no", None: "-"}[value]
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
@@ -31,9 +36,8 @@ def _ratio(value: float | None) -> str:
 
 
 def _summary_table(data: dict) -> Table:
-    table = Table(title=f"Score of {data['corpus']} ({data['format']})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    grid = table(f"Score of {data['corpus']} ({data['format']})", [("figure", "left"), ("value", "right")],
+                 wrap=(0, 1))
     rows = [
         ("rows / anchor / scored / rank-only / failed",
          f"{data['n_rows']} / {data['n_anchor_rows']} / {data['n_scored']} / {data['n_rank_only']} / {data['n_failed']}"),
@@ -43,7 +47,7 @@ def _summary_table(data: dict) -> Table:
         ("throughput/GPU APE median / p90",
          f"{_pct(data['throughput_median_ape'])} / {_pct(data['throughput_p90_ape'])}"),
         ("error factor TTFT / TPOT / throughput",
-         " / ".join("-" if v is None else f"{v:.3f}" for v in data["error_factor"].values())),
+         " / ".join(number(v) for v in data["error_factor"].values())),
         ("pair accuracy (decisive pairs)", f"{_ratio(data['pair_accuracy'])} ({data['decisive_pairs']})"),
         ("top-1 / regret median / p90", f"{_ratio(data['top1'])} / {_pct(data['regret_median'])} / "
                                          f"{_pct(data['regret_p90'])}"),
@@ -52,22 +56,22 @@ def _summary_table(data: dict) -> Table:
          f"{_pct(data['reproduction']['tpot_median_ape'])} / {_pct(data['reproduction']['ttft_median_ape'])}"),
     ]
     for name, value in rows:
-        table.add_row(name, value)
-    return table
+        grid.add_row(name, value)
+    return grid
 
 
 def _targets_table(data: dict) -> Table:
-    table = Table(title="Targets (charts that miss them, with why)")
-    for column in ("target", "value", "met", "chart", "chart value", "why"):
-        table.add_column(column, overflow="fold")
+    grid = table("Targets (charts that miss them, with why)",
+                 [(column, "left") for column in ("target", "value", "met", "chart", "chart value", "why")],
+                 wrap=(0, 3, 5))
     for key, target in data["targets"].items():
         value = target["value"]
         shown = _ratio(value) if key == "pair_accuracy" else _pct(value)
-        table.add_row(f"{key} {target['sense']} {target['target']}", shown, str(target["met"]), "", "", "")
+        grid.add_row(f"{key} {target['sense']} {number(target['target'])}", shown, _met(target["met"]), "", "", "")
         for miss in target["charts_missed"]:
             chart_value = _ratio(miss["value"]) if key == "pair_accuracy" else _pct(miss["value"])
-            table.add_row("", "", "", miss["chart"], chart_value, miss["why"])
-    return table
+            grid.add_row("", "", "", miss["chart"], chart_value, miss["why"])
+    return grid
 
 
 @app.command("score")
@@ -86,9 +90,7 @@ def score(
     console.print(_summary_table(data))
     console.print(_targets_table(data))
     if data["failures"]["by_reason"]:
-        failures = Table(title="Failed rows by reason")
-        failures.add_column("rows", justify="right")
-        failures.add_column("reason", overflow="fold")
+        failures = table("Failed rows by reason", [("rows", "right"), ("reason", "left")], wrap_last=True)
         for reason, count in data["failures"]["by_reason"].items():
             failures.add_row(str(count), reason)
         console.print(failures)

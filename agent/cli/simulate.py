@@ -14,9 +14,8 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from rich.table import Table
-
 from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.render import config_text, number, paragraph, percent, say, table
 from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
 from levers.configuration import Configuration
 from levers.errors import InputError
@@ -30,7 +29,9 @@ from predictor.workload import parse_workload
 
 TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV.")
 CsvOpt = typer.Option(None, "--csv", help="Write one row per request to this CSV file.")
-LATENCIES = ("ttft_ms", "ttft_admission_ms", "itl_ms", "tpot_ms", "e2e_ms")
+LATENCIES = (("ttft_ms", "TTFT from arrival", "ms"), ("ttft_admission_ms", "TTFT from admission", "ms"),
+             ("itl_ms", "ITL", "ms"), ("tpot_ms", "TPOT", "ms"),
+             ("interactivity", "1/TPOT per request", "tok/s/user"), ("e2e_ms", "E2E", "ms"))
 
 
 def step_model_factory_for(target: Target) -> Callable[[Configuration], StepModel]:
@@ -116,23 +117,18 @@ class _progress:
 
 def _render(info: dict, result: SimResult) -> None:
     data = result.to_json()
-    table = Table(title=f"DES: {info['model']} on {info['cluster']} ({info['engine']}), "
-                        f"{info['workload']}, {info['config']}")
-    table.add_column("ms")
-    for stat in JSON_STATS:
-        table.add_column(stat, justify="right")
-    for name in LATENCIES:
-        table.add_row(name, *(_fmt(data[name][stat]) for stat in JSON_STATS))
-    console.print(table)
+    paragraph(console, f"DES: {info['model']} on {info['cluster']} ({info['engine']}), {info['workload']}, "
+                       f"{config_text(info['config'])}", indent=0)
+    grid = table("over requests (ITL over steps)", [("metric", "left"), ("unit", "left"),
+                                                     *((stat, "right") for stat in JSON_STATS)])
+    for name, label, unit in LATENCIES:
+        grid.add_row(label, unit, *(number(data[name][stat]) for stat in JSON_STATS))
+    console.print(grid)
     hit = data["hit_rate"]
-    console.print(f"throughput/GPU {data['throughput_per_gpu']:.1f} tok/s (output "
-                  f"{data['output_throughput_per_gpu']:.1f}); prefix hit rate {hit['overall']:.3f} "
-                  f"(HBM {hit['per_tier']['hbm']:.3f}, DRAM {hit['per_tier']['dram']:.3f}); "
-                  f"{data['num_requests']} requests measured; {data['sim_wall_s']:.2f} s wall; "
-                  f"mode {', '.join(info['mode'])}", markup=False)
+    say(console, f"throughput {number(data['throughput_per_gpu'])} tok/s/GPU (output "
+                 f"{number(data['output_throughput_per_gpu'])}); prefix hit rate {percent(hit['overall'])} "
+                 f"(HBM {percent(hit['per_tier']['hbm'])}, DRAM {percent(hit['per_tier']['dram'])}); "
+                 f"{number(data['num_requests'])} requests measured; {number(data['sim_wall_s'])} s wall; "
+                 f"mode {', '.join(info['mode'])}")
     if data.get("bad_lines_skipped"):
-        console.print(f"skipped {data['bad_lines_skipped']} bad trace lines", markup=False)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+        say(console, f"skipped {number(data['bad_lines_skipped'])} bad trace lines")

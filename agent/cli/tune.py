@@ -19,14 +19,17 @@ from rich.table import Table
 
 from agent.briefing import describe
 from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.render import (MISSING, config_text, id_line, metric_header, number, objective_header, paragraph,
+                              percent, say, table)
 from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
 from agent.lm import DEFAULT_TIMEOUT_S
 from agent.trial import Trial
 from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, TuneResult, tune
+from objectives.objectives import Objective
 
 EXIT_NO_SLO_MEETING_TRIAL = 1
 MAX_FLAGS_SHOWN = 3
-METRIC_COLUMNS = (("TTFT ms", "ttft_ms_mean"), ("TPOT ms", "tpot_ms_mean"), ("p90 ITL ms", "itl_ms_p90"))
+METRIC_COLUMNS = (("TTFT\nmean ms", "ttft_ms_mean"), ("TPOT\np50 ms", "tpot_ms_p50"))
 
 
 @app.command("tune")
@@ -115,61 +118,70 @@ def render(result: TuneResult) -> None:
     if outcome.best is None:
         slos = ", ".join(str(s) for s in context.slos) or "none"
         console.print(f"[red]No trial meets the SLOs[/red] ({slos}); best is null. Nearest misses:")
-    console.print(trial_table(shown, title))
+    paragraph(console, title, indent=0)
+    console.print(trial_table(shown, None, goal, [slo.key for slo in context.slos]))
     print_configurations(shown)
     if result.rank_only_best:
-        console.print("[yellow]Rank-only:[/yellow] no anchor covers these configurations; SLOs were "
-                      "applied to their estimates, so compliance is unverified until these anchors exist:")
+        say(console, "Rank-only: no anchor covers these configurations; SLOs were applied to their "
+                     "estimates, so compliance is unverified until these anchors exist:")
         for line in result.harvest:
-            console.print(f"  {line}", markup=False, soft_wrap=True)
+            id_line(console, f"  {line}", style="")
     if outcome.lm_note:
-        console.print(f"LLM phase: {outcome.lm_note}", markup=False)
+        say(console, f"LLM phase: {outcome.lm_note}")
     if result.num_confirmed is not None:
-        console.print(f"Search DES trials replayed at most max({SEARCH_MAX_REQUESTS}, {SEARCH_REQUESTS_PER_CLIENT}"
-                      f" x clients) requests; {result.num_confirmed} of the best re-priced at the default; "
-                      "the answer is priced at full fidelity.", markup=False)
+        say(console, f"Search DES trials replayed at most max({SEARCH_MAX_REQUESTS}, {SEARCH_REQUESTS_PER_CLIENT}"
+                     f" x clients) requests; {result.num_confirmed} of the best re-priced at the default; "
+                     "the answer is priced at full fidelity.")
     stats = result.stats
-    console.print(f"Stopped: {outcome.stop_reason}", markup=False)
-    console.print(f"{result.num_trials} trials in {stats.get('wall_s', 0):.1f} s "
-                  f"({stats.get('trials_per_s', 0):.1f} trials/s)")
-    console.print(f"Ledger: {result.ledger_path}", markup=False, soft_wrap=True)
+    say(console, f"Stopped: {outcome.stop_reason}")
+    say(console, f"{number(result.num_trials)} trials in {number(stats.get('wall_s', 0))} s "
+                 f"({number(stats.get('trials_per_s', 0))} trials/s)")
+    console.print("Ledger:", highlight=False)
+    id_line(console, f"  {result.ledger_path}", style="")
 
 
-def trial_table(trials: list[Trial], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("#", "found by", "objective", *(name for name, _ in METRIC_COLUMNS), "SLOs", "mode", "flags"):
-        table.add_column(column, overflow="fold",
-                         justify="right" if column in ("#", "objective", "flags") else "left")
+def metric_columns(slo_keys: list[str]) -> list[tuple[str, str]]:
+    """(header, metrics key): TTFT and TPOT, then every SLO's metric not already shown."""
+    columns = list(METRIC_COLUMNS)
+    for key in slo_keys:
+        if key not in (k for _, k in columns):
+            columns.append((metric_header(key), key))
+    return columns
+
+
+def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_keys: list[str] = ()) -> Table:
+    metrics_shown = metric_columns(list(slo_keys))
+    grid = table(title, [("#", "right"), ("found\nby", "left"), (objective_header(goal), "right"),
+                         *((header, "right") for header, _ in metrics_shown), ("SLOs", "left"), ("mode", "left")])
     for trial in trials:
         metrics = trial.metrics or {}
-        values = [_number(metrics.get(key)) for _, key in METRIC_COLUMNS]
-        slo = {True: "met", False: f"missed ({trial.miss_distance:.2f})", None: "unverified"}[trial.slo_met]
-        table.add_row(str(trial.index), _found_by(trial), _number(trial.objective_value), *values, slo,
-                      trial.mode or "-", str(len(trial.flags)))
-    return table
+        values = [number(metrics.get(key)) for _, key in metrics_shown]
+        grid.add_row(str(trial.index), _found_by(trial), number(trial.objective_value), *values,
+                     _slo_text(trial), trial.mode or MISSING)
+    return grid
+
+
+def _slo_text(trial: Trial) -> str:
+    if trial.slo_met is None:
+        return "unverified"
+    return "met" if trial.slo_met else f"miss {percent(trial.miss_distance)}"
 
 
 def _found_by(trial: Trial) -> str:
     """The phase; a confirm trial names the search trial it re-priced at full fidelity."""
-    return f"confirm of #{trial.confirm_of}" if trial.confirm_of is not None else str(trial.phase)
+    return f"confirm #{trial.confirm_of}" if trial.confirm_of is not None else str(trial.phase)
 
 
 def print_configurations(trials: list[Trial]) -> None:
     """Each shown trial's configuration (levers that differ from the defaults) and flags."""
     for trial in trials:
-        console.print(f"  #{trial.index}: {describe(trial.config, None)}", markup=False, soft_wrap=True)
+        paragraph(console, config_text(describe(trial.config, None)), first=f"  #{trial.index}: ")
         if trial.flags:
-            console.print(f"      flags: {_flags(trial.flags)}", markup=False, soft_wrap=True)
+            paragraph(console, _flags(trial.flags), first="      flags: ")
 
 
 def _flags(flags: tuple[str, ...]) -> str:
     if not flags:
-        return "-"
+        return MISSING
     shown = "; ".join(flags[:MAX_FLAGS_SHOWN])
     return shown + (f" (+{len(flags) - MAX_FLAGS_SHOWN} more)" if len(flags) > MAX_FLAGS_SHOWN else "")
-
-
-def _number(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"

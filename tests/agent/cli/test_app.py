@@ -40,7 +40,7 @@ def test_models_imports_only_its_own_module():
     loaded = _loaded_after(["models"])
     assert loaded["exit"] == 0
     assert {m for m in loaded["modules"] if m.startswith("agent.cli.")} == {
-        "agent.cli.app", "agent.cli.commands", "agent.cli.main", "agent.cli.info"}
+        "agent.cli.app", "agent.cli.commands", "agent.cli.main", "agent.cli.info", "agent.cli.render"}
     assert not [m for m in loaded["modules"] if m.startswith(HEAVY)]
 
 

@@ -82,4 +82,4 @@ def test_an_empty_trace_is_refused(tmp_path):
 def test_table_output_on_the_agentic_default():
     result = invoke("--concurrency", "2", "--requests", "20")
     assert result.exit_code == 0, result.output
-    assert "ttft_ms" in result.stdout and "prefix hit rate" in result.stdout
+    assert "TTFT from arrival" in result.stdout and "prefix hit rate" in result.stdout

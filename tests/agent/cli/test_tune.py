@@ -1,6 +1,7 @@
 """`inferasim tune` and `inferasim ledger ...` through the CLI runner (fake predictor)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -29,7 +30,7 @@ def test_tune_prints_the_table_the_ledger_and_the_no_lm_line():
     assert result.exit_code == 0, result.output
     assert "throughput_per_gpu (max)" in result.output
     assert "LLM phase: no LM configured (set --lm or INFERASIM_LM): seed phase only" in result.output
-    assert "Ledger: " in result.output and "trials/s" in result.output
+    assert "Ledger:\n  " in result.output and "trials/s" in result.output
 
 
 def test_tune_json_has_the_documented_keys():
@@ -88,7 +89,8 @@ def test_ledger_commands_review_persisted_searches():
     compared = json.loads(runner.invoke(app, ["ledger", "compare", first, second, "--json"]).output)
     assert compared["question"]["slos"] == [[], ["mean-tpot<=1ms"]] and not compared["same_question"]
     assert runner.invoke(app, ["ledger", "show", "no-such-ledger"]).exit_code == 2
-    assert "Ledgers" in runner.invoke(app, ["ledger", "list"]).output
+    listing = runner.invoke(app, ["ledger", "list"]).output
+    assert all(Path(path).stem in listing.splitlines() for path in (first, second))
 
 
 def test_resume_through_the_cli_extends_the_budget():
