@@ -37,6 +37,8 @@ def _render_plan(plan: HarvestPlan) -> None:
     for note in data["notes"]:
         console.print(f"note: {note}", markup=False)
     console.print("launch: " + (data["launch"] or f"(endpoint {data['endpoint']})"), markup=False, soft_wrap=True)
+    for path, text in data["launch_files"].items():
+        console.print(f"file {path} (written at launch):\n{text.rstrip()}", markup=False, soft_wrap=True)
     sweep = data["sweep"]
     say(console, f"decode waves at batch {list_text(sweep['decode_batches'])}, {number(sweep['prompt_tokens'])} "
                  "prompt tokens" + (f" (and {number(sweep['second_prompt_tokens'])})" if sweep["second_prompt_tokens"]

@@ -11,7 +11,8 @@ Flag names (checked against each engine's documentation / argument parser):
 - vLLM (`vllm serve`): --tensor-parallel-size, --data-parallel-size,
   --enable-expert-parallel, --pipeline-parallel-size, --no-enable-prefix-caching,
   --enforce-eager, --compilation-config '{"cudagraph_mode", "cudagraph_capture_sizes"}',
-  --kv-cache-dtype, --quantization, --attention-backend, --speculative-config,
+  --kv-cache-dtype, --attention-backend, --speculative-config, online quantization
+  (`--quantization`, `--quantization-config`: `predictor.harvest.quantization`),
   --max-num-seqs, --max-num-batched-tokens, --gpu-memory-utilization, --block-size;
   all-to-all via VLLM_ALL2ALL_BACKEND.
 - SGLang (`python -m sglang.launch_server`): --tp-size, --ep-size, --dp-size with
@@ -31,123 +32,38 @@ Flag names (checked against each engine's documentation / argument parser):
   --interrupt_requests False (by default a new request cuts the stream being served
   short; queued, the requests run one at a time). It keeps no prefix cache across
   requests except the previous prompt's tokens, which unique prompts defeat (`checks`).
+- TensorRT-LLM (`trtllm-serve serve`, flags plus a YAML options file):
+  `predictor.harvest.trtllm`.
+
+The shared records (launch request and command, protocol, ladders) live in
+`predictor.harvest.launch` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
-import sys
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
+from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters' public records
+    CAPTURE_LADDER,
+    DEFAULT_HOST,
+    EAGER_LADDER,
+    SERIAL_LADDER,
+    EngineAdapter,
+    GpuAdapter,
+    LaunchCommand,
+    LaunchRequest,
+    changed_dtype,
+    ladder,
+    refuse,
+)
+from predictor.harvest.quantization import vllm_quantization_args
+from predictor.harvest.trtllm import TrtllmAdapter
 
-# Captured sizes the harvester asks for explicitly (so the anchor knows them): the
-# engines' own default ladders, cut at `max_captured_batch` (METHOD §3.3).
-CAPTURE_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-EAGER_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-SERIAL_LADDER = (1, 2, 4)           # an engine serving one request at a time: enough to show it
-DEFAULT_HOST = "127.0.0.1"
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchRequest:
-    """What a launch needs beyond the configuration."""
-
-    model_path: str              # HF id / local checkpoint / GGUF file
-    served_name: str             # the name requests use
-    port: int
-    context_tokens: int          # max model length / n_ctx
-    host: str = DEFAULT_HOST
-    threads: int | None = None   # CPU engines
-    python: str = sys.executable
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchCommand:
-    argv: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
-
-    def display(self) -> str:
-        """For provenance and --dry-run: quoted for reading, never executed by a shell."""
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (prefix + " " if prefix else "") + shlex.join(self.argv)
-
-
-class EngineAdapter(Protocol):
-    engine: Engine
-    package: str                  # distribution whose version is the engine build
-    health_path: str
-    tokenize_path: str | None
-    serves_one_request_at_a_time: bool
-
-    def captured_sizes(self, config: Configuration) -> tuple[int, ...]: ...
-
-    def sweep_batches(self, config: Configuration) -> tuple[int, ...]: ...
-
-    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand: ...
-
-    def request_extras(self, eos_token_id: int | None) -> dict: ...
-
-    def tokenize_body(self, text: str, model: str) -> dict: ...
-
-
-def _refuse(engine: Engine, lever: str, value: object, accepted: str) -> InputError:
-    return InputError(f"--config {lever}", f"{lever}={value} cannot be set on the {engine} command line",
-                      accepted + "; or launch the engine yourself and pass --endpoint")
-
-
-def _ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:
-    """``ladder`` cut at the largest batch the configuration captures and runs."""
-    limit = min(config.max_captured_batch, config.max_running_requests)
-    return tuple(b for b in ladder if b <= limit) or (1,)
-
-
-def _changed_dtype(config: Configuration, native: dict[str, str], lever: str) -> str | None:
-    """The lever's value when it differs from the checkpoint's native dtype, else None."""
-    value = getattr(config, lever)
-    return value if value is not None and value != native.get(lever) else None
-
-
-class _GpuAdapter:
-    """Shared parts of the GPU engines."""
-
-    engine: Engine
-    package: str
-    health_path = "/health"
-    tokenize_path: str | None = "/tokenize"
-    serves_one_request_at_a_time = False
-
-    def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
-        return () if config.graph_capture == "none" else _ladder(config, CAPTURE_LADDER)
-
-    def sweep_batches(self, config: Configuration) -> tuple[int, ...]:
-        """METHOD §4: every captured size; an eager engine gets the doubling ladder."""
-        return self.captured_sizes(config) or _ladder(config, EAGER_LADDER)
-
-    def request_extras(self, eos_token_id: int | None) -> dict:
-        return {"ignore_eos": True}
-
-    def tokenize_body(self, text: str, model: str) -> dict:
-        return {"model": model, "prompt": text}
-
-    def _check_dtypes(self, config: Configuration, native: dict[str, str]) -> str | None:
-        """Weight dtype other than the checkpoint's: only online fp8 is expressible."""
-        if _changed_dtype(config, native, "expert_dtype"):
-            raise _refuse(self.engine, "expert_dtype", config.expert_dtype, "the checkpoint's own expert dtype")
-        if _changed_dtype(config, native, "activation_dtype"):
-            raise _refuse(self.engine, "activation_dtype", config.activation_dtype, "unset (follows the weights)")
-        weight = _changed_dtype(config, native, "weight_dtype")
-        if weight not in (None, "fp8"):
-            raise _refuse(self.engine, "weight_dtype", weight, "the checkpoint's dtype, or fp8 (online)")
-        return weight
-
-
-class VllmAdapter(_GpuAdapter):
+class VllmAdapter(GpuAdapter):
     engine = Engine.VLLM
     package = "vllm"
     _ATTENTION = MappingProxyType({"triton": "TRITON_ATTN", "flashinfer": "FLASHINFER", "flashmla": "FLASHMLA",
@@ -159,7 +75,8 @@ class VllmAdapter(_GpuAdapter):
                 "triton": {}, "cutlass": {}})
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
-        weight = self._check_dtypes(config, native)
+        quantization = [] if request.checkpoint_given else vllm_quantization_args(
+            config.weight_dtype, config.expert_dtype, config.activation_dtype, native)
         attention_tp = config.tp // config.attention_dp
         argv = ["vllm", "serve", request.model_path, "--served-model-name", request.served_name,
                 "--host", request.host, "--port", str(request.port),
@@ -177,8 +94,7 @@ class VllmAdapter(_GpuAdapter):
         else:
             argv += ["--compilation-config", json.dumps({"cudagraph_mode": self._CAPTURE[config.graph_capture],
                                                          "cudagraph_capture_sizes": list(self.captured_sizes(config))})]
-        if weight == "fp8":
-            argv += ["--quantization", "fp8"]
+        argv += quantization
         if config.kv_cache_dtype == "fp8":
             argv += ["--kv-cache-dtype", "fp8"]
         if config.attention_backend:
@@ -195,7 +111,7 @@ class VllmAdapter(_GpuAdapter):
         return LaunchCommand(tuple(argv), env)
 
 
-class SglangAdapter(_GpuAdapter):
+class SglangAdapter(GpuAdapter):
     engine = Engine.SGLANG
     package = "sglang"
     _MOE = MappingProxyType({"triton": "triton", "deepgemm": "deep_gemm", "cutlass": "cutlass",
@@ -203,7 +119,7 @@ class SglangAdapter(_GpuAdapter):
     _SPEC = MappingProxyType({"mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"})
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
-        weight = self._check_dtypes(config, native)
+        weight = self._check_dtypes(config, request, native)
         argv = [request.python, "-m", "sglang.launch_server", "--model-path", request.model_path,
                 "--served-model-name", request.served_name, "--host", request.host, "--port", str(request.port),
                 "--tp-size", str(config.tp), "--ep-size", str(config.ep), "--pp-size", str(config.pp),
@@ -242,18 +158,18 @@ class SglangAdapter(_GpuAdapter):
         return LaunchCommand(tuple(argv), env)
 
 
-class AtomAdapter(_GpuAdapter):
+class AtomAdapter(GpuAdapter):
     engine = Engine.ATOM
     package = "atom"
     tokenize_path = None
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
-        weight = self._check_dtypes(config, native)
+        weight = self._check_dtypes(config, request, native)
         if weight is not None:
-            raise _refuse(self.engine, "weight_dtype", weight,
+            raise refuse(self.engine, "weight_dtype", weight,
                           "the checkpoint's dtype (ATOM has no online quantization)")
         if config.pp > 1:
-            raise _refuse(self.engine, "pp", config.pp, "1")
+            raise refuse(self.engine, "pp", config.pp, "1")
         argv = [request.python, "-m", "atom.entrypoints.openai_server", "--model", request.model_path,
                 "--host", request.host, "--server-port", str(request.port),
                 "--tensor-parallel-size", str(config.tp // config.attention_dp),
@@ -294,10 +210,10 @@ class LlamaCppAdapter:
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         for lever in ("weight_dtype", "activation_dtype", "expert_dtype"):
-            if _changed_dtype(config, native, lever):
-                raise _refuse(self.engine, lever, getattr(config, lever), "the GGUF file's own quantisation")
+            if changed_dtype(config, native, lever):
+                raise refuse(self.engine, lever, getattr(config, lever), "the GGUF file's own quantisation")
         if config.kv_cache_dtype not in (None, "bf16"):
-            raise _refuse(self.engine, "kv_cache_dtype", config.kv_cache_dtype, "bf16 (llama.cpp's f16 cache)")
+            raise refuse(self.engine, "kv_cache_dtype", config.kv_cache_dtype, "bf16 (llama.cpp's f16 cache)")
         argv = [request.python, "-m", "llama_cpp.server", "--model", request.model_path,
                 "--model_alias", request.served_name, "--host", request.host, "--port", str(request.port),
                 "--n_ctx", str(request.context_tokens), "--interrupt_requests", "False"]
@@ -311,18 +227,6 @@ class LlamaCppAdapter:
 
     def tokenize_body(self, text: str, model: str) -> dict:
         return {"input": text, "model": model}
-
-
-class TrtllmAdapter(_GpuAdapter):
-    """TensorRT-LLM: harvested through --endpoint only (its launcher takes a YAML)."""
-
-    engine = Engine.TRTLLM
-    package = "tensorrt_llm"
-    tokenize_path = None
-
-    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
-        raise InputError("--engine", "the harvester does not launch trtllm",
-                         "start trtllm-serve yourself and pass --endpoint URL")
 
 
 ADAPTERS: dict[Engine, EngineAdapter] = {

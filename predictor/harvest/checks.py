@@ -74,9 +74,10 @@ def flags_of(checks: Sequence[Check]) -> tuple[str, ...]:
 
 # --- before measuring -----------------------------------------------------------------------
 
-def check_width(config: Configuration, devices_per_node: int) -> Check:
-    """One replica, one node, no pipeline (METHOD §2: an anchor is one width on at most
-    one node; PP, replicas and disaggregation are restored analytically)."""
+def check_width(config: Configuration, devices: int, span: str = "node") -> Check:
+    """One replica, no pipeline, on at most one node (METHOD §2: PP, replicas and
+    disaggregation are restored analytically). ``span`` names what ``devices`` counts: a
+    launch runs on one node; an endpoint may span the nodes of one scale-up domain."""
     problems = []
     if config.disaggregated:
         problems.append("disaggregated (harvest each pool's layout on its own)")
@@ -84,11 +85,11 @@ def check_width(config: Configuration, devices_per_node: int) -> Check:
         problems.append(f"replicas={config.replicas} (an anchor measures one replica)")
     if config.pp > 1:
         problems.append(f"pp={config.pp} (PP is restored by Eq. 4; harvest pp=1)")
-    if config.replica_gpus > devices_per_node:
-        problems.append(f"{config.replica_gpus} devices exceed one node of {devices_per_node}")
+    if config.replica_gpus > devices:
+        problems.append(f"{config.replica_gpus} devices exceed one {span} of {devices}")
     if problems:
         return Check("width", Outcome.REFUSE, "not an anchor layout: " + "; ".join(problems))
-    return _ok("width", f"TP{config.tp}/EP{config.ep}/DP{config.attention_dp} on one node")
+    return _ok("width", f"TP{config.tp}/EP{config.ep}/DP{config.attention_dp} on one {span}")
 
 
 def check_prefix_cache_lever(config: Configuration, explicit: set[str]) -> Check:

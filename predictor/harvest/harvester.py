@@ -24,7 +24,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +34,7 @@ from levers.errors import InputError
 from predictor.anchors.anchor import Anchor, DecodeSweep, PackedProbe, PrefillSweep, Provenance
 from predictor.anchors.store import anchor_id_for, save_anchor, user_anchors_dir
 from predictor.cards.registry import register_card_file
+from predictor.files import atomic_write_text
 from predictor.harvest.checks import (
     Check,
     Outcome,
@@ -306,8 +308,9 @@ def run_harvest(plan: HarvestPlan, *, directory: str | Path | None = None, progr
             if progress:
                 progress(f"starting {plan.engine} (log {log})")
             ready = lambda: client.is_up(plan.adapter.health_path)
-            with EngineProcess(plan.launch.argv, env=plan.launch.env, ready=ready,
-                               timeout_s=plan.request.ready_timeout_s, log_path=log):
+            with _launch_files(plan.launch.files), EngineProcess(
+                    plan.launch.argv, env=plan.launch.env, ready=ready, timeout_s=plan.request.ready_timeout_s,
+                    log_path=log):
                 measured = _measure_with_version(plan, client, progress)
     if record_path:
         Path(record_path).write_text(json.dumps({"plan": plan.to_json(), "traces": list(measured.traces)}, indent=1))
@@ -317,6 +320,18 @@ def run_harvest(plan: HarvestPlan, *, directory: str | Path | None = None, progr
         _register_gguf_card(plan)
         path = save_anchor(anchor, directory)
     return HarvestReport(anchor=anchor, path=path, checks=tuple(checks), measurements=measured, plan=plan)
+
+
+@contextmanager
+def _launch_files(files: tuple[tuple[str, str], ...]) -> Iterator[None]:
+    """The files the engine reads at start (TensorRT-LLM's options), present only while
+    it runs."""
+    written = [atomic_write_text(Path(path), text) for path, text in files]
+    try:
+        yield
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
 
 
 def _measure_with_version(plan: HarvestPlan, client: StreamClient, progress: Progress | None) -> Measurements:

@@ -8,6 +8,12 @@ size: a CPU at a few tokens per second gets shorter prompts, the 1/2/4 wave ladd
 user did not set whose default is illegal on the engine and which has exactly one
 legal value there (llama.cpp: `graph_capture=none`) takes that value, and the plan
 lists it under `engine_defaults` (never silently).
+
+Width: a launched engine runs on this host, so its stage fits one node; an endpoint may
+span the nodes of one scale-up domain (an NVL72 rack's trays: the engine was started
+across them by its own launcher). A layout that is not an anchor layout (PP, replicas,
+disaggregated pools, wider than the limit) is refused with its reduction (METHOD §3.14,
+`predictor.harvest.reduce`) and the exact harvest command(s) that measure it instead.
 """
 
 from __future__ import annotations
@@ -40,9 +46,11 @@ from predictor.harvest.checks import (
 )
 from predictor.harvest.cpu import cpu_cluster, is_cpu_cluster
 from predictor.harvest.gguf import card_from_gguf, eos_token_id, read_gguf_header
+from predictor.harvest.reduce import anchor_layouts, harvest_command
 
 DEFAULT_PORT = 0                 # 0: pick a free port at launch
 DEFAULT_READY_TIMEOUT_S = 900.0
+PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +149,7 @@ class HarvestPlan:
                                                                          self.engine_defaults.items()},
             "endpoint": self.request.endpoint, "launch": self.launch.display() if self.launch else None,
             "launch_argv": list(self.launch.argv) if self.launch else None,
+            "launch_files": {path: text for path, text in self.launch.files} if self.launch else {},
             "sweep": self.sweep.to_json(), "signature": self.signature.model_dump(mode="json"),
             "checks": [c.to_json() for c in self.checks], "notes": list(self.notes),
         }
@@ -215,6 +224,35 @@ def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuratio
                      repeats=request.repeats or base.repeats, probe=probe)
 
 
+def width_limit(cluster: Cluster, endpoint: str | None) -> tuple[int, str]:
+    """(devices one anchor may span, what they are): a node for a launch, the scale-up
+    domain for an endpoint (module docstring)."""
+    if endpoint is None or cluster.scale_up_gpus() <= cluster.gpus_per_node:
+        return cluster.gpus_per_node, "node"
+    return cluster.scale_up_gpus(), "scale-up domain"
+
+
+def _refuse_reducible(request: HarvestRequest, card: ModelCard, cluster: Cluster, engine: Engine,
+                      config: Configuration) -> None:
+    """Refuse a layout that is not one anchor, saying how METHOD §3.14 reduces it and
+    printing the harvest command of each reduced layout (`predictor.harvest.targets`
+    also checks each against memory and the other refusals)."""
+    devices, span = width_limit(cluster, request.endpoint)
+    reductions = anchor_layouts(config, devices)
+    if not any(r.is_reduced for r in reductions):
+        return
+    model = request.model if _is_gguf(request.model) else card.name
+    extra = (f"--endpoint {request.endpoint}",) if request.endpoint else ()
+    lines = [(f"{r.pool} pool" if r.pool else "") + (": " if r.pool and r.steps else "") + "; ".join(r.steps)
+             + " -> " + harvest_command(str(engine), model, cluster.spec, r.config, *extra) for r in reductions]
+    if request.endpoint is None and cluster.gpus_per_node < config.replica_gpus <= cluster.scale_up_gpus():
+        lines.append(f"or start the engine across the nodes of one {cluster.scale_up_gpus()}-GPU scale-up domain "
+                     "and pass --endpoint URL")
+    raise InputError("--config", f"not an anchor layout ({config.describe()}): an anchor is one replica, "
+                     f"no pipeline, on one {span} of {devices} (METHOD §2)",
+                     "the reduced layout(s) of METHOD §3.14: " + " | ".join(lines))
+
+
 def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     """Validate the request and decide everything a harvest will do (module docstring)."""
     adapter = adapter_for(request.engine)
@@ -227,9 +265,11 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     reasons = structural_reasons(config, engine, card, cluster)
     if reasons:
         raise InputError("--config", "; ".join(reasons), "a legal configuration (inferasim levers)")
+    _refuse_reducible(request, card, cluster, engine, config)
     defaults = CPU_DEFAULTS if cluster.gpu.vendor == "cpu" else GPU_DEFAULTS
     sweep = _sweep(request, adapter, config, defaults)
-    native = {"weight_dtype": card.native_dtypes.weight.value, "expert_dtype": card.native_dtypes.expert.value,
+    native = {"weight_dtype": card.native_dtypes.weight.value,
+              "expert_dtype": card.native_dtypes.expert.value if card.is_moe else None,
               "activation_dtype": None, "kv_cache_dtype": card.native_dtypes.kv_cache.value}
     context = request.context_tokens or max(defaults.context_tokens,
                                             2 * max(sweep.prefill_lengths + (sweep.prompt_tokens,)))
@@ -237,10 +277,11 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     launch_request = launch = None
     if request.endpoint is None:
         launch_request = LaunchRequest(model_path=model_path, served_name=served, port=request.port or free_port(),
-                                       context_tokens=context, threads=request.threads, python=request.python)
+                                       context_tokens=context, threads=request.threads, python=request.python,
+                                       checkpoint_given=request.model_path is not None)
         launch = adapter.launch(config, launch_request, native)
         launch = replace(launch, argv=launch.argv + tuple(request.extra_args))
-    checks = (check_width(config, cluster.gpus_per_node), check_prefix_cache_lever(config, set(partial)),
+    checks = (check_width(config, *width_limit(cluster, request.endpoint)), check_prefix_cache_lever(config, set(partial)),
               check_weights(request.endpoint is None, launch.argv if launch else ()))
     refused = refusals(checks)
     if refused:
@@ -249,6 +290,9 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     signature = signature_for(card, cluster, engine, config).model_copy(
         update={"captured_sizes": adapter.captured_sizes(config)})
     notes = tuple(f"{k}={format_value(v)}: the only value {engine} accepts" for k, v in engine_defaults.items())
+    if request.model_path and any(getattr(config, name) for name in PRECISION_LEVERS):
+        notes += (f"precisions as asked, from the checkpoint {request.model_path} (no online quantization "
+                  "flags); the harvester cannot verify them",)
     return HarvestPlan(request=request, engine=engine, adapter=adapter, card=card, cluster=cluster, config=config,
                        explicit=frozenset(partial), engine_defaults=engine_defaults, served_name=served,
                        model_path=model_path, launch_request=launch_request, launch=launch, sweep=sweep,

@@ -4,6 +4,7 @@ PRODUCT.md §6); levers an engine cannot express are refused, not dropped."""
 import json
 
 import pytest
+import yaml
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
@@ -73,12 +74,81 @@ def test_atom_flags():
 
 
 def test_inexpressible_levers_are_refused():
-    with pytest.raises(InputError, match="expert_dtype=fp4 cannot be set on the vllm command line"):
+    with pytest.raises(InputError, match="the checkpoint holds them in fp8 and vLLM quantizes only BF16"):
         argv("vllm", tp=8, expert_dtype="fp4")
     with pytest.raises(InputError, match="weight_dtype=bf16"):
         argv("atom", tp=8, weight_dtype="bf16")
-    with pytest.raises(InputError, match="does not launch trtllm"):
-        argv("trtllm", tp=8)
+    with pytest.raises(InputError, match="weight_dtype=fp4 cannot be set on the trtllm command line"):
+        argv("trtllm", tp=8, weight_dtype="fp4")
+    with pytest.raises(InputError, match="attention_dp=2"):
+        argv("trtllm", tp=8, attention_dp=2)
+
+
+KIMI = {"weight_dtype": "bf16", "expert_dtype": "fp4", "activation_dtype": None, "kv_cache_dtype": "bf16"}
+DENSE_BF16 = {"weight_dtype": "bf16", "expert_dtype": None, "activation_dtype": None, "kv_cache_dtype": "bf16"}
+
+
+def quantization(native, **levers):
+    args = list(adapter_for("vllm").launch(Configuration(tp=8, **levers), REQUEST, native).argv)
+    shorthand = value(args, "--quantization") if "--quantization" in args else None
+    config = json.loads(value(args, "--quantization-config")) if "--quantization-config" in args else None
+    return shorthand, config
+
+
+def test_vllm_online_quantization_of_a_bf16_checkpoint():
+    """BF16 checkpoints: the shorthand plus every slot spelt out (vLLM online.md)."""
+    assert quantization(DENSE_BF16) == (None, None)
+    shorthand, config = quantization(DENSE_BF16, weight_dtype="fp8")
+    assert shorthand == "fp8_per_block"
+    assert config == {"linear": {"weight": "fp8_per_block_static", "activation": "fp8_per_block_dynamic"}}
+    shorthand, config = quantization(DENSE_BF16, weight_dtype="fp4")
+    assert shorthand == "mxfp4" and config == {"linear": {"weight": "mxfp4", "activation": None}}
+
+
+def test_vllm_fp4_on_a_partly_quantized_checkpoint():
+    """Kimi-K3 keeps its own fp4 experts: only the override is passed, never --quantization."""
+    shorthand, config = quantization(KIMI, weight_dtype="fp4")
+    assert shorthand is None and config == {"linear": {"weight": "mxfp4", "activation": None}}
+    shorthand, config = quantization(KIMI, weight_dtype="fp8", activation_dtype="fp8")
+    assert shorthand is None and config["moe"] == {"weight": None, "activation": "mxfp8"}   # W4A8 experts
+    assert config["linear"] == {"weight": "fp8_per_block_static", "activation": "fp8_per_block_dynamic"}
+    with pytest.raises(InputError, match="no such GEMM"):
+        quantization(KIMI, activation_dtype="fp8")                  # W16A8 on the bf16 linear layers
+    with pytest.raises(InputError, match="holds them in fp4"):
+        quantization(KIMI, expert_dtype="fp8")
+
+
+def test_a_named_checkpoint_carries_its_own_precision():
+    request = LaunchRequest(model_path="org/R1-FP4", served_name="DeepSeek-R1", port=8000, context_tokens=16384,
+                            checkpoint_given=True)
+    args = adapter_for("vllm").launch(Configuration(tp=8, expert_dtype="fp4"), request, FP8).argv
+    assert "--quantization" not in args and "--quantization-config" not in args
+    assert adapter_for("trtllm").launch(Configuration(tp=8, weight_dtype="fp4"), request, FP8).argv[2] == "org/R1-FP4"
+
+
+def test_trtllm_serve_flags_and_options_file():
+    """Flags from tensorrt_llm/commands/serve.py, options from llmapi/llm_args.py."""
+    command = adapter_for("trtllm").launch(
+        Configuration(tp=8, ep=8, attention_dp=8, kv_cache_dtype="fp8", moe_backend="deepgemm", spec_method="mtp",
+                      spec_depth=3, max_captured_batch=16, kv_block_size=64), REQUEST, FP8)
+    args = list(command.argv)
+    assert args[:3] == ["trtllm-serve", "serve", "deepseek-ai/DeepSeek-R1"]
+    assert value(args, "--backend") == "pytorch" and value(args, "--tp_size") == "8"
+    assert value(args, "--ep_size") == "8" and value(args, "--max_seq_len") == "16384"
+    ((path, text),) = command.files
+    assert value(args, "--config") == path and path.endswith(".yaml")
+    options = yaml.safe_load(text)
+    assert options["enable_attention_dp"] is True
+    assert options["kv_cache_config"] == {"enable_block_reuse": False, "free_gpu_memory_fraction": 0.9,
+                                          "dtype": "fp8", "tokens_per_block": 64}
+    assert options["cuda_graph_config"] == {"batch_sizes": [1, 2, 4, 8, 16], "enable_padding": True}
+    assert options["moe_config"] == {"backend": "DEEPGEMM"}
+    assert options["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 3}
+    eager = yaml.safe_load(adapter_for("trtllm").launch(Configuration(tp=8, graph_capture="none"), REQUEST,
+                                                        FP8).files[0][1])
+    assert eager["cuda_graph_config"] is None and eager["enable_attention_dp"] is False
+    with pytest.raises(InputError, match="draft checkpoint"):
+        argv("trtllm", tp=8, spec_method="eagle3", spec_depth=2)
 
 
 def test_llamacpp_command_and_sweep():
@@ -90,7 +160,7 @@ def test_llamacpp_command_and_sweep():
     assert args == ["python", "-m", "llama_cpp.server", "--model", "/m/x.gguf", "--model_alias", "x",
                     "--host", "127.0.0.1", "--port", "9000", "--n_ctx", "4096", "--interrupt_requests", "False",
                     "--n_threads", "2", "--n_threads_batch", "2"]
-    assert adapter.sweep_batches(config) == (1, 2, 4) and adapter.captured_sizes(config) == ()
+    assert adapter.sweep_batches(config) == (1, 2, 4, 8) and adapter.captured_sizes(config) == ()
     assert adapter.request_extras(2) == {"logit_bias": {"2": -100.0}}
     with pytest.raises(InputError, match="kv_cache_dtype=fp8"):
         adapter.launch(Configuration(graph_capture="none", kv_cache_dtype="fp8"), request, {"weight_dtype": "fp4"})

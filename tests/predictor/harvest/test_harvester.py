@@ -25,6 +25,7 @@ def recorded_plan(gguf_file, recorded):
     return plan_harvest(HarvestRequest(
         engine="llamacpp", model=str(gguf_file), cluster="cpu", config_text="tp=1", endpoint="http://127.0.0.1:1",
         prompt_tokens=sweep["prompt_tokens"], second_prompt_tokens=sweep["second_prompt_tokens"],
+        batches=tuple(sweep["decode_batches"]),
         decode_tokens=sweep["decode_tokens"], prefill_lengths=tuple(sweep["prefill_lengths"]),
         waves_per_batch=sweep.get("waves_per_batch", 1),
         repeats=sweep["repeats"], probe_seqs=sweep["packed_probe"][0], probe_tokens=sweep["packed_probe"][1]))
@@ -124,7 +125,7 @@ def test_cli_dry_run_prints_argv_and_plan(gguf_file):
     argv = data["launch_argv"]
     assert argv[1:3] == ["-m", "llama_cpp.server"] and "--interrupt_requests" in argv
     assert argv[argv.index("--n_threads") + 1] == "2"
-    assert data["sweep"]["decode_batches"] == [1, 2, 4]
+    assert data["sweep"]["decode_batches"] == [1, 2, 4, 8]
     assert data["engine_defaults"] == {"graph_capture": "none"}
     assert data["signature"]["accelerator"] == "cpu"
 

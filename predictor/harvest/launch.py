@@ -1,0 +1,125 @@
+"""What every engine adapter shares (METHOD §4): the launch request and command, the
+adapter protocol, the captured-size ladders, and the GPU engines' common parts.
+
+A `LaunchCommand` is an argument list (never a shell string), environment variables,
+and any files the engine reads at start (TensorRT-LLM's YAML options): the plan only
+describes them, `--dry-run` prints them, and the harvester writes them just before the
+launch and removes them after (`predictor.harvest.harvester`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from levers.catalog import Engine
+from levers.configuration import Configuration
+from levers.errors import InputError
+
+# Captured sizes the harvester asks for explicitly (so the anchor knows them): the
+# engines' own default ladders, cut at `max_captured_batch` (METHOD §3.3).
+CAPTURE_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+EAGER_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+SERIAL_LADDER = (1, 2, 4, 8)        # an engine serving one request at a time: enough to show it
+DEFAULT_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """What a launch needs beyond the configuration."""
+
+    model_path: str              # HF id / local checkpoint / GGUF file
+    served_name: str             # the name requests use
+    port: int
+    context_tokens: int          # max model length / n_ctx
+    host: str = DEFAULT_HOST
+    threads: int | None = None   # CPU engines
+    python: str = sys.executable
+    files_dir: str | None = None  # where launch files go (default: the system temp folder)
+    checkpoint_given: bool = False  # --model-path named the checkpoint: its precisions are the asked ones
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCommand:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    files: tuple[tuple[str, str], ...] = ()     # (path, text) written before the launch
+
+    def display(self) -> str:
+        """For provenance and --dry-run: quoted for reading, never executed by a shell."""
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+class EngineAdapter(Protocol):
+    engine: Engine
+    package: str                  # distribution whose version is the engine build
+    health_path: str
+    tokenize_path: str | None
+    serves_one_request_at_a_time: bool
+
+    def captured_sizes(self, config: Configuration) -> tuple[int, ...]: ...
+
+    def sweep_batches(self, config: Configuration) -> tuple[int, ...]: ...
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand: ...
+
+    def request_extras(self, eos_token_id: int | None) -> dict: ...
+
+    def tokenize_body(self, text: str, model: str) -> dict: ...
+
+
+def refuse(engine: Engine, lever: str, value: object, accepted: str) -> InputError:
+    return InputError(f"--config {lever}", f"{lever}={value} cannot be set on the {engine} command line",
+                      accepted + "; or launch the engine yourself and pass --endpoint")
+
+
+def ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:
+    """``ladder`` cut at the largest batch the configuration captures and runs."""
+    limit = min(config.max_captured_batch, config.max_running_requests)
+    return tuple(b for b in ladder if b <= limit) or (1,)
+
+
+def changed_dtype(config: Configuration, native: dict[str, str], lever: str) -> str | None:
+    """The lever's value when it differs from the checkpoint's native dtype, else None."""
+    value = getattr(config, lever)
+    return value if value is not None and value != native.get(lever) else None
+
+
+class GpuAdapter:
+    """Shared parts of the GPU engines."""
+
+    engine: Engine
+    package: str
+    health_path = "/health"
+    tokenize_path: str | None = "/tokenize"
+    serves_one_request_at_a_time = False
+
+    def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
+        return () if config.graph_capture == "none" else ladder(config, CAPTURE_LADDER)
+
+    def sweep_batches(self, config: Configuration) -> tuple[int, ...]:
+        """METHOD §4: every captured size; an eager engine gets the doubling ladder."""
+        return self.captured_sizes(config) or ladder(config, EAGER_LADDER)
+
+    def request_extras(self, eos_token_id: int | None) -> dict:
+        return {"ignore_eos": True}
+
+    def tokenize_body(self, text: str, model: str) -> dict:
+        return {"model": model, "prompt": text}
+
+    def _check_dtypes(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> str | None:
+        """Weight dtype other than the checkpoint's: only online fp8 is expressible, unless
+        --model-path names a checkpoint that holds the asked precisions (then it decides)."""
+        if request.checkpoint_given:
+            return None
+        if changed_dtype(config, native, "expert_dtype"):
+            raise refuse(self.engine, "expert_dtype", config.expert_dtype, "the checkpoint's own expert dtype")
+        if changed_dtype(config, native, "activation_dtype"):
+            raise refuse(self.engine, "activation_dtype", config.activation_dtype, "unset (follows the weights)")
+        weight = changed_dtype(config, native, "weight_dtype")
+        if weight not in (None, "fp8"):
+            raise refuse(self.engine, "weight_dtype", weight, "the checkpoint's dtype, or fp8 (online)")
+        return weight

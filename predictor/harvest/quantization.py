@@ -1,0 +1,92 @@
+"""vLLM's online quantization, from the three precision levers (METHOD §2: precision is
+anchor-defining, so the anchor must be measured with the kernels the target runs).
+
+vLLM quantizes a BF16 checkpoint while it loads (docs/features/quantization/online.md):
+`--quantization SHORTHAND` picks the scheme and `--quantization-config JSON` sets each
+layer kind apart, `{"linear": {"weight": K, "activation": K}, "moe": {...}}`, with keys
+from `QUANT_KEY_NAMES` (vllm/config/quantization.py): `fp8_per_block_static`,
+`fp8_per_block_dynamic`, `mxfp8`, `mxfp4`; `null` leaves a slot as the checkpoint has it.
+For a checkpoint already quantized in part (Kimi-K3's fp4 experts) only the config is
+passed: the checkpoint's method stays, its other slots are overridden (vLLM documents
+this for activations of MXFP4 MoE checkpoints).
+
+Our levers map as: `weight_dtype` -> the linear (attention, dense MLP, shared expert)
+weights, `expert_dtype` -> the MoE weights, `activation_dtype` -> the activations of
+both (unset: fp8 with fp8 weights, else bf16; PRODUCT.md §3). fp4 is MXFP4, the format
+vLLM quantizes online on both AMD (MI355X) and NVIDIA Blackwell. Refused: a new weight
+precision for a slot the checkpoint already holds quantized (online quantization starts
+from BF16; serve a checkpoint with the asked precision instead, `--model-path`), and
+activations narrower than their weights (W16A8, W8A4: no such GEMM).
+"""
+
+from __future__ import annotations
+
+import json
+
+from levers.errors import InputError
+
+WEIGHT_KEYS = {"bf16": None, "fp8": "fp8_per_block_static", "fp4": "mxfp4"}
+ACTIVATION_KEYS = {"bf16": None, "fp8": "fp8_per_block_dynamic", "fp4": "mxfp4"}
+FP4_MOE_FP8_ACTIVATION = "mxfp8"          # vLLM's W4A8 MoE path (MXFP4 weights, MXFP8 activations)
+BITS = {"bf16": 16, "fp8": 8, "fp4": 4}
+
+
+class NoKernel(InputError):
+    """A precision combination no GEMM runs (no checkpoint can hold it either)."""
+
+
+def _effective_activation(weight: str, activation: str | None) -> str:
+    return activation or ("fp8" if weight == "fp8" else "bf16")
+
+
+def _slot(kind: str, weight: str, native_weight: str | None, activation: str, native_activation: str) -> dict | None:
+    """One layer kind's {weight, activation}, or None when it stays as the checkpoint has it."""
+    if weight == native_weight and activation == native_activation:
+        return None
+    if native_weight not in (None, "bf16") and weight != native_weight:
+        raise InputError(f"--config {'weight' if kind == 'linear' else 'expert'}_dtype",
+                         f"{weight} {kind} weights: the checkpoint holds them in {native_weight} and vLLM "
+                         "quantizes only BF16 weights online",
+                         f"{native_weight}, or --model-path to a checkpoint that holds {weight}")
+    if BITS[activation] < BITS[weight]:
+        lever = "weight_dtype" if kind == "linear" else "expert_dtype"
+        raise NoKernel("--config activation_dtype",
+                       f"{activation} activations on {weight} {kind} weights: vLLM has no such GEMM",
+                       f"activations at least as wide as the weights, or {lever}={activation} as well")
+    activation_key = ACTIVATION_KEYS[activation]
+    if kind == "moe" and weight == "fp4" and activation == "fp8":
+        activation_key = FP4_MOE_FP8_ACTIVATION
+    return {"weight": WEIGHT_KEYS[weight] if weight != native_weight else None, "activation": activation_key}
+
+
+def vllm_quantization_args(weight: str | None, expert: str | None, activation: str | None,
+                           native: dict[str, str | None]) -> list[str]:
+    """`--quantization` / `--quantization-config` for the asked precisions (module
+    docstring); empty when every slot is the checkpoint's own."""
+    native_weight = str(native.get("weight_dtype") or "bf16")
+    native_expert = native.get("expert_dtype")
+    linear_weight = weight or native_weight
+    linear_activation = _effective_activation(linear_weight, activation)
+    config: dict[str, dict] = {}
+    linear = _slot("linear", linear_weight, native_weight, linear_activation,
+                   _effective_activation(native_weight, None))
+    if linear:
+        config["linear"] = linear
+    if native_expert is not None:
+        moe_weight = expert or str(native_expert)
+        moe_activation = activation or ("fp8" if moe_weight == "fp8" else "bf16")
+        moe = _slot("moe", moe_weight, str(native_expert), moe_activation,
+                    "fp8" if native_expert == "fp8" else "bf16")
+        if moe:
+            config["moe"] = moe
+    if not config:
+        return []
+    args = []
+    prequantized = native_weight != "bf16" or (native_expert not in (None, "bf16"))
+    if not prequantized:
+        uses_fp4 = any(slot.get("weight") == "mxfp4" for slot in config.values())
+        args += ["--quantization", "mxfp4" if uses_fp4 else "fp8_per_block"]
+        for kind in ("linear", "moe"):
+            if kind not in config and (kind == "linear" or native_expert is not None):
+                config[kind] = {"weight": None, "activation": None}     # leave it unquantized
+    return args + ["--quantization-config", json.dumps(config, sort_keys=True)]

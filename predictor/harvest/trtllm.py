@@ -1,0 +1,84 @@
+"""TensorRT-LLM's `trtllm-serve` (PyTorch backend) as a harvest launch (METHOD §4).
+
+Flags and options checked against TensorRT-LLM's source (`tensorrt_llm/commands/serve.py`,
+`tensorrt_llm/llmapi/llm_args.py`): `trtllm-serve serve MODEL --host --port --backend
+pytorch --tp_size --pp_size --ep_size --max_batch_size --max_num_tokens --max_seq_len
+--kv_cache_free_gpu_memory_fraction --config FILE.yaml`. What has no flag goes into the
+YAML options file (LLM API arguments): `enable_attention_dp`, `kv_cache_config`
+(`enable_block_reuse: false` turns prefix reuse off; `dtype: fp8`; `tokens_per_block`),
+`cuda_graph_config` (`batch_sizes`, `enable_padding`; null: eager), `moe_config.backend`
+(CUTLASS, TRTLLM, DEEPGEMM), `attn_backend`, and `speculative_config` with
+`decoding_type` MTP (`num_nextn_predict_layers`) or NGram (`max_draft_len`). EAGLE3
+(`decoding_type: Eagle`) needs `speculative_model_dir`, a draft checkpoint no lever
+names: refused at launch.
+
+`trtllm-serve` quantizes nothing online: precisions come from the checkpoint (ModelOpt
+FP8/NVFP4 exports). A precision other than the card's checkpoint's is accepted only when
+`--model-path` names the checkpoint to serve (the plan notes that the precisions are
+the checkpoint's, unverified by the harvester). Attention DP in TensorRT-LLM spans
+every TP rank (`enable_attention_dp`): 1 < attention_dp < tp is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from types import MappingProxyType
+
+import yaml
+
+from levers.catalog import Engine
+from levers.configuration import Configuration
+from predictor.harvest.launch import GpuAdapter, LaunchCommand, LaunchRequest, changed_dtype, refuse
+
+PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype")
+
+
+class TrtllmAdapter(GpuAdapter):
+    engine = Engine.TRTLLM
+    package = "tensorrt_llm"
+    tokenize_path = None
+    _MOE = MappingProxyType({"trtllm": "TRTLLM", "cutlass": "CUTLASS", "deepgemm": "DEEPGEMM"})
+    _SPEC = MappingProxyType({"mtp": "MTP", "ngram": "NGram"})
+
+    def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
+        for lever in PRECISION_LEVERS:
+            if changed_dtype(config, native, lever) and not request.checkpoint_given:
+                raise refuse(self.engine, lever, getattr(config, lever),
+                             "the checkpoint's own precision (trtllm-serve does not quantize online: pass "
+                             "--model-path to a ModelOpt checkpoint quantized to it)")
+        if config.attention_dp not in (1, config.tp):
+            raise refuse(self.engine, "attention_dp", config.attention_dp, f"1 or tp={config.tp}")
+        if config.spec_method == "eagle3":
+            raise refuse(self.engine, "spec_method", "eagle3", "mtp or ngram (EAGLE3 needs its draft checkpoint)")
+        path = os.path.join(request.files_dir or tempfile.gettempdir(),
+                            f"inferasim-trtllm-{request.served_name}-{request.port}.yaml")
+        argv = ("trtllm-serve", "serve", request.model_path, "--host", request.host, "--port", str(request.port),
+                "--backend", "pytorch", "--tp_size", str(config.tp), "--pp_size", str(config.pp),
+                "--ep_size", str(config.ep), "--max_batch_size", str(config.max_running_requests),
+                "--max_num_tokens", str(config.max_batched_tokens), "--max_seq_len", str(request.context_tokens),
+                "--kv_cache_free_gpu_memory_fraction", str(config.kv_memory_fraction), "--config", path)
+        text = yaml.safe_dump(self.options(config), sort_keys=False)
+        return LaunchCommand(argv, {}, ((path, text),))
+
+    def options(self, config: Configuration) -> dict:
+        """The LLM API options written to the YAML file (module docstring)."""
+        kv_cache: dict = {"enable_block_reuse": False, "free_gpu_memory_fraction": config.kv_memory_fraction}
+        if config.kv_cache_dtype == "fp8":
+            kv_cache["dtype"] = "fp8"
+        if config.kv_block_size:
+            kv_cache["tokens_per_block"] = config.kv_block_size
+        sizes = self.captured_sizes(config)
+        options: dict = {
+            "enable_attention_dp": config.attention_dp > 1, "kv_cache_config": kv_cache,
+            "cuda_graph_config": {"batch_sizes": list(sizes), "enable_padding": True} if sizes else None,
+        }
+        if config.moe_backend:
+            options["moe_config"] = {"backend": self._MOE[config.moe_backend]}
+        if config.attention_backend:
+            options["attn_backend"] = "TRTLLM"
+        if config.spec_method == "mtp":
+            options["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": config.spec_depth}
+        elif config.spec_method == "ngram":
+            options["speculative_config"] = {"decoding_type": "NGram", "max_draft_len": config.spec_depth}
+        return options

@@ -1,0 +1,81 @@
+"""The harvest commands `tune` prints for a rank-only answer (METHOD §2, §4, §3.14):
+one per kernel set and width, each one accepted by `inferasim harvest --dry-run`.
+
+The fast tests build rank-only trials; the slow ones run the three searches the issue
+names (the README's main job, the same on `--cluster gb300x4x4`, and a search whose
+best is disaggregated) and dry-run every command they print."""
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from agent.harvest_hints import harvest_hints, harvest_plan
+from agent.trial import Phase, Trial
+from agent.tune import TuneRequest, tune
+from levers.configuration import Configuration
+from predictor.target import resolve_target
+
+runner = CliRunner()
+
+
+def rank_only(**levers):
+    return Trial(phase=Phase.SEED, config=Configuration(**levers), proposed=None, legal=True, mode="rank-only")
+
+
+def dry_run_every_command(lines):
+    commands = [line for line in lines if not line.startswith("#")]
+    assert all(line.startswith("inferasim harvest ") for line in commands), lines
+    for command in commands:
+        result = runner.invoke(app, command.split()[1:] + ["--dry-run"])
+        assert result.exit_code == 0, (command, result.output)
+    return commands
+
+
+def test_one_harvest_per_kernel_set_and_width():
+    target = resolve_target("kimi-k3", "mi355x", "vllm")
+    trials = [rank_only(tp=8, spec_method="ngram", spec_depth=2, concurrency=16),
+              rank_only(tp=8, spec_method="ngram", spec_depth=1, concurrency=64, max_running_requests=32),
+              rank_only(tp=8, spec_method="eagle3", spec_depth=2),
+              rank_only(tp=8, weight_dtype="fp4", spec_method="ngram", spec_depth=1),
+              rank_only(tp=8, activation_dtype="fp8"),
+              Trial(phase=Phase.SEED, config=Configuration(tp=4), proposed=None, legal=True, mode="anchored")]
+    hints = harvest_hints(target, trials)
+    assert len(hints) == 4                            # ngram once (depth 2: the first), eagle3, fp4, W16A8
+    assert "spec_method=ngram,spec_depth=2" in hints[0].command
+    commands = dry_run_every_command(harvest_plan(target, trials))
+    assert len(commands) == 3 and any("weight_dtype=fp4" in c for c in commands)
+    assert hints[3].command is None and "no such GEMM" in hints[3].problem
+
+
+def test_pools_of_one_layout_share_a_harvest():
+    target = resolve_target("deepseek-r1", "mi355x", "sglang")
+    trials = [rank_only(disaggregated=True, prefill_layout="TP4/EP4/DP4", decode_layout="TP4/EP4/DP4", tp=4, ep=4,
+                        attention_dp=4)]
+    (hint,) = harvest_hints(target, trials)
+    assert hint.reduction.pool == "prefill"
+    dry_run_every_command(hint.lines())
+
+
+SEARCHES = {
+    "readme": dict(model="kimi-k3", objective="throughput", slos=("p90-itl=25",)),
+    "gb300": dict(model="kimi-k3", objective="throughput", slos=("p90-itl=25",), cluster="gb300x4x4", budget=100),
+    "disaggregated": dict(model="llama-3.1-70b", cluster="h100x8x2", workload="8k/1k", objective="throughput",
+                          budget=120),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SEARCHES))
+def test_every_hint_of_a_real_search_passes_the_dry_run(name, tmp_path):
+    result = tune(TuneRequest(**SEARCHES[name]), ledger_dir=tmp_path)
+    assert result.harvest, "a rank-only answer prints harvest hints"
+    commands = dry_run_every_command(result.harvest)
+    assert commands
+    if name == "readme":
+        assert any("weight_dtype=fp4" in c for c in commands)
+        assert len([c for c in commands if "spec_method=ngram" in c and "dtype" not in c]) == 1
+    if name == "gb300":
+        assert any(c.endswith("--endpoint http://HEAD_NODE:8000") and "tp=8," in c for c in commands)
+    if name == "disaggregated":
+        assert result.outcome.best.config.disaggregated
+        assert any(line.startswith("# prefill pool") for line in result.harvest)

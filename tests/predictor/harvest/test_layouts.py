@@ -1,0 +1,99 @@
+"""Reduce, measure, restore (METHOD §3.14): a deployment's anchor layouts, the harvest
+command of each (checked like `--dry-run`), and the harvester's own refusal of a layout
+that is not one anchor, which names the reduced harvests."""
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from levers.configuration import Configuration, normalise
+from predictor.harvest.layouts import reduced_harvests
+from predictor.harvest.reduce import anchor_layouts, harvest_config_text
+from predictor.target import resolve_target
+
+runner = CliRunner()
+
+
+def harvests(model, cluster, engine, **levers):
+    target = resolve_target(model, cluster, engine)
+    config = normalise(Configuration(**levers))
+    return reduced_harvests(target.engine, target.card.name, target.card, target.cluster, config)
+
+
+def dry_run(command):
+    words = command.split()
+    assert words[:2] == ["inferasim", "harvest"]
+    result = runner.invoke(app, words[1:] + ["--dry-run"])
+    assert result.exit_code == 0, (command, result.output)
+    return result.output
+
+
+def test_pp_replicas_and_width_are_reduced_in_method_order():
+    (reduction,) = anchor_layouts(Configuration(tp=16, pp=2, ep=16, attention_dp=16, replicas=3), 8)
+    assert (reduction.config.tp, reduction.config.ep, reduction.config.attention_dp) == (8, 8, 8)
+    assert reduction.config.pp == 1 and reduction.config.replicas == 1
+    assert [step.split()[0] for step in reduction.steps] == ["3", "PP2", "TP16->TP8", "attention", "EP16->EP8"]
+    # attention TP is kept: TP8/DP2 (attention TP4) narrows to TP4/DP1
+    (narrow,) = anchor_layouts(Configuration(tp=8, ep=8, attention_dp=2), 4)
+    assert (narrow.config.tp, narrow.config.attention_dp, narrow.config.ep) == (4, 1, 4)
+    (same,) = anchor_layouts(Configuration(tp=8, ep=8), 8)
+    assert not same.is_reduced
+
+
+def test_spec_depth_is_written_once_and_only_anchor_levers_survive():
+    text = harvest_config_text(Configuration(tp=8, spec_method="ngram", spec_depth=2, concurrency=16,
+                                             max_running_requests=32, fusions=("generic",), kv_cache_dtype="fp8"))
+    assert text == "tp=8,pp=1,ep=1,attention_dp=1,kv_cache_dtype=fp8,spec_method=ngram,spec_depth=2"
+
+
+def test_disaggregated_pools_get_one_checked_harvest_each():
+    found = harvests("llama-3.1-70b", "h100x8x2", "vllm", disaggregated=True, prefill_layout="TP2/EP1/DP1",
+                     decode_layout="TP4/EP1/DP1", prefill_replicas=3)
+    assert [h.reduction.pool for h in found] == ["prefill", "decode"]
+    assert [h.reduction.config.tp for h in found] == [2, 4]
+    assert found[0].lines()[0].startswith("# prefill pool") and "3 replicas -> 1" in found[0].lines()[0]
+    for harvest in found:
+        dry_run(harvest.command)
+
+
+def test_tp8_on_gb300_is_reduced_to_one_tray_or_measured_across_the_nvl72_domain():
+    small = harvests("llama-3.1-70b", "gb300x4x4", "vllm", tp=8)[0]
+    assert small.reduction.config.tp == 4 and "TP8->TP4 (one node of 4" in small.lines()[0]
+    dry_run(small.command)
+    # Kimi-K3 does not fit in one tray of four: TP8 over two trays of one NVLink domain
+    big = harvests("kimi-k3", "gb300x4x4", "vllm", tp=16, ep=4)[0]
+    assert big.reduction.config.tp == 8 and big.command.endswith("--endpoint http://HEAD_NODE:8000")
+    assert any("spans 2 nodes of one 16-GPU scale-up domain" in line for line in big.lines())
+    assert "endpoint" in dry_run(big.command)
+
+
+def test_a_precision_no_launch_can_quantize_names_a_checkpoint_or_says_why_not():
+    trt = harvests("deepseek-r1", "b200x8x2", "trtllm", tp=8, weight_dtype="fp4")[0]
+    assert trt.command.endswith("--model-path QUANTIZED_CHECKPOINT")
+    assert "precisions as asked, from the checkpoint" in dry_run(trt.command)
+    w16a8 = harvests("kimi-k3", "mi355x", "vllm", tp=8, activation_dtype="fp8")[0]
+    assert w16a8.command is None and "no such GEMM" in w16a8.problem
+    assert w16a8.lines() == [f"# no harvest for {harvest_config_text(w16a8.reduction.config)}: {w16a8.problem}"]
+
+
+@pytest.mark.parametrize("config, reduced", [
+    ("tp=8,pp=2", ["--config tp=8,pp=1,ep=1,attention_dp=1"]),
+    ("tp=8,replicas=2", ["--config tp=8,pp=1,ep=1,attention_dp=1"]),
+    ("disaggregated=true,prefill_layout=TP4,decode_layout=TP8", ["--config tp=4,pp=1", "--config tp=8,pp=1"]),
+])
+def test_the_harvester_refuses_a_non_anchor_layout_with_its_reduction(config, reduced):
+    result = runner.invoke(app, ["harvest", "--engine", "vllm", "--model", "llama-3.1-70b", "--cluster", "h100x8x2",
+                                 "--config", config, "--dry-run"])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in output
+    assert "not an anchor layout" in output and "METHOD §3.14" in output
+    for text in reduced:
+        assert "inferasim harvest --engine vllm --model Llama-3.1-70B --cluster h100x8x2 " + text in output
+
+
+def test_an_endpoint_may_span_one_scale_up_domain_a_launch_may_not():
+    base = ["harvest", "--engine", "vllm", "--model", "kimi-k3", "--cluster", "gb300x4x4", "--config", "tp=8"]
+    launched = runner.invoke(app, base + ["--dry-run"])
+    assert launched.exit_code == 2 and "one node of 4" in launched.output
+    assert "scale-up domain and pass --endpoint" in " ".join(launched.output.split())
+    assert runner.invoke(app, base + ["--endpoint", "http://10.0.0.1:8000", "--dry-run"]).exit_code == 0
