@@ -11,6 +11,7 @@ bounded during the search, the best confirmed at full fidelity; agent.fidelity).
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import Optional
 
 import typer
@@ -109,6 +110,13 @@ def result_json(result: TuneResult) -> dict:
     }
 
 
+def shell_comment(line: str) -> None:
+    """A harvest note wrapped at the console width, every line still a shell comment."""
+    console.print(textwrap.fill(line.lstrip("# "), width=max(40, console.width), initial_indent="  # ",
+                                subsequent_indent="  #   ", break_long_words=False, break_on_hyphens=False),
+                  markup=False, highlight=False, soft_wrap=True)
+
+
 def render(result: TuneResult) -> None:
     context, outcome = result.context, result.outcome
     goal = context.objective
@@ -125,7 +133,10 @@ def render(result: TuneResult) -> None:
         say(console, "Rank-only: no anchor covers these configurations; SLOs were applied to their "
                      "estimates, so compliance is unverified until these anchors exist:")
         for line in result.harvest:
-            id_line(console, f"  {line}", style="")
+            if line.startswith("#"):
+                shell_comment(line)
+            else:
+                id_line(console, f"  {line}", style="")
     if outcome.lm_note:
         say(console, f"LLM phase: {outcome.lm_note}")
     if result.num_confirmed is not None:
