@@ -73,6 +73,9 @@ class LmSettings:
     num_retries: int = DEFAULT_NUM_RETRIES
     json_schema: bool = False
     max_tokens: int = DEFAULT_MAX_TOKENS
+    # False for an LM taken from a file (a resumed ledger): no environment key is sent to
+    # an endpoint the user did not name on this command line (PRODUCT.md §6).
+    use_env_key: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "base_url": redact(self.base_url), "timeout_s": self.timeout_s,
@@ -121,8 +124,10 @@ def build_lm(settings: LmSettings) -> dspy.LM:
                               "num_retries": settings.num_retries, "max_tokens": settings.max_tokens}
     if settings.base_url:
         kwargs["api_base"] = settings.base_url
-    api_key = os.environ.get(LM_API_KEY_ENV)
-    if api_key:
+    api_key = os.environ.get(LM_API_KEY_ENV) if settings.use_env_key else None
+    if not settings.use_env_key:
+        kwargs["api_key"] = PLACEHOLDER_API_KEY  # explicit, so LiteLLM reads no provider key either
+    elif api_key:
         kwargs["api_key"] = api_key
     elif settings.base_url and settings.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
         kwargs["api_key"] = PLACEHOLDER_API_KEY

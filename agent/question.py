@@ -46,6 +46,7 @@ class TuneRequest:
     guidance: str | None = None
     precisions: str | None = None
     resume: str | None = None
+    lm_from_ledger: bool = False        # --resume: use the ledger's LM (without environment keys)
     top: int = DEFAULT_TOP
     num_requests: int | None = None
     command_line: tuple[str, ...] = ()

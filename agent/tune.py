@@ -12,6 +12,12 @@ Seed rounds and the confirm step are priced on ``workers`` local cores (default:
 the context from this request's names. DES trials replay a bounded number of requests
 during the search and the best are confirmed at full fidelity (:mod:`agent.fidelity`)
 unless ``num_requests`` fixes the length of every trial.
+
+Resuming (``--resume LEDGER``) takes the question from the ledger but the LM from this
+command line: ``--lm`` / ``$INFERASIM_LM`` as configured now. The LM a ledger names is
+used only with ``--lm-from-ledger``, and then it is sent no key from the environment
+unless the user names the endpoint again with ``--lm-base-url`` (a shared ledger must not
+be able to collect keys). An unused ledger LM is said in :attr:`TuneResult.warnings`.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.harvest_hints import harvest_plan
-from agent.lm import LmRuntime, LmSettings, resolve_lm_settings
+from agent.lm import DEFAULT_TIMEOUT_S, LmRuntime, LmSettings, resolve_lm_settings
 from agent.pricing import Pricer, resolve_workers
 from agent.question import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, build_context  # noqa: F401
 from agent.recorder import LedgerRecorder, ledger_header, new_search_id, resume_header, trial_from_record
@@ -49,6 +55,7 @@ class TuneResult:
     harvest: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     num_confirmed: int | None = None   # confirm trials of a bounded search (None: one fidelity)
+    warnings: tuple[str, ...] = ()
 
     @property
     def best(self) -> Trial | None:
@@ -79,8 +86,10 @@ def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn:
                              timeout_s=request.lm_timeout_s)
     workers = resolve_workers(request.workers)
     question = request
+    warnings: tuple[str, ...] = ()
     if request.resume:
-        session, recorder, budget, lm, no_llm, question = _resumed(request, lm, predict_fn, check_fn, store)
+        session, recorder, budget, lm, no_llm, question, warnings = _resumed(request, lm, predict_fn, check_fn,
+                                                                              store)
         request = replace(request, no_llm=no_llm)
     else:
         budget = _check_budget(DEFAULT_BUDGET if request.budget is None else request.budget)
@@ -105,16 +114,14 @@ def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn:
                       num_trials=len(session.trials), lm=lm if runtime is not None else None,
                       harvest=harvest_plan(context.target, [t for t in shown if t is not None]),
                       stats=recorder.stats(session),
-                      num_confirmed=len(session.confirmed) if session.bounded else None)
+                      num_confirmed=len(session.confirmed) if session.bounded else None, warnings=warnings)
 
 
 def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store):
     """Rebuild the session of a ledger; the ledger's question wins over new options."""
     path = resolve_ledger(request.resume)
     ledger: Ledger = load_ledger(path)
-    if lm is None and ledger.lm is not None and not request.no_llm and "***" not in (ledger.lm.base_url or ""):
-        lm = LmSettings(ledger.lm.model, ledger.lm.base_url, ledger.lm.timeout_s, ledger.lm.num_retries,
-                        ledger.lm.json_schema)
+    lm, warnings = _resumed_lm(request, lm, ledger)
     requested = ledger.budget if request.budget is None else _check_budget(request.budget)
     searched = sum(1 for record in ledger.trials if record.phase != "confirm")
     budget = _check_budget(max(requested, searched))
@@ -131,4 +138,24 @@ def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, 
     writer = LedgerWriter(path, resume_header(ledger, budget, lm),
                           [record.model_dump(mode="json") for record in ledger.trials])
     recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s)
-    return session, recorder, budget, lm, request.no_llm or ledger.no_llm, question
+    return session, recorder, budget, lm, request.no_llm or ledger.no_llm, question, warnings
+
+
+def _resumed_lm(request: TuneRequest, configured: LmSettings | None,
+                ledger: Ledger) -> tuple[LmSettings | None, tuple[str, ...]]:
+    """The LM of a resumed search (module docstring): the one configured now, else the
+    ledger's with ``--lm-from-ledger`` (no environment key unless ``--lm-base-url``)."""
+    if configured is not None or request.no_llm or ledger.lm is None:
+        return configured, ()
+    named = f"{ledger.lm.model}" + (f" at {ledger.lm.base_url}" if ledger.lm.base_url else "")
+    if not request.lm_from_ledger:
+        return None, (f"the ledger's LM ({named}) is not used: pass --lm, or --lm-from-ledger to use it "
+                      "(it gets no key from the environment unless you also pass --lm-base-url)",)
+    base_url = request.lm_base_url or ledger.lm.base_url
+    if base_url and "***" in base_url:
+        raise InputError("--lm-from-ledger", f"the ledger's LM endpoint {base_url} had credentials, masked "
+                         "when the ledger was written", "--lm-base-url URL to name the endpoint again")
+    timeout_s = request.lm_timeout_s if request.lm_timeout_s != DEFAULT_TIMEOUT_S else ledger.lm.timeout_s
+    settings = LmSettings(ledger.lm.model, base_url, timeout_s, ledger.lm.num_retries, ledger.lm.json_schema,
+                          use_env_key=request.lm_base_url is not None)
+    return settings, ()

@@ -141,8 +141,11 @@ def max_input_bytes() -> int:
     return int(megabytes * BYTES_PER_MB)
 
 
-def read_bytes(path: str | Path, what: str, *, max_bytes: int | None = None, expected: str = "a file") -> bytes:
-    """The bytes of a regular file, at most ``max_bytes`` (default :func:`max_input_bytes`)."""
+def check_input_file(path: str | Path, what: str, *, max_bytes: int | None = None,
+                     expected: str = "a file") -> int:
+    """Refuse what is missing, not a regular file (a folder, device, pipe: /dev/zero would
+    never end) or over the size limit; the file's size in bytes otherwise. For readers
+    that stream a file themselves; :func:`read_text` calls it too."""
     file = Path(path)
     limit = max_input_bytes() if max_bytes is None else max_bytes
     name = f"{what} {quote(str(file))}" if what else quote(str(file))
@@ -159,6 +162,15 @@ def read_bytes(path: str | Path, what: str, *, max_bytes: int | None = None, exp
     if info.st_size > limit:
         raise InputError(name, f"is {info.st_size / BYTES_PER_MB:,.1f} MB, over the {limit / BYTES_PER_MB:,.0f} MB "
                          "input limit", f"a smaller file, or raise the limit with ${MAX_INPUT_ENV}=MB")
+    return info.st_size
+
+
+def read_bytes(path: str | Path, what: str, *, max_bytes: int | None = None, expected: str = "a file") -> bytes:
+    """The bytes of a regular file, at most ``max_bytes`` (default :func:`max_input_bytes`)."""
+    file = Path(path)
+    limit = max_input_bytes() if max_bytes is None else max_bytes
+    name = f"{what} {quote(str(file))}" if what else quote(str(file))
+    check_input_file(file, what, max_bytes=limit, expected=expected)
     try:
         with file.open("rb") as handle:
             data = handle.read(limit + 1)

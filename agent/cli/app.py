@@ -16,6 +16,14 @@ cells too), and JSON output is redacted before it is written. An error message i
 bounded in size. A file the product could not read or write (``OSError``) is an input
 error too; anything else unexpected is one line and exit code 3, never a traceback
 (``INFERASIM_DEBUG=1`` shows it).
+
+Numeric options take one of the parsers below (``typer.Option(..., parser=SEED)``): an
+ASCII number, finite, inside the stated range, or typer's usage error (exit 2) before any
+work. Output paths are checked before any work (:func:`output_file`, :func:`output_dir`).
+Work bounds: a DES run replays at most :data:`MAX_DES_REQUESTS` requests and a trace
+holds at most :data:`MAX_TRACE_REQUESTS` (measured here: the agentic DES prices about
+6,000 requests/s on one core and holds ~2.5 KB per request, so a million is a few
+minutes and a few GB); ``--allow-large`` lifts both, and the trace file size limit.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 import click
 import typer
@@ -36,7 +46,7 @@ from typer.core import TyperGroup
 
 from agent.cli.commands import BY_NAME, COMMANDS
 from levers.errors import InputError
-from levers.inputs import bounded, quote
+from levers.inputs import bounded, check_output_dir, check_output_file, parse_number, quote
 from levers.redact import clean_text, redact
 
 
@@ -175,3 +185,81 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
+
+
+# --- option validation (module docstring) ---------------------------------------------
+
+MAX_DES_REQUESTS = 1_000_000
+MAX_TRACE_REQUESTS = 1_000_000
+LARGE_INPUT_BYTES = 1 << 40          # --allow-large: a trace file up to 1 TB
+MAX_SEED = 2**32 - 1
+MAX_WORKERS = 256
+MAX_TIMEOUT_S = 7 * 24 * 3600.0      # a week: any wait longer than that is a typo
+ALLOW_LARGE_HELP = (f"Lift the caps on DES requests ({MAX_DES_REQUESTS:,}), trace requests "
+                    f"({MAX_TRACE_REQUESTS:,}) and the trace file size (the input limit).")
+
+
+def int_option(what: str, low: int | None = None, high: int | None = None) -> Callable[[object], int]:
+    """A typer ``parser`` for option ``what``: a whole number in ``[low, high]``."""
+    def parse(value: object) -> int:
+        return _parsed(value, what, integer=True, low=low, high=high)
+    return parse
+
+
+def float_option(what: str, low: float | None = None, high: float | None = None, *,
+           positive: bool = False) -> Callable[[object], float]:
+    """A typer ``parser`` for option ``what``: a finite number in ``[low, high]``
+    (``positive``: above 0)."""
+    def parse(value: object) -> float:
+        result = float(_parsed(value, what, integer=False, low=low, high=high))
+        if positive and result <= 0:
+            _option_error(InputError(what, f"{result:g} is not positive",
+                                     "a number > 0" + (f" and <= {high:g}" if high is not None else "")))
+        return result
+    return parse
+
+
+def _parsed(value: object, what: str, *, integer: bool, low: float | None, high: float | None) -> int | float:
+    try:
+        return parse_number(value, what, integer=integer, low=low, high=high)
+    except InputError as error:
+        _option_error(error)
+
+
+def _option_error(error: InputError):
+    """An option's value is refused while typer parses it: the same one line and exit
+    code 2 as :func:`cli_errors` (``typer.Exit`` passes through typer's converters)."""
+    _say_error(error.message)
+    raise typer.Exit(EXIT_USER_ERROR)
+
+
+def timeout_option(what: str) -> Callable[[object], float]:
+    return float_option(what, 0, MAX_TIMEOUT_S, positive=True)
+
+
+SEED = int_option("--seed", 0, MAX_SEED)
+WORKERS = int_option("--workers", 1, MAX_WORKERS)
+
+
+def check_des_requests(value: int | None, what: str, allow_large: bool) -> int | None:
+    """``--requests``-like options: at most :data:`MAX_DES_REQUESTS` unless ``--allow-large``."""
+    if value is not None and value > MAX_DES_REQUESTS and not allow_large:
+        raise InputError(what, f"{value:,} requests is over the cap of {MAX_DES_REQUESTS:,}",
+                         f"1 to {MAX_DES_REQUESTS:,}, or --allow-large to run it anyway")
+    return value
+
+
+def check_trace_requests(num_requests: int, what: str, allow_large: bool) -> None:
+    if num_requests > MAX_TRACE_REQUESTS and not allow_large:
+        raise InputError(what, f"the trace holds {num_requests:,} requests, over the cap of {MAX_TRACE_REQUESTS:,}",
+                         "a shorter trace, or --allow-large to replay it anyway")
+
+
+def output_file(path: str | Path | None, what: str) -> Path | None:
+    """An output file option checked before any work (None: not asked for)."""
+    return None if path is None else check_output_file(path, what)
+
+
+def output_dir(path: str | Path | None, what: str) -> Path | None:
+    """An output folder option checked before any work (None: not asked for)."""
+    return None if path is None else check_output_dir(path, what)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import sys
 
 import typer
-from agent.cli.app import app, cli_errors, console, err_console, print_json
+from agent.cli.app import SEED, app, cli_errors, console, err_console, int_option, output_file, print_json, timeout_option
 from agent.cli.render import list_text, number, say, table
 from levers.errors import InputError
-from predictor.harvest.harvester import HarvestReport, run_harvest
+from levers.inputs import parse_number, quote
+from predictor.harvest.client import REQUEST_TIMEOUT_S as DEFAULT_REQUEST_TIMEOUT_S
+from predictor.harvest.harvester import DEFAULT_DEADLINE_S, HarvestReport, run_harvest
 from predictor.units import NS_PER_MS, US_PER_MS
 from predictor.harvest.plan import (
     DEFAULT_READY_TIMEOUT_S,
@@ -21,13 +23,19 @@ from predictor.harvest.plan import (
 )
 
 
-def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
+MAX_PROMPT_TOKENS = 1_048_576
+MAX_DECODE_TOKENS = 65_536
+MAX_BATCH = 4096
+MAX_LIST_ITEMS = 64
+
+
+def _ints(text: str | None, what: str, high: int) -> tuple[int, ...] | None:
     if not text:
         return None
-    try:
-        return tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        raise InputError(what, f"'{text}' is not a comma-separated list of integers", "e.g. 1,2,4") from None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items or len(items) > MAX_LIST_ITEMS:
+        raise InputError(what, f"{quote(text)} is not a list of 1 to {MAX_LIST_ITEMS} integers", "e.g. 1,2,4")
+    return tuple(parse_number(item, what, integer=True, low=1, high=high) for item in items)
 
 
 def _render_plan(plan: HarvestPlan) -> None:
@@ -82,29 +90,42 @@ def harvest(
     config: str | None = typer.Option(None, "--config", help="Anchor configuration k=v,... (widths, dtypes, ...)."),
     endpoint: str | None = typer.Option(None, "--endpoint", help="Harvest an engine already running at URL."),
     model_path: str | None = typer.Option(None, "--model-path", help="Checkpoint to serve (default: the HF id)."),
-    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Decode sweep prompt length."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", parser=int_option("--prompt-tokens", 1, MAX_PROMPT_TOKENS),
+                                             help="Decode sweep prompt length."),
     second_prompt_tokens: int | None = typer.Option(None, "--second-prompt-tokens",
+                                                       parser=int_option("--second-prompt-tokens", 0, MAX_PROMPT_TOKENS),
                                                        help="Second decode prompt length (0: none)."),
-    decode_tokens: int | None = typer.Option(None, "--decode-tokens", help="Output tokens per decode request."),
-    waves: int | None = typer.Option(None, "--waves", help="Single waves per batch size (median of medians)."),
+    decode_tokens: int | None = typer.Option(None, "--decode-tokens", parser=int_option("--decode-tokens", 1, MAX_DECODE_TOKENS),
+                                             help="Output tokens per decode request."),
+    waves: int | None = typer.Option(None, "--waves", parser=int_option("--waves", 1, 100),
+                                     help="Single waves per batch size (median of medians)."),
     prefill_lengths: str | None = typer.Option(None, "--prefill-lengths", help="Prefill prompt lengths, e.g. 512,1024,2048,4096,8192."),
     batches: str | None = typer.Option(None, "--batches", help="Decode wave sizes (default: captured sizes)."),
-    repeats: int | None = typer.Option(None, "--repeats", help="TTFT samples per prefill length."),
+    repeats: int | None = typer.Option(None, "--repeats", parser=int_option("--repeats", 1, 100),
+                                       help="TTFT samples per prefill length."),
     probe: bool = typer.Option(True, "--probe/--no-probe", help="Run the packed-prefill probe."),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads (llamacpp)."),
-    ready_timeout: float = typer.Option(DEFAULT_READY_TIMEOUT_S, "--ready-timeout", help="Seconds to wait for the engine."),
+    threads: int | None = typer.Option(None, "--threads", parser=int_option("--threads", 1, 1024), help="CPU threads (llamacpp)."),
+    ready_timeout: float = typer.Option(DEFAULT_READY_TIMEOUT_S, "--ready-timeout", parser=timeout_option("--ready-timeout"),
+                                        help="Seconds to wait for the engine to answer its health check."),
+    request_timeout: float = typer.Option(DEFAULT_REQUEST_TIMEOUT_S, "--request-timeout",
+                                          parser=timeout_option("--request-timeout"),
+                                          help="Seconds one timed request may take, first byte to last."),
+    deadline: float = typer.Option(DEFAULT_DEADLINE_S, "--deadline", parser=timeout_option("--deadline"),
+                                   help="Seconds the whole harvest may take (start-up, sweeps, checks)."),
     engine_arg: list[str] | None = typer.Option(None, "--engine-arg", help="Extra engine argument (repeatable)."),
     record: str | None = typer.Option(None, "--record", help="Also write every timed stream to this JSON file."),
-    seed: int = typer.Option(0, "--seed", help="Prompt RNG seed."),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="Prompt RNG seed."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch command and the sweep plan only."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Measure an anchor (METHOD §4) and write it into $INFERASIM_HOME/anchors."""
+    output_file(record, "--record")
     request = HarvestRequest(
         engine=engine, model=model, cluster=cluster, config_text=config, endpoint=endpoint, model_path=model_path,
         prompt_tokens=prompt_tokens, second_prompt_tokens=second_prompt_tokens, decode_tokens=decode_tokens,
         waves_per_batch=waves,
-        prefill_lengths=_ints(prefill_lengths, "--prefill-lengths"), batches=_ints(batches, "--batches"),
+        prefill_lengths=_ints(prefill_lengths, "--prefill-lengths", MAX_PROMPT_TOKENS),
+        batches=_ints(batches, "--batches", MAX_BATCH),
         repeats=repeats, probe=probe, threads=threads, ready_timeout_s=ready_timeout,
         extra_args=tuple(engine_arg or ()), seed=seed)
     plan = plan_harvest(request)
@@ -113,7 +134,8 @@ def harvest(
     progress = None
     if not json_out and sys.stderr.isatty():
         progress = lambda text: err_console.print(f"... {text}", markup=False)
-    report = run_harvest(plan, progress=progress, record_path=record)
+    report = run_harvest(plan, progress=progress, record_path=record, deadline_s=deadline,
+                         request_timeout_s=request_timeout)
     if json_out:
         return print_json(report.to_json())
     _render_report(report)

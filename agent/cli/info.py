@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Optional
 
 import typer
-from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.app import app, cli_errors, console, int_option, print_json
 from agent.cli.render import MISSING, number, objective_header, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, parse_config_text, parse_partial
@@ -19,6 +19,7 @@ from predictor.target import resolve_target
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 WideOpt = typer.Option(False, "--wide", help="One table with the ids in it (lines wider than the terminal).")
+MAX_CONTEXT_TOKENS = 1 << 27  # 134M tokens: beyond every model card
 ModelOpt = typer.Option(..., "--model", "-m", help="Model name or alias, e.g. kimi-k3.")
 ClusterOpt = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]], default mi355x.")
 EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom or trtllm.")
@@ -150,7 +151,8 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
 @cli_errors
 def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt,
            config: Optional[list[str]] = ConfigOpt,
-           context: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context", help="Tokens per sequence."),
+           context: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context", parser=int_option("--context", 1, MAX_CONTEXT_TOKENS),
+                                        help="Tokens per sequence."),
            json_out: bool = JsonOpt) -> None:
     """Per-GPU memory: weights by component, KV per token, pool, largest concurrency."""
     target = resolve_target(model, cluster, "vllm")

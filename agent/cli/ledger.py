@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.app import app, cli_errors, console, int_option, print_json
 from agent.cli.info import JsonOpt, WideOpt
 from agent.cli.render import (MISSING, config_text, id_line, mapping_text, metric_header, number,
                               objective_header, paragraph, print_wide, say, table)
@@ -77,7 +77,7 @@ def _print_wide(found: list[dict]) -> None:
 
 @ledger_app.command("show")
 @cli_errors
-def show_command(ledger: str = LedgerArg, top: int = typer.Option(DEFAULT_SHOWN, "--top", min=1),
+def show_command(ledger: str = LedgerArg, top: int = typer.Option(DEFAULT_SHOWN, "--top", parser=int_option("--top", 1, 1_000_000)),
                  json_out: bool = JsonOpt) -> None:
     """The question, outcome, top trials, rejections and LLM notes of one search."""
     data = overview(load_ledger(ledger), top)

@@ -25,7 +25,18 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from agent.cli.app import app, cli_errors, console, err_console, print_json
+from agent.cli.app import (
+    MAX_DES_REQUESTS,
+    SEED,
+    WORKERS,
+    app,
+    cli_errors,
+    console,
+    err_console,
+    int_option,
+    output_file,
+    print_json,
+)
 from agent.cli.info import JsonOpt
 from agent.cli.render import MISSING, config_text, number, percent, say
 from agent.mix.candidates import DEFAULT_MAX_REQUESTS
@@ -45,12 +56,13 @@ def plan_mix_command(
     models_yaml: Path = typer.Argument(..., help="models.yaml: models, engines, clusters, candidates, tiers."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON report to this file."),
     json_out: bool = JsonOpt,
-    seed: int = typer.Option(0, "--seed", help="Seed of every DES run."),
-    requests: int = typer.Option(DEFAULT_MAX_REQUESTS, "--requests", min=1,
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed of every DES run."),
+    requests: int = typer.Option(DEFAULT_MAX_REQUESTS, "--requests", parser=int_option("--requests", 1, MAX_DES_REQUESTS),
                                  help="At most this many DES requests per candidate (else 40 per client)."),
-    workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes (default: all cores)."),
+    workers: int | None = typer.Option(None, "--workers", parser=WORKERS, help="Worker processes (default: all cores)."),
 ) -> None:
     """Pick one configuration per model and tier; print a table per tier and a short list."""
+    output_file(out, "--out")
     spec = load_mix_file(models_yaml)
     with _progress_bar() as progress:
         report = plan_mix(spec, seed=seed, max_requests=requests, workers=workers, progress=progress,

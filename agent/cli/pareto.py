@@ -16,7 +16,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, output_dir, print_json
 from agent.cli.info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt
 from agent.cli.predict import target_with_default_engine
 from predictor.sweep.executors import ProgressFn, make_executor
@@ -26,6 +26,7 @@ from predictor.sweep.space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions, spread
 from predictor.workload import parse_workload
 
 MAX_TABLE_ROWS = 30
+MAX_POINTS = 100_000_000
 
 
 @app.command("pareto")
@@ -36,14 +37,15 @@ def pareto_command(
     modes: str = typer.Option("anchored,simulate", "--modes", help="Step-model modes kept: anchored, simulate."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default ./pareto-MODEL-CLUSTER-ENGINE)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: 'auto' (Ray's default instance) or ADDRESS."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Local processes (default: every core)."),
-    max_points: Optional[int] = typer.Option(None, "--max-points", min=1,
+    workers: Optional[int] = typer.Option(None, "--workers", parser=WORKERS, help="Local processes (default: every core)."),
+    max_points: Optional[int] = typer.Option(None, "--max-points", parser=int_option("--max-points", 1, MAX_POINTS),
                                              help="Cap on predictions (whole families sampled, seeded)."),
-    max_spec_depth: int = typer.Option(DEFAULT_MAX_SPEC_DEPTH, "--max-spec-depth", min=0, max=8,
+    max_spec_depth: int = typer.Option(DEFAULT_MAX_SPEC_DEPTH, "--max-spec-depth", parser=int_option("--max-spec-depth", 0, 8),
                                        help="Deepest speculative depth tried (best kept per concurrency)."),
     disaggregated: bool = typer.Option(True, "--disaggregated/--no-disaggregated", help="Sweep prefill/decode splits."),
-    num_requests: Optional[int] = typer.Option(None, "--num-requests", min=1, help="Requests per DES run (agentic)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for DES runs and --max-points sampling."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", parser=int_option("--num-requests", 1, MAX_DES_REQUESTS),
+                                              help="Requests per DES run (agentic)."),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs and --max-points sampling."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write pareto.png (needs matplotlib)."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -53,8 +55,8 @@ def pareto_command(
     kept_modes = parse_modes(modes)
     options = SpaceOptions(max_spec_depth=max_spec_depth, include_disaggregated=disaggregated,
                            max_points=max_points, seed=seed)
+    folder = output_dir(out or Path(f"pareto-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
     executor = make_executor(ray, workers)
-    folder = out or Path(f"pareto-{target.card.name}-{target.cluster.spec}-{target.engine}")
     with _progress(enabled=console.is_terminal and not json_out) as on_progress:
         result = run_sweep(target, spec, options=options, executor=executor, modes=kept_modes, seed=seed,
                            num_requests=num_requests, on_progress=on_progress)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.app import SEED, app, cli_errors, console, int_option, print_json
 from agent.cli.render import MISSING, number, paragraph, percent, say, table
 from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
 from levers.configuration import Configuration
@@ -46,8 +46,9 @@ def predict_command(
     model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt,
     config: Optional[list[str]] = ConfigOpt,
     workload: str = typer.Option("1k/1k", "--workload", "-w", help="1k/1k, 8k/1k, ISL/OSL or agentic."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Overrides the concurrency lever."),
-    seed: int = typer.Option(0, "--seed", help="Seed for DES runs."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", parser=int_option("--concurrency", 1, 65536),
+                                                help="Overrides the concurrency lever."),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."""

@@ -14,12 +14,24 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from agent.cli.app import app, cli_errors, console, print_json
-from agent.cli.render import config_text, number, paragraph, percent, say, table
+from agent.cli.app import (
+    ALLOW_LARGE_HELP,
+    LARGE_INPUT_BYTES,
+    SEED,
+    app,
+    check_des_requests,
+    check_trace_requests,
+    cli_errors,
+    console,
+    int_option,
+    output_file,
+    print_json,
+)
 from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
+from agent.cli.render import config_text, number, paragraph, percent, say, table
 from levers.configuration import Configuration
 from levers.errors import InputError
-from predictor.feasibility import check_configuration
+from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration
 from predictor.predict import step_model_for
 from predictor.sim import SimOptions, SimResult, load_trace, simulate
 from predictor.sim.results import JSON_STATS
@@ -47,11 +59,13 @@ def step_model_factory_for(target: Target) -> Callable[[Configuration], StepMode
     return factory
 
 
-def _workload(workload: str | None, trace: Path | None, skip_bad_lines: bool):
+def _workload(workload: str | None, trace: Path | None, skip_bad_lines: bool, allow_large: bool):
     if workload and trace:
         raise InputError("--trace", "give --workload or --trace, not both", "one workload source")
     if trace is not None:
-        return load_trace(trace, skip_bad_lines=skip_bad_lines)
+        replay = load_trace(trace, skip_bad_lines=skip_bad_lines, max_bytes=LARGE_INPUT_BYTES if allow_large else None)
+        check_trace_requests(replay.num_requests, f"--trace {trace.name}", allow_large)
+        return replay
     return parse_workload(workload)
 
 
@@ -62,20 +76,26 @@ def simulate_command(
     config: list[str] | None = ConfigOpt,
     workload: str | None = typer.Option(None, "--workload", "-w", help="1k/1k, ISL/OSL or agentic (default)."),
     trace: Path | None = TraceOpt,
-    concurrency: int | None = typer.Option(None, "--concurrency", help="Overrides the concurrency lever."),
-    requests: int | None = typer.Option(None, "--requests", help="Requests to release (default: workload's)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the workload and router generators."),
+    concurrency: int | None = typer.Option(None, "--concurrency", parser=int_option("--concurrency", 1, 65536),
+                                           help="Overrides the concurrency lever."),
+    requests: int | None = typer.Option(None, "--requests", parser=int_option("--requests", 1),
+                                        help="Requests to release (default: workload's)."),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed of the workload and router generators."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed trace lines, count them."),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
     csv: Path | None = CsvOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Run the discrete-event simulator: TTFT/ITL/TPOT/E2E distributions, throughput, hit rates."""
+    check_des_requests(requests, "--requests", allow_large)
+    output_file(csv, "--csv")
     target = resolve_target(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency)
-    feasibility = check_configuration(target.card, target.cluster, target.engine, configuration)
+    replay = _workload(workload, trace, skip_bad_lines, allow_large)
+    context_tokens = getattr(replay, "context_tokens", DEFAULT_CONTEXT_TOKENS)
+    feasibility = check_configuration(target.card, target.cluster, target.engine, configuration, context_tokens)
     if not feasibility.legal:
         raise InputError("--config", "; ".join(feasibility.reasons), "a legal configuration (see inferasim check)")
-    replay = _workload(workload, trace, skip_bad_lines)
     factory = step_model_factory_for(target)
     options = SimOptions(keep_rows=csv is not None)
     with _progress(console.is_terminal and not json_out) as report:

@@ -19,17 +19,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent.briefing import describe
-from agent.cli.app import app, cli_errors, console, print_json
+from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, print_json, timeout_option
 from agent.cli.render import (MISSING, config_text, id_line, metric_header, number, objective_header, paragraph,
                               percent, say, table)
 from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
 from agent.lm import DEFAULT_TIMEOUT_S
 from agent.trial import Trial
-from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, TuneResult, tune
+from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, MAX_BUDGET, TuneRequest, TuneResult, tune
 from objectives.objectives import Objective
 
 EXIT_NO_SLO_MEETING_TRIAL = 1
 MAX_FLAGS_SHOWN = 3
+MAX_TOP = 10_000
 METRIC_COLUMNS = (("TTFT\nmean ms", "ttft_ms_mean"), ("TPOT\np50 ms", "tpot_ms_p50"))
 
 
@@ -47,14 +48,18 @@ def tune_command(
     lm_base_url: Optional[str] = typer.Option(None, "--lm-base-url", help="Endpoint of an OpenAI-compatible server."),
     lm_json_schema: bool = typer.Option(False, "--lm-json-schema",
                                         help="Send the output schema in response_format (llama.cpp servers)."),
-    lm_timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--lm-timeout", help="Seconds per LM request."),
-    budget: Optional[int] = typer.Option(None, "--budget", help="Trials, seed + LLM (default 300)."),
-    seed: int = typer.Option(0, "--seed", help="Fixes every random choice."),
+    lm_timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--lm-timeout", parser=timeout_option("--lm-timeout"), help="Seconds per LM request."),
+    lm_from_ledger: bool = typer.Option(False, "--lm-from-ledger",
+                                        help="With --resume and no --lm: use the LM the ledger names (it never "
+                                             "receives a key from the environment unless --lm-base-url is given)."),
+    budget: Optional[int] = typer.Option(None, "--budget", parser=int_option("--budget", 1, MAX_BUDGET),
+                                         help="Trials, seed + LLM (default 300)."),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="Fixes every random choice."),
     des_requests: Optional[int] = typer.Option(
-        None, "--des-requests", min=1,
+        None, "--des-requests", parser=int_option("--des-requests", 1, MAX_DES_REQUESTS),
         help="Requests per DES run, every trial (default: bounded during the search, then the best "
              "confirmed at the simulator's default)."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1,
+    workers: Optional[int] = typer.Option(None, "--workers", parser=WORKERS,
                                           help="Processes pricing seed rounds (default: all cores, at most 8; 1: in process)."),
     no_llm: bool = typer.Option(False, "--no-llm", help="Seed phase only."),
     guidance: Optional[str] = typer.Option(None, "--guidance", help="Free-form operator guidance for the planner."),
@@ -62,7 +67,7 @@ def tune_command(
                                              help="Validated weight/expert precisions, e.g. fp8,fp4."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a ledger (path or search id)."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    top: int = typer.Option(DEFAULT_TOP, "--top", min=1, help="Configurations to show."),
+    top: int = typer.Option(DEFAULT_TOP, "--top", parser=int_option("--top", 1, MAX_TOP), help="Configurations to show."),
 ) -> None:
     """Search for the best configuration (seed phase, then the LLM phase when an LM is configured)."""
     request = TuneRequest(
@@ -70,6 +75,7 @@ def tune_command(
         slos=tuple(slo or ()), lm=lm, lm_base_url=lm_base_url, lm_json_schema=lm_json_schema,
         lm_timeout_s=lm_timeout, budget=budget, seed=seed, no_llm=no_llm, guidance=guidance,
         precisions=precisions, num_requests=des_requests, resume=resume, top=top, workers=workers,
+        lm_from_ledger=lm_from_ledger,
         command_line=tuple(["inferasim", *sys.argv[1:]]))
     if json_out or not console.is_terminal:
         result = tune(request)
@@ -106,7 +112,7 @@ def result_json(result: TuneResult) -> dict:
         "stop_reason": outcome.stop_reason, "lm": result.lm.to_json() if result.lm else None,
         "lm_note": outcome.lm_note, "rank_only": result.rank_only_best,
         "slo_compliance_verified": not result.rank_only_best, "harvest": result.harvest,
-        "stats": result.stats,
+        "stats": result.stats, "warnings": list(result.warnings),
     }
 
 
@@ -139,6 +145,8 @@ def render(result: TuneResult) -> None:
                 id_line(console, f"  {line}", style="")
     if outcome.lm_note:
         say(console, f"LLM phase: {outcome.lm_note}")
+    for warning in result.warnings:
+        say(console, f"warning: {warning}")
     if result.num_confirmed is not None:
         say(console, f"Search DES trials replayed at most max({SEARCH_MAX_REQUESTS}, {SEARCH_REQUESTS_PER_CLIENT}"
                      f" x clients) requests; {result.num_confirmed} of the best re-priced at the default; "

@@ -13,7 +13,6 @@ Matching, coverage and preference: `predictor.anchors.coverage`.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +24,7 @@ from pydantic import ValidationError
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
+from levers.inputs import bounded, load_json, quote
 from predictor.anchors.anchor import Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
 from predictor.anchors.coverage import (
     WILDCARD_BACKEND,
@@ -62,18 +62,11 @@ def load_anchor_file(path: str | Path) -> Anchor:
     """Read and validate one anchor file; a bad file raises InputError naming the file
     and the first schema error."""
     file = Path(path)
-    try:
-        text = file.read_text("utf-8")
-    except OSError as error:
-        raise InputError(f"anchor file {file}", f"cannot be read ({error.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(f"anchor file {file}", f"not JSON (line {error.lineno}: {error.msg})") from None
+    data = load_json(file, "anchor file", expected="an anchor JSON (predictor/data/anchor.schema.json)")
     try:
         return Anchor.model_validate(data)
     except ValidationError as error:
-        raise InputError(f"anchor file {file}", f"schema error at {_first_error(error)}",
+        raise InputError(f"anchor file {quote(str(file))}", f"schema error at {bounded(_first_error(error), 300)}",
                          "see predictor/data/anchor.schema.json") from None
 
 

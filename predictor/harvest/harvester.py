@@ -12,6 +12,12 @@ Anchor fields: the decode sweep keeps only the batches whose waves really ran to
 length; the prefill sweep keeps its medians and fit; host time as in `sweeps`; the
 signature carries the engine build (`engine_version`) and captured sizes; provenance
 the node, weights, prefix caching, and the command line.
+
+Every wait is bounded: the whole harvest by `deadline_s` (`--deadline`), each timed
+request by `request_timeout_s`, the engine's start-up (or a given endpoint's health
+check) by the plan's ready timeout, all cut to what the deadline leaves. `--record` is
+written atomically (and redacted) before the anchor is built, so a refused or failed
+anchor still leaves the measurement on disk.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -48,7 +55,8 @@ from predictor.harvest.checks import (
     refusals,
     serialised_batches,
 )
-from predictor.harvest.client import OpenAIStreamClient, RequestTrace, StreamClient
+from predictor.files import atomic_write_text
+from predictor.harvest.client import REQUEST_TIMEOUT_S, Deadline, OpenAIStreamClient, RequestTrace, StreamClient
 from predictor.harvest.plan import HarvestPlan
 from predictor.harvest.process import EngineProcess
 from predictor.harvest.prompts import (
@@ -70,6 +78,7 @@ from predictor.harvest.sweeps import (
 )
 
 VERSION_TIMEOUT_S = 30.0
+DEFAULT_DEADLINE_S = 6 * 3600.0
 Progress = Callable[[str], None]
 
 
@@ -276,10 +285,27 @@ def _version_in(python: str, package: str) -> str:
     return f"{package}=={done.stdout.strip()}" if done.returncode == 0 and done.stdout.strip() else "unknown"
 
 
-def _client(plan: HarvestPlan, base_url: str) -> OpenAIStreamClient:
+def _client(plan: HarvestPlan, base_url: str, deadline: Deadline, request_timeout_s: float) -> OpenAIStreamClient:
     adapter = plan.adapter
     return OpenAIStreamClient(base_url, plan.served_name, extras=adapter.request_extras(plan.eos_token_id),
-                              tokenize_path=adapter.tokenize_path, tokenize_body=adapter.tokenize_body)
+                              tokenize_path=adapter.tokenize_path, tokenize_body=adapter.tokenize_body,
+                              timeout_s=request_timeout_s, deadline=deadline)
+
+
+def wait_for_endpoint(client: OpenAIStreamClient, path: str, timeout_s: float, deadline: Deadline,
+                      poll_s: float = 0.5) -> None:
+    """A given endpoint answers its health check within the ready timeout (and the deadline)."""
+    limit_s = deadline.bound(timeout_s)
+    started = time.monotonic()
+    while True:
+        left_s = limit_s - (time.monotonic() - started)
+        if left_s > 0 and client.is_up(path, timeout_s=left_s):
+            return
+        if time.monotonic() - started >= limit_s:
+            deadline.check(f"the health check of {client.base_url}{path}")
+            raise InputError("--endpoint", f"{client.base_url}{path} did not answer within {timeout_s:g} s "
+                             "(--ready-timeout)", "a running OpenAI-compatible engine")
+        time.sleep(min(poll_s, max(0.0, limit_s - (time.monotonic() - started))))
 
 
 def _register_gguf_card(plan: HarvestPlan) -> None:
@@ -294,26 +320,31 @@ def _register_gguf_card(plan: HarvestPlan) -> None:
 
 def run_harvest(plan: HarvestPlan, *, directory: str | Path | None = None, progress: Progress | None = None,
                 log_path: str | Path | None = None, record_path: str | Path | None = None,
-                write: bool = True) -> HarvestReport:
+                write: bool = True, deadline_s: float = DEFAULT_DEADLINE_S,
+                request_timeout_s: float = REQUEST_TIMEOUT_S) -> HarvestReport:
     """Measure, check and write the anchor (module docstring)."""
+    deadline = Deadline(deadline_s)
+    ready_timeout_s = plan.request.ready_timeout_s
     if plan.launch is None:
-        client = _client(plan, str(plan.request.endpoint))
+        client = _client(plan, str(plan.request.endpoint), deadline, request_timeout_s)
         with client:
+            wait_for_endpoint(client, plan.adapter.health_path, ready_timeout_s, deadline)
             measured = _measure_with_version(plan, client, progress)
     else:
         base = f"http://{plan.launch_request.host}:{plan.launch_request.port}"
         log = Path(log_path) if log_path else user_anchors_dir().parent / "harvest-logs" / f"{plan.card.name}.log"
-        client = _client(plan, base)
+        client = _client(plan, base, deadline, request_timeout_s)
         with client:
             if progress:
                 progress(f"starting {plan.engine} (log {log})")
             ready = lambda: client.is_up(plan.adapter.health_path)
             with _launch_files(plan.launch.files), EngineProcess(
-                    plan.launch.argv, env=plan.launch.env, ready=ready, timeout_s=plan.request.ready_timeout_s,
+                    plan.launch.argv, env=plan.launch.env, ready=ready, timeout_s=deadline.bound(ready_timeout_s),
                     log_path=log):
                 measured = _measure_with_version(plan, client, progress)
     if record_path:
-        Path(record_path).write_text(json.dumps({"plan": plan.to_json(), "traces": list(measured.traces)}, indent=1))
+        record = {"plan": plan.to_json(), "traces": list(measured.traces)}
+        atomic_write_text(Path(record_path), json.dumps(record, indent=1) + "\n")
     anchor, checks = build_anchor(plan, measured)
     path = None
     if write:

@@ -3,6 +3,11 @@
 
 - The engine runs in its own process group (`start_new_session`), so stopping it stops
   its workers too: SIGTERM to the group, then SIGKILL after `STOP_GRACE_S`.
+- The group is tied to the harvester's life even when the harvester cannot run any
+  code (`kill -9`): a watchdog process (`predictor.harvest.watchdog`, its own session)
+  holds a pipe only the harvester writes to and stops the group when the pipe closes;
+  on Linux the engine's leader also gets `PR_SET_PDEATHSIG` (SIGTERM when the thread
+  that started it dies; start engines from the main thread).
 - `EngineProcess` is a context manager: leaving the block for any reason (return,
   exception, KeyboardInterrupt) stops the group. While any engine is alive, SIGTERM and
   SIGHUP raise `SystemExit` in the main thread so the same unwinding runs, and an
@@ -15,9 +20,11 @@
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +44,9 @@ from levers.errors import InputError
 STOP_GRACE_S = 10.0
 READY_POLL_S = 0.5
 LOG_TAIL_CHARS = 1500
+WATCHDOG_PATH = Path(__file__).with_name("watchdog.py")
+WATCHDOG_EXIT_S = 2.0
+PR_SET_PDEATHSIG = 1
 _SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
 
 
@@ -111,6 +121,7 @@ class EngineProcess:
         self.env = dict(env) if env is not None else None
         self.log_path = Path(log_path) if log_path is not None else None
         self.popen: subprocess.Popen | None = None
+        self.watchdog: subprocess.Popen | None = None
         self._log = None
 
     @property
@@ -125,13 +136,14 @@ class EngineProcess:
         try:
             self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                           stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                          env=environment, start_new_session=True)
+                                          env=environment, start_new_session=True, preexec_fn=_die_with_parent())
         except OSError as error:
             self._close_log()
             raise EngineError(f"cannot start '{self.argv[0]}' ({error.strerror})") from None
         with _LOCK:
             _LIVE.add(self)
         _install_handlers()
+        self.watchdog = _start_watchdog(self.popen.pid)
 
     def wait_ready(self) -> None:
         """Poll `ready` until it is true; fail early if the engine exits."""
@@ -163,12 +175,26 @@ class EngineProcess:
                     popen.wait(timeout=STOP_GRACE_S)
                 except subprocess.TimeoutExpired:
                     pass
+        self._stop_watchdog()
         with _LOCK:
             _LIVE.discard(self)
             empty = not _LIVE
         if empty:
             _restore_handlers()
         self._close_log()
+
+    def _stop_watchdog(self) -> None:
+        """Close its pipe (it finds the group gone and exits) and reap it."""
+        watchdog, self.watchdog = self.watchdog, None
+        if watchdog is None:
+            return
+        if watchdog.stdin is not None:
+            watchdog.stdin.close()
+        try:
+            watchdog.wait(timeout=WATCHDOG_EXIT_S + STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            watchdog.kill()
+            watchdog.wait()
 
     @staticmethod
     def _signal_group(pid: int, signum: int) -> None:
@@ -193,6 +219,29 @@ class EngineProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to SIGTERM the engine when its parent dies (None
+    elsewhere: the watchdog alone then ties the group to the harvester)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _start_watchdog(pgid: int) -> subprocess.Popen | None:
+    """The watchdog of the group (module docstring); None if it cannot start (the
+    in-process handlers still stop the group on any exit Python sees)."""
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", str(WATCHDOG_PATH), str(pgid), str(STOP_GRACE_S)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    except OSError:
+        return None
 
 
 def group_alive(pgid: int) -> bool:

@@ -10,6 +10,7 @@ trace, arrivals synthetic: `TraceWorkload.retimed`).
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from levers.errors import InputError
+from levers.inputs import parse_number, quote, read_text
 from predictor.sim.request import RequestSpec
 from predictor.sim.workloads import ArrivalMode, Session
 from predictor.units import US_PER_S
@@ -25,6 +27,11 @@ ROOT = -1
 CANDIDATE_BLOCK_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 BLOCK_SIZE_AGREEMENT = 0.99      # share of records a candidate block size must explain
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+TRACE_EXPECTED = "a Mooncake JSONL/JSON trace, an agentic session file or folder, or a request-length CSV"
+# Bounds of every trace field: what a served request can physically be.
+MAX_TRACE_TOKENS = 16_777_216        # prompt or output tokens of one request (no model holds more)
+MAX_TRACE_TIME_S = 1e9               # arrival times, think times (about 31 years)
+HASH_ID_MIN, HASH_ID_MAX = -(1 << 63), (1 << 63) - 1   # a hash id is a 64-bit integer
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,7 @@ class BadLines:
 
     def report(self, where: str, reason: str) -> None:
         if not self.skip:
-            raise InputError("--trace", f"{self.path.name} {where}: {reason}",
+            raise InputError("--trace", f"{quote(self.path.name)[1:-1]} {where}: {reason.removeprefix('is ')}",
                              "fix the record, or pass --skip-bad-lines to skip and count bad lines")
         self.count += 1
 
@@ -120,30 +127,41 @@ def infer_block_tokens(pairs: Sequence[tuple[int, int]], what: str) -> int:
 
 
 def empty_trace(path: Path) -> InputError:
-    return InputError("--trace", f"{path.name}: the trace has no requests",
-                      "a Mooncake JSONL/JSON trace, an agentic session file or a request-length CSV")
+    return InputError(f"--trace {quote(path.name)}", "the trace has no requests", TRACE_EXPECTED)
 
 
-def read_length_csv(path: Path, skip_bad_lines: bool) -> TraceWorkload:
+def read_trace_text(path: Path, max_bytes: int | None) -> str:
+    """One trace file through the input layer (bounded, regular, UTF-8)."""
+    return read_text(path, "--trace", max_bytes=max_bytes, expected=TRACE_EXPECTED)
+
+
+def _csv_request(row: dict, line: int) -> RequestSpec:
+    arrival = parse_number(row.get("arrived_at"), f"line {line}: arrived_at", low=0, high=MAX_TRACE_TIME_S)
+    prompt = parse_number(row.get("num_prefill_tokens"), f"line {line}: num_prefill_tokens", integer=True,
+                          low=1, high=MAX_TRACE_TOKENS)
+    output = parse_number(row.get("num_decode_tokens"), f"line {line}: num_decode_tokens", integer=True,
+                          low=1, high=MAX_TRACE_TOKENS)
+    return RequestSpec(prompt, output, arrival_us=arrival * US_PER_S)
+
+
+def read_length_csv(path: Path, skip_bad_lines: bool, max_bytes: int | None = None) -> TraceWorkload:
     """A Vidur/Splitwise request-length CSV: open loop at ``arrived_at`` seconds."""
     bad = BadLines(path, skip_bad_lines)
     sessions: list[Session] = []
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
+    reader = csv.DictReader(io.StringIO(read_trace_text(path, max_bytes), newline=""))
+    try:
         missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
-            raise InputError("--trace", f"{path.name}: missing columns {missing}", ", ".join(CSV_COLUMNS))
+            raise InputError(f"--trace {quote(path.name)}", f"missing columns {', '.join(missing)}",
+                             "a CSV with columns " + ", ".join(CSV_COLUMNS))
         for line, row in enumerate(reader, start=2):
             try:
-                arrival, prompt, output = float(row["arrived_at"]), int(row["num_prefill_tokens"]), \
-                    int(row["num_decode_tokens"])
-            except (TypeError, ValueError):
-                bad.report(f"line {line}", "arrived_at must be a number, token counts integers")
-                continue
-            if arrival < 0 or prompt < 1 or output < 1:
-                bad.report(f"line {line}", "needs arrived_at >= 0 and token counts >= 1")
-                continue
-            sessions.append(Session((RequestSpec(prompt, output, arrival_us=arrival * US_PER_S),)))
+                sessions.append(Session((_csv_request(row, line),)))
+            except InputError as error:
+                bad.report(f"line {line}", f"{error.what.split(': ', 1)[-1]}: {error.problem} ({error.accepted})")
+    except csv.Error as error:
+        raise InputError(f"--trace {quote(path.name)}", f"is not a readable CSV ({quote(str(error))})",
+                         TRACE_EXPECTED) from None
     if not sessions:
         raise empty_trace(path)
     return TraceWorkload(path.name, ArrivalMode.OPEN, CANDIDATE_BLOCK_TOKENS[2], tuple(sessions), bad.count)

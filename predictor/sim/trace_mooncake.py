@@ -19,43 +19,52 @@ shifted so the trace starts at 0.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from levers.errors import InputError
+from levers.inputs import parse_json
 from predictor.sim.request import RequestSpec
 from predictor.sim.trace_base import (
+    HASH_ID_MAX,
+    HASH_ID_MIN,
+    MAX_TRACE_TIME_S,
+    MAX_TRACE_TOKENS,
     BadLines,
     PrefixChecker,
     TraceWorkload,
     empty_trace,
     infer_block_tokens,
+    read_trace_text,
 )
 from predictor.sim.workloads import ArrivalMode, Session
 from predictor.units import US_PER_MS, US_PER_S
 
-Key = int | str
+MAX_KEY_CHARS = 256
+Key = Annotated[int, Field(ge=HASH_ID_MIN, le=HASH_ID_MAX)] | Annotated[str, Field(max_length=MAX_KEY_CHARS)]
+HashId = Annotated[int, Field(ge=HASH_ID_MIN, le=HASH_ID_MAX)]
+MAX_TIMESTAMP_MS = MAX_TRACE_TIME_S * 1000
 
 
 class MooncakeRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    timestamp: float | None = Field(None, ge=0)
-    input_length: int = Field(ge=1)
-    output_length: int = Field(ge=0)
-    hash_ids: list[int] = []
+    timestamp: float | None = Field(None, ge=0, le=MAX_TIMESTAMP_MS)
+    input_length: int = Field(ge=1, le=MAX_TRACE_TOKENS)
+    output_length: int = Field(ge=0, le=MAX_TRACE_TOKENS)
+    hash_ids: list[HashId] = Field([], max_length=MAX_TRACE_TOKENS)
     id: Key | None = None
     session_id: Key | None = None
-    think_time: float | None = Field(None, ge=0)
-    delay: float | None = Field(None, ge=0)
+    think_time: float | None = Field(None, ge=0, le=MAX_TRACE_TIME_S)
+    delay: float | None = Field(None, ge=0, le=MAX_TIMESTAMP_MS)
     waits_on: Key | None = None
     joins: list[Key] = []
     prefix_from: Key | None = None
-    prefix_blocks: int | None = Field(None, ge=0)
+    prefix_blocks: int | None = Field(None, ge=0, le=MAX_TRACE_TOKENS)
 
     @model_validator(mode="after")
     def _consistent(self) -> MooncakeRecord:
@@ -72,15 +81,14 @@ class MooncakeRecord(BaseModel):
         return (self.delay or 0.0) * US_PER_MS
 
 
-def _records(path: Path, bad: BadLines) -> Iterator[tuple[str, int, dict]]:
+def _records(path: Path, bad: BadLines, max_bytes: int | None) -> Iterator[tuple[str, int, dict]]:
     """(where, position, raw record) for each record of a JSONL file or a JSON array."""
-    text = path.read_text(encoding="utf-8")
+    text = read_trace_text(path, max_bytes)
     if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InputError("--trace", f"{path.name} line {error.lineno}: not valid JSON ({error.msg})",
-                             "a JSON array of records or one JSON record per line") from None
+        items = parse_json(text, f"--trace {path.name}", document=False,
+                           expected="a JSON array of records or one JSON record per line")
+        if not isinstance(items, list):
+            raise InputError(f"--trace {path.name}", "is not a JSON array of records", "a JSON array of records")
         for position, item in enumerate(items):
             yield f"record {position}", position, item
         return
@@ -89,9 +97,9 @@ def _records(path: Path, bad: BadLines) -> Iterator[tuple[str, int, dict]]:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as error:
-            bad.report(f"line {number}", f"not valid JSON ({error.msg})")
+            item = parse_json(line, f"line {number}", document=False)
+        except InputError as error:
+            bad.report(f"line {number}", error.problem)
             position += 1
             continue
         yield f"line {number}", position, item
@@ -137,10 +145,7 @@ class _Builder:
         return None
 
     def _blocks(self, record: MooncakeRecord) -> tuple[np.ndarray, str | None]:
-        try:
-            own = np.asarray(record.hash_ids, dtype=np.int64)
-        except OverflowError:
-            return own, "a hash id does not fit in 64 bits"
+        own = np.asarray(record.hash_ids, dtype=np.int64)  # the schema keeps ids in 64 bits
         if record.prefix_from is None:
             return own, None
         earlier = self.ids.get(record.prefix_from)
@@ -179,10 +184,10 @@ class _Builder:
         return TraceWorkload(path.name, ArrivalMode.OPEN, block_tokens, tuple(sessions), bad_lines)
 
 
-def read_mooncake(path: Path, skip_bad_lines: bool = False) -> TraceWorkload:
+def read_mooncake(path: Path, skip_bad_lines: bool = False, max_bytes: int | None = None) -> TraceWorkload:
     bad = BadLines(path, skip_bad_lines)
     builder = _Builder()
-    for where, position, raw in _records(path, bad):
+    for where, position, raw in _records(path, bad, max_bytes):
         try:
             record = MooncakeRecord.model_validate(raw)
         except ValidationError as error:

@@ -19,17 +19,28 @@ Descriptive fields (models, types, stop reasons, totals) are not needed and igno
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from levers.errors import InputError
+from levers.inputs import MAX_DEPTH, check_depth, check_input_file, parse_json, quote
 from predictor.sim.request import RequestSpec
-from predictor.sim.trace_base import BadLines, PrefixChecker, TraceWorkload, empty_trace
+from predictor.sim.trace_base import (
+    HASH_ID_MAX,
+    HASH_ID_MIN,
+    MAX_TRACE_TIME_S,
+    MAX_TRACE_TOKENS,
+    TRACE_EXPECTED,
+    BadLines,
+    PrefixChecker,
+    TraceWorkload,
+    empty_trace,
+    read_trace_text,
+)
 from predictor.sim.workloads import ArrivalMode, Session
 from predictor.units import MS_PER_S, US_PER_S
 
@@ -39,56 +50,80 @@ LOCAL_ID_LIMIT = 1 << SESSION_ID_SHIFT
 SNIFF_BYTES = 4096
 
 
+MAX_SESSION_FILES = 100_000
+HashId = Annotated[int, Field(ge=HASH_ID_MIN, le=HASH_ID_MAX)]
+
+
 class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
 
 class TraceRequest(_Loose):
-    t: float = Field(ge=0)
+    t: float = Field(ge=0, le=MAX_TRACE_TIME_S)
     type: Literal["n", "s"] = "n"
-    in_tokens: int = Field(alias="in", ge=1)
-    out: int = Field(ge=0)
-    hash_ids: list[int] = []
-    think_time: float = Field(0.0, ge=0)
-    api_time: float = Field(0.0, ge=0)
+    in_tokens: int = Field(alias="in", ge=1, le=MAX_TRACE_TOKENS)
+    out: int = Field(ge=0, le=MAX_TRACE_TOKENS)
+    hash_ids: list[HashId] = Field([], max_length=MAX_TRACE_TOKENS)
+    think_time: float = Field(0.0, ge=0, le=MAX_TRACE_TIME_S)
+    api_time: float = Field(0.0, ge=0, le=MAX_TRACE_TIME_S)
 
 
 class SubagentEntry(_Loose):
-    t: float = Field(ge=0)
+    t: float = Field(ge=0, le=MAX_TRACE_TIME_S)
     type: Literal["subagent"]
-    duration_ms: float = Field(0.0, ge=0)
+    duration_ms: float = Field(0.0, ge=0, le=MAX_TRACE_TIME_S * 1000)
     requests: list[TraceRequest] = Field(min_length=1)
 
 
 class SessionTrace(_Loose):
-    id: str | int = ""
-    block_size: int = Field(64, ge=1)
+    id: Annotated[str, Field(max_length=256)] | int = ""
+    block_size: int = Field(64, ge=1, le=1 << 20)
     hash_id_scope: Literal["local", "global"] = "local"
     requests: list[SubagentEntry | TraceRequest] = Field(min_length=1)
 
 
 def looks_like_sessions(path: Path) -> bool:
+    """Sniff the head of a regular file (the caller checked it is one)."""
     with open(path, encoding="utf-8", errors="replace") as handle:
         head = handle.read(SNIFF_BYTES)
     return head.lstrip().startswith("{") and '"requests"' in head
 
 
-def _raw_sessions(path: Path, bad: BadLines) -> Iterator[tuple[str, object]]:
-    files = sorted(p for p in path.iterdir() if p.suffix == ".json") if path.is_dir() else [path]
+def _session_files(path: Path, max_bytes: int | None) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.suffix == ".json")
+    if len(files) > MAX_SESSION_FILES:
+        raise InputError(f"--trace {quote(str(path))}", f"holds {len(files):,} session files",
+                         f"at most {MAX_SESSION_FILES:,} per folder")
     for file in files:
-        text = file.read_text(encoding="utf-8")
+        check_input_file(file, "--trace", max_bytes=max_bytes, expected=TRACE_EXPECTED)
+    return files
+
+
+def _parsed(text: str, where: str) -> object:
+    value = parse_json(text, where, document=False)
+    check_depth(value, where, MAX_DEPTH)  # sessions nest (subagents): bound them
+    return value
+
+
+def _raw_sessions(path: Path, bad: BadLines, max_bytes: int | None) -> Iterator[tuple[str, object]]:
+    for file in _session_files(path, max_bytes):
+        text = read_trace_text(file, max_bytes)
         try:
-            yield file.name, json.loads(text)
+            yield file.name, _parsed(text, file.name)
             continue
-        except json.JSONDecodeError:
+        except InputError:
             pass
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                yield f"{file.name} line {number}", json.loads(line)
-            except json.JSONDecodeError as error:
-                bad.report(f"line {number}", f"not valid JSON ({error.msg})")
+                value = _parsed(line, f"{file.name} line {number}")
+            except InputError as error:
+                bad.report(f"line {number}", error.problem)
+                continue
+            yield f"{file.name} line {number}", value
 
 
 class _SessionBuilder:
@@ -149,12 +184,12 @@ class _SessionBuilder:
         return Session(tuple(self.specs), str(self.trace.id))
 
 
-def read_sessions(path: Path, skip_bad_lines: bool = False) -> TraceWorkload:
+def read_sessions(path: Path, skip_bad_lines: bool = False, max_bytes: int | None = None) -> TraceWorkload:
     bad = BadLines(path, skip_bad_lines)
     checker = PrefixChecker()
     sessions: list[Session] = []
     block_sizes: set[int] = set()
-    for where, raw in _raw_sessions(path, bad):
+    for where, raw in _raw_sessions(path, bad, max_bytes):
         try:
             trace = SessionTrace.model_validate(raw)
             session = _SessionBuilder(trace, len(sessions), checker).build()
@@ -170,6 +205,6 @@ def read_sessions(path: Path, skip_bad_lines: bool = False) -> TraceWorkload:
     if not sessions:
         raise empty_trace(path)
     if len(block_sizes) > 1:
-        raise InputError("--trace", f"{path.name}: sessions use different block sizes {sorted(block_sizes)}",
+        raise InputError(f"--trace {quote(path.name)}", f"sessions use different block sizes {sorted(block_sizes)[:8]}",
                          "one block size per trace")
     return TraceWorkload(path.name, ArrivalMode.CLOSED, block_sizes.pop(), tuple(sessions), bad.count)

@@ -65,7 +65,7 @@ def test_bad_anchor_file_names_the_file_and_first_error(tmp_path):
     with pytest.raises(InputError, match=r"schema error at signature: Field required"):
         load_anchor_file(path)
     path.write_text("{not json")
-    with pytest.raises(InputError, match="not JSON"):
+    with pytest.raises(InputError, match="not valid JSON"):
         load_anchor_file(path)
 
 

@@ -4,9 +4,11 @@ engine never becomes ready (PRODUCT.md §6)."""
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +82,53 @@ def test_a_harvest_whose_engine_never_becomes_ready_leaves_nothing(gguf_file, mo
         run_harvest(plan, directory=tmp_path, log_path=tmp_path / "engine.log")
     assert len(started) == 1 and wait_gone(started[0].pid, timeout_s=5.0)
     assert not list(tmp_path.glob("*.json"))                                # no anchor written
+
+
+HARVESTER = """
+import sys, time
+from predictor.harvest.process import EngineProcess
+family = [sys.executable, "-c",
+          "import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']);"
+          " print(child.pid, flush=True); time.sleep(120)"]
+engine = EngineProcess(family, ready=lambda: True, timeout_s=5.0, log_path=sys.argv[1])
+with engine:
+    print(engine.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_kill_9_of_the_harvester_leaves_no_engine_process(tmp_path):
+    """The watchdog (and PR_SET_PDEATHSIG) stop the engine's whole group when the
+    harvester is killed without a chance to run any code."""
+    log = tmp_path / "engine.log"
+    harvester_process = subprocess.Popen([sys.executable, "-c", HARVESTER, str(log)], stdout=subprocess.PIPE,
+                                         text=True, cwd=str(Path(__file__).resolve().parents[3]),
+                                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
+    try:
+        engine_pgid = int(harvester_process.stdout.readline())
+        deadline = time.monotonic() + 10
+        while not log.read_text().strip() and time.monotonic() < deadline:   # the grandchild's pid
+            time.sleep(0.05)
+        grandchild = int(log.read_text().split()[0])
+        assert group_alive(engine_pgid)
+        os.kill(harvester_process.pid, signal.SIGKILL)
+        harvester_process.wait(timeout=5)
+        assert wait_gone(engine_pgid, timeout_s=15.0), "the engine's group outlived its harvester"
+        assert not _pid_alive(grandchild)
+    finally:
+        harvester_process.kill()
+        try:
+            os.killpg(engine_pgid, signal.SIGKILL)
+        except (ProcessLookupError, UnboundLocalError, NameError):
+            pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (dead, not yet reaped by init) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
