@@ -4,7 +4,9 @@ vs interactivity frontier (PRODUCT.md §2, METHOD §8).
 Default workload `1k/1k` (analytical); `--workload agentic` runs the DES per point.
 Runs on every local core, or on Ray with `--ray auto|ADDRESS`. Writes `points.csv`,
 `frontier.csv`, `sweep.json` and `pareto.png` into `--out`, prints the frontier as a
-table (or `--json`), and shows a progress bar only on a terminal.
+text chart and a table (or `--json`), and shows a progress bar only on a terminal.
+The frontier is taken among points with a mean TTFT under `--ttft-max` (default 10 s;
+`none` lifts the cap) that meet every `--slo` (`predictor.sweep.frontier`).
 """
 
 from __future__ import annotations
@@ -14,19 +16,26 @@ from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, output_dir, print_json
+from agent.cli.chart import frontier_chart, key_of
 from agent.cli.info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt
 from agent.cli.predict import target_with_default_engine
-from predictor.sweep.executors import ProgressFn, make_executor
+from agent.cli.render import config_text, number, paragraph, say, table
+from levers.errors import InputError, accepted_list
+from levers.inputs import parse_number
+from objectives.slo import parse_slos
+from predictor.sweep.executors import POINT_METRICS, ProgressFn, make_executor
+from predictor.sweep.frontier import DEFAULT_TTFT_MAX_MS, Bound, FrontierRule
 from predictor.sweep.output import sweep_json, write_sweep
 from predictor.sweep.run import SweepResult, parse_modes, run_sweep
 from predictor.sweep.space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions, spread
+from predictor.units import MS_PER_S
 from predictor.workload import parse_workload
 
 MAX_TABLE_ROWS = 30
 MAX_POINTS = 100_000_000
+MIN_TTFT_MAX_S = 0.001
 
 
 @app.command("pareto")
@@ -46,10 +55,15 @@ def pareto_command(
     num_requests: Optional[int] = typer.Option(None, "--num-requests", parser=int_option("--num-requests", 1, MAX_DES_REQUESTS),
                                               help="Requests per DES run (agentic)."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs and --max-points sampling."),
-    plot: bool = typer.Option(True, "--plot/--no-plot", help="Write pareto.png (needs matplotlib)."),
+    plot: bool = typer.Option(True, "--plot/--no-plot", help="Write pareto.png."),
+    ttft_max: str = typer.Option(f"{DEFAULT_TTFT_MAX_MS / MS_PER_S:g}", "--ttft-max",
+                                 help="Seconds: points with a longer mean TTFT stay off the frontier ('none': no cap)."),
+    slo: Optional[list[str]] = typer.Option(None, "--slo", help="Frontier points must meet it, e.g. "
+                                            "interactivity>=25 (drawn as a line), p90-itl<=50 (repeatable)."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Sweep layouts, precisions, splits, concurrency and speculation; write the frontier."""
+    rule = frontier_rule(ttft_max, slo)
     target = target_with_default_engine(model, cluster, engine)
     spec = parse_workload(workload)
     kept_modes = parse_modes(modes)
@@ -59,7 +73,7 @@ def pareto_command(
     executor = make_executor(ray, workers)
     with _progress(enabled=console.is_terminal and not json_out) as on_progress:
         result = run_sweep(target, spec, options=options, executor=executor, modes=kept_modes, seed=seed,
-                           num_requests=num_requests, on_progress=on_progress)
+                           num_requests=num_requests, on_progress=on_progress, rule=rule)
     paths = write_sweep(result, folder, plot=plot)
     if json_out:
         print_json(sweep_json(result, paths))
@@ -67,6 +81,23 @@ def pareto_command(
         render_sweep(result, paths)
     if not result.points:
         raise typer.Exit(1)
+
+
+def frontier_rule(ttft_max: str, slos: list[str] | None) -> FrontierRule:
+    """``--ttft-max`` (seconds or ``none``) and ``--slo`` as the sweep's frontier rule."""
+    cap_ms = None
+    if ttft_max.strip().lower() != "none":
+        try:
+            cap_ms = parse_number(ttft_max, "--ttft-max", low=MIN_TTFT_MAX_S) * MS_PER_S
+        except InputError as error:
+            raise InputError(error.what, error.problem, f"seconds >= {MIN_TTFT_MAX_S:g}, e.g. 10, or none") from None
+    bounds = []
+    for parsed in parse_slos(slos or ()):
+        if parsed.key not in POINT_METRICS:
+            raise InputError("--slo", f"{parsed} bounds {parsed.key}, which sweep points do not record",
+                             accepted_list(sorted(k for k in POINT_METRICS if "_ms_" in k or "interactivity" in k)))
+        bounds.append(Bound(parsed.key, parsed.op, parsed.value, str(parsed)))
+    return FrontierRule(cap_ms, tuple(bounds))
 
 
 class _progress:
@@ -90,31 +121,35 @@ class _progress:
 
 def render_sweep(result: SweepResult, paths: dict[str, Path]) -> None:
     target = result.target
-    console.print(f"{result.num_priced:,} predictions, {result.num_points:,} points kept "
-                  f"({result.num_groups:,} groups) in {result.wall_s:.1f} s "
-                  f"({result.points_per_s:,.0f} predictions/s, {result.backend} x{result.workers}); "
-                  f"{result.num_illegal_families:,} illegal shapes skipped", highlight=False)
+    say(console, f"{number(result.num_priced)} predictions, {number(result.num_points)} points kept "
+                 f"({number(result.num_groups)} groups) in {number(result.wall_s)} s "
+                 f"({number(result.points_per_s)} predictions/s, {result.backend} x{result.workers}); "
+                 f"{number(result.num_illegal_families)} illegal shapes skipped")
     if result.num_sampled_out:
-        console.print(f"--max-points: {result.num_sampled_out:,} predictions sampled out", highlight=False)
+        say(console, f"--max-points: {number(result.num_sampled_out)} predictions sampled out")
     frontier = result.frontier
     if not frontier:
         _render_empty(result)
         return
-    table = Table(title=f"Pareto frontier: {target['model']} on {target['cluster']} ({target['engine']}), "
-                        f"{result.workload.name}")
-    for column in ("tok/s/user", "tok/s/GPU", "TTFT ms", "GPUs", "mode"):
-        table.add_column(column, justify="left" if column == "mode" else "right", no_wrap=True)
-    table.add_column("configuration", overflow="fold")
-    for point in spread(frontier, MAX_TABLE_ROWS):
+    say(console, f"Pareto frontier: {target['model']} on {target['cluster']} ({target['engine']}), "
+                 f"{result.workload.name}; among points with {result.rule.describe()} "
+                 f"({number(result.num_ineligible)} excluded)")
+    shown = spread(frontier, MAX_TABLE_ROWS)
+    for line in frontier_chart([(p.interactivity, p.throughput_per_gpu) for p in shown], min(console.width, 78),
+                               "tok/s/user (p50)", "tok/s/GPU"):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    grid = table(None, [("key", "left"), ("tok/s/user\np50", "right"), ("TPOT\np50 ms", "right"),
+                        ("tok/s\nper GPU", "right"), ("TTFT\nmean ms", "right"), ("GPUs", "right"),
+                        ("mode", "left"), ("configuration", "left")], wrap_last=True)
+    for index, point in enumerate(shown):
         metrics = point.metrics
-        table.add_row(f"{point.interactivity:,.1f}", f"{point.throughput_per_gpu:,.0f}",
-                      _ms(metrics.get("ttft_ms_mean")), str(point.config.total_gpus), str(point.mode),
-                      point.config.describe())
-    console.print(table)
+        grid.add_row(key_of(index), number(point.interactivity), number(metrics.get("tpot_ms_p50")),
+                     number(point.throughput_per_gpu), number(metrics.get("ttft_ms_mean")),
+                     str(point.config.total_gpus), str(point.mode), config_text(point.config))
+    console.print(grid)
     if len(frontier) > MAX_TABLE_ROWS:
-        console.print(f"{MAX_TABLE_ROWS} of {len(frontier)} frontier points shown; all in {paths['frontier']}",
-                      highlight=False)
-    console.print("files: " + ", ".join(str(path) for path in paths.values()), highlight=False)
+        say(console, f"{MAX_TABLE_ROWS} of {len(frontier)} frontier points shown; all in {paths['frontier']}")
+    say(console, "files: " + ", ".join(str(path) for path in paths.values()))
 
 
 def _render_empty(result: SweepResult) -> None:
@@ -125,10 +160,10 @@ def _render_empty(result: SweepResult) -> None:
                       f"{result.num_excluded_by_mode:,} points excluded by --modes "
                       f"(the others are rank-only or anchored: see --modes)", highlight=False)
         return
+    if result.points:
+        say(console, f"no point meets the frontier rule ({result.rule.describe()}) for {where}: "
+                     f"{number(result.num_ineligible)} points excluded; see --ttft-max and --slo")
+        return
     console.print(f"[red]no legal point[/red] for {where}")
     for reason, count in result.illegal_reasons:
-        console.print(f"  - {count} x {reason}", markup=False)
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
+        paragraph(console, reason, first=f"  - {count} x ")

@@ -35,9 +35,9 @@ from predictor.workload import WorkloadSpec
 
 # What a point keeps of a prediction, in this order (NaN when not predicted).
 POINT_METRICS: tuple[str, ...] = (
-    "throughput_per_gpu", "interactivity_mean", "output_throughput_per_gpu", "ttft_ms_mean",
-    "tpot_ms_mean", "itl_ms_mean", "e2e_ms_mean", "ttft_ms_p90", "itl_ms_p90", "max_concurrency",
-    "memory_per_gpu_gb",
+    "throughput_per_gpu", "interactivity_p50", "interactivity_mean", "output_throughput_per_gpu",
+    "ttft_ms_mean", "tpot_ms_mean", "tpot_ms_p50", "itl_ms_mean", "e2e_ms_mean", "ttft_ms_p90", "itl_ms_p90",
+    "max_concurrency", "memory_per_gpu_gb",
 )
 SELECTION_METRIC = "throughput_per_gpu"
 CHUNKS_PER_WORKER = 8        # enough chunks to balance uneven groups and move the progress bar

@@ -27,7 +27,8 @@ CONFIG_COLUMNS = (
     "prefill_replicas", "decode_layout", "decode_replicas", "weight_dtype", "expert_dtype",
     "kv_cache_dtype", "spec_method", "spec_depth",
 )
-COLUMNS = ("on_frontier", "mode", "source", *POINT_METRICS, "total_gpus", *CONFIG_COLUMNS, "configuration")
+COLUMNS = ("on_frontier", "eligible", "mode", "source", *POINT_METRICS, "total_gpus", *CONFIG_COLUMNS,
+           "configuration")
 FILES = {"points": "points.csv", "frontier": "frontier.csv", "sweep": "sweep.json", "plot": "pareto.png"}
 
 
@@ -39,7 +40,7 @@ def write_sweep(result: SweepResult, out_dir: str | Path, *, plot: bool = True) 
     atomic_write_text(paths["points"], points_csv(result.points))
     atomic_write_text(paths["frontier"], points_csv(result.frontier))
     if plot:
-        plot_frontier(result.points, paths["plot"], plot_title(result))
+        plot_frontier(result.points, paths["plot"], plot_title(result), result.rule)
     atomic_write_text(paths["sweep"], json.dumps(sweep_json(result, paths), indent=1) + "\n")
     return paths
 
@@ -62,7 +63,8 @@ def point_row(point: SweepPoint) -> list[Any]:
     config = point.config
     metrics = [_number(point.metrics.get(key)) for key in POINT_METRICS]
     levers = [format_value(getattr(config, name)) for name in CONFIG_COLUMNS]
-    return [str(point.on_frontier).lower(), str(point.mode), point.source, *metrics, config.total_gpus,
+    return [str(point.on_frontier).lower(), str(point.is_eligible).lower(), str(point.mode), point.source,
+            *metrics, config.total_gpus,
             *levers, config.describe()]
 
 

@@ -30,13 +30,16 @@ from predictor.sweep.executors import (
     SweepJob,
     prepared,
 )
-from predictor.sweep.frontier import pareto_indices
+from predictor.sweep.frontier import FrontierRule, pareto_indices
 from predictor.sweep.space import SpaceOptions, SweepPlan
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
 THROUGHPUT_KEY = "throughput_per_gpu"      # tok/s/GPU, input + output tokens
-INTERACTIVITY_KEY = "interactivity_mean"   # tok/s/user
+# tok/s/user: per request 1/TPOT, the median over requests (METHOD §7's default), so the
+# axis equals 1000 / the median TPOT; the mean of 1/TPOT is skewed by a few very short
+# requests on agentic traffic. Fixed-length (analytical) points have one value for both.
+INTERACTIVITY_KEY = "interactivity_p50"
 MODE_NAMES: dict[str, Mode] = {"anchored": Mode.ANCHORED, "simulate": Mode.RANK_ONLY,
                                "rank-only": Mode.RANK_ONLY}
 ALL_MODES: frozenset[Mode] = frozenset(Mode)
@@ -52,6 +55,7 @@ class SweepPoint:
     source: str
     metrics: dict[str, float]
     on_frontier: bool = False
+    is_eligible: bool = True      # admitted by the sweep's FrontierRule (TTFT cap, bounds)
 
     @property
     def throughput_per_gpu(self) -> float:
@@ -65,7 +69,7 @@ class SweepPoint:
         return {
             "throughput_per_gpu": _rounded(self.throughput_per_gpu),
             "interactivity": _rounded(self.interactivity),
-            "mode": str(self.mode), "source": self.source,
+            "mode": str(self.mode), "source": self.source, "eligible": self.is_eligible,
             "configuration": self.config.describe(), "config": self.config.to_dict(),
             "metrics": {k: _rounded(v) for k, v in self.metrics.items()},
         }
@@ -87,6 +91,7 @@ class SweepResult:
     backend: str
     workers: int
     wall_s: float
+    rule: FrontierRule = FrontierRule()
 
     @property
     def frontier(self) -> tuple[SweepPoint, ...]:
@@ -99,6 +104,10 @@ class SweepResult:
         return len(self.points)
 
     @property
+    def num_ineligible(self) -> int:
+        return sum(not point.is_eligible for point in self.points)
+
+    @property
     def points_per_s(self) -> float:
         return self.num_priced / self.wall_s if self.wall_s > 0 else math.inf
 
@@ -109,6 +118,7 @@ class SweepResult:
             "num_illegal_families": self.num_illegal_families, "num_illegal_groups": self.num_illegal_groups,
             "illegal_reasons": [{"reason": r, "count": n} for r, n in self.illegal_reasons],
             "num_excluded_by_mode": self.num_excluded_by_mode, "num_sampled_out": self.num_sampled_out,
+            "frontier_rule": self.rule.to_json(), "num_ineligible": self.num_ineligible,
             "backend": self.backend, "workers": self.workers, "wall_s": round(self.wall_s, 3),
             "points_per_s": round(self.points_per_s, 1),
             "frontier": [point.to_json() for point in self.frontier],
@@ -130,8 +140,9 @@ def parse_modes(text: str | None) -> frozenset[Mode]:
 def run_sweep(target: Target, workload: WorkloadSpec, *, options: SpaceOptions | None = None,
               executor: Executor | None = None, modes: frozenset[Mode] = ALL_MODES, seed: int = 0,
               num_requests: int | None = None, predict_fn: PredictFn | None = None,
-              on_progress: ProgressFn | None = None) -> SweepResult:
-    """Price the space of ``target`` under ``workload`` and mark the frontier (METHOD §8).
+              on_progress: ProgressFn | None = None, rule: FrontierRule = FrontierRule()) -> SweepResult:
+    """Price the space of ``target`` under ``workload`` and mark the frontier among the
+    points ``rule`` admits (METHOD §8; `predictor.sweep.frontier`).
 
     ``predict_fn`` replaces `predictor.predict.predict` (tests, benchmarks); it must be
     a module-level function so worker processes can import it.
@@ -146,13 +157,14 @@ def run_sweep(target: Target, workload: WorkloadSpec, *, options: SpaceOptions |
         on_progress(0, len(plan.groups))
     results = executor.run(job, len(plan.groups), on_progress)
     points, illegal, excluded = _points(plan, results, modes)
-    marked = _mark_frontier(points)
+    marked = _mark_frontier(points, rule)
     return SweepResult(
         target=target.to_json(), workload=workload, points=marked, num_groups=len(plan.groups),
         num_priced=sum(r.num_priced for r in results), num_illegal_families=plan.num_illegal_families,
         illegal_reasons=plan.illegal_reasons, num_illegal_groups=illegal, num_excluded_by_mode=excluded,
         num_sampled_out=plan.num_sampled_out, modes=tuple(sorted(str(m) for m in modes)),
         backend=str(executor.backend), workers=executor.workers, wall_s=time.perf_counter() - started,
+        rule=rule,
     )
 
 
@@ -172,12 +184,17 @@ def _points(plan: SweepPlan, results: list[GroupResult], modes: frozenset[Mode])
     return points, illegal, excluded
 
 
-def _mark_frontier(points: list[SweepPoint]) -> tuple[SweepPoint, ...]:
-    """METHOD §8; among configurations tying on both axes (e.g. concurrency beyond the
-    running cap only queues), the frontier keeps the shortest TTFT, then fewest GPUs."""
+def _mark_frontier(points: list[SweepPoint], rule: FrontierRule) -> tuple[SweepPoint, ...]:
+    """METHOD §8 over the points ``rule`` admits; among configurations tying on both axes
+    (e.g. concurrency beyond the running cap only queues), the frontier keeps the
+    shortest TTFT, then fewest GPUs."""
+    eligible = [rule.admits(p.metrics) for p in points]
+    nan = math.nan
     prefer = [(p.metrics.get("ttft_ms_mean", math.inf), p.config.total_gpus, p.config.concurrency) for p in points]
-    on = set(pareto_indices([p.throughput_per_gpu for p in points], [p.interactivity for p in points], prefer))
-    return tuple(SweepPoint(p.group, p.config, p.mode, p.source, p.metrics, i in on) for i, p in enumerate(points))
+    on = set(pareto_indices([p.throughput_per_gpu if ok else nan for p, ok in zip(points, eligible)],
+                            [p.interactivity for p in points], prefer))
+    return tuple(SweepPoint(p.group, p.config, p.mode, p.source, p.metrics, i in on, eligible[i])
+                 for i, p in enumerate(points))
 
 
 def _rounded(value: float) -> float | None:

@@ -100,3 +100,35 @@ def test_ray_not_installed_names_the_extra(runner, tmp_path, monkeypatch):
     result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--ray", "auto"])
     assert result.exit_code == 2
     assert "inferasim[ray]" in result.stderr
+
+
+def test_frontier_rule_options(runner, tmp_path):
+    base = ["pareto", *SMALL, "--no-plot", "--no-disaggregated", "--max-spec-depth", "0", "--json"]
+    capped = json.loads(runner.invoke(app, [*base, "--out", str(tmp_path / "a"), "--ttft-max", "0.03"]).stdout)
+    free = json.loads(runner.invoke(app, [*base, "--out", str(tmp_path / "b"), "--ttft-max", "none"]).stdout)
+    assert capped["frontier_rule"]["ttft_max_ms"] == pytest.approx(30.0) and free["frontier_rule"]["ttft_max_ms"] is None
+    assert all(p["metrics"]["ttft_ms_mean"] <= 30.0 for p in capped["frontier"])
+    assert capped["num_ineligible"] > 0 and free["num_ineligible"] == 0
+    floor = json.loads(runner.invoke(app, [*base, "--out", str(tmp_path / "c"), "--slo", "interactivity>=200"]).stdout)
+    assert floor["frontier"] and all(p["interactivity"] >= 200 for p in floor["frontier"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ttft-max", "soon"], "--ttft-max: "),
+    (["--ttft-max", "0"], "--ttft-max: "),
+    (["--slo", "p99-itl<=50"], "--slo: p99-itl<=50ms bounds itl_ms_p99, which sweep points do not record"),
+])
+def test_bad_frontier_rule_is_exit_2(runner, tmp_path, args, message):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), *args])
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_terminal_chart_uses_the_table_keys(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--no-plot", "--no-disaggregated",
+                                 "--max-spec-depth", "0"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    chart = [line for line in lines if " |" in line]
+    keys = [line.split()[0] for line in lines if line[:2].strip() and line.split()[0] in "ABCDEFGHIJ" and
+            len(line.split()[0]) == 1]
+    assert len(keys) >= 3 and all(any(key in line.split("|", 1)[1] for line in chart) for key in keys)

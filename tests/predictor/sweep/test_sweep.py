@@ -18,7 +18,7 @@ from predictor.sweep.executors import (
     chunk_ranges,
     make_executor,
 )
-from predictor.sweep.frontier import dominates
+from predictor.sweep.frontier import Bound, FrontierRule, dominates
 from predictor.sweep.output import COLUMNS, write_sweep
 from predictor.sweep.run import parse_modes, run_sweep
 from predictor.sweep.space import (
@@ -50,7 +50,8 @@ def fake_predict(target, config, workload, *, seed=0, num_requests=None):
     committed = 1.0 + 0.7 * depth - 0.15 * depth ** 2
     interactivity = 1000.0 * committed / step_ms
     metrics = {"throughput_per_gpu": interactivity * config.concurrency * 2 / config.total_gpus,
-               "interactivity_mean": interactivity, "tpot_ms_mean": step_ms / committed}
+               "interactivity_mean": interactivity, "interactivity_p50": interactivity,
+               "tpot_ms_mean": step_ms / committed, "ttft_ms_mean": 100.0 * config.concurrency}
     mode = Mode.ANCHORED if config.tp == 2 else Mode.RANK_ONLY
     return Prediction(True, (), mode, None, (), metrics, None)
 
@@ -167,6 +168,31 @@ def test_frontier_marks_are_the_non_dominated_points(small_target):
             assert point.config.total_gpus == min(p.config.total_gpus for p in tied)
 
 
+def test_ttft_cap_keeps_saturated_points_off_the_frontier(small_target):
+    """The fake's TTFT is 100 ms per client: 6.4 s at 64 clients, over a 5 s cap."""
+    capped = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict,
+                       rule=FrontierRule(ttft_max_ms=5_000.0))
+    uncapped = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict,
+                         rule=FrontierRule(ttft_max_ms=None))
+    assert any(p.metrics["ttft_ms_mean"] > 5_000.0 for p in uncapped.frontier)
+    assert capped.frontier and all(p.metrics["ttft_ms_mean"] <= 5_000.0 for p in capped.frontier)
+    assert capped.num_ineligible == sum(p.metrics["ttft_ms_mean"] > 5_000.0 for p in capped.points) > 0
+    eligible = [(p.throughput_per_gpu, p.interactivity) for p in capped.points if p.is_eligible]
+    for point in capped.frontier:   # the frontier of the eligible points, exactly
+        assert not any(dominates(other, (point.throughput_per_gpu, point.interactivity)) for other in eligible)
+    assert capped.to_json()["frontier_rule"]["ttft_max_ms"] == 5_000.0
+
+
+def test_bounds_admit_what_they_bound_and_unknown_metrics():
+    floor = Bound("interactivity_p50", ">=", 50.0, "p50-interactivity>=50")
+    assert floor.admits({"interactivity_p50": 60.0}) and not floor.admits({"interactivity_p50": 40.0})
+    assert floor.admits({})   # nothing to check
+    rule = FrontierRule(ttft_max_ms=1_000.0, bounds=(floor,))
+    assert not rule.admits({"interactivity_p50": 60.0, "ttft_ms_mean": 1_500.0})
+    assert rule.describe() == "mean TTFT <= 1 s, p50-interactivity>=50"
+    assert FrontierRule(None).describe() == "every point"
+
+
 def test_modes_filter_points(small_target):
     both = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
     anchored = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(),
@@ -231,7 +257,7 @@ def _check_png(path):
     image = pytest.importorskip("matplotlib.image").imread(path)
     assert path.stat().st_size > 20_000
     height, width = image.shape[:2]
-    assert (width, height) == (1080, 720)   # 9 x 6 in at 120 dpi
+    assert (width, height) == (1320, 770)   # 12 x 7 in at 110 dpi
     grey = image[..., :3].mean(axis=2)
     assert grey.std() > 0.05                 # not a blank canvas
     assert (grey < 0.5).mean() > 0.005       # dark ink: axes, labels, the bold frontier
