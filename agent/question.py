@@ -19,7 +19,7 @@ from objectives.objectives import resolve_objective
 from objectives.slo import parse_slos
 from predictor.feasibility import check_configuration
 from predictor.predict import default_store, predict
-from predictor.target import resolve_target
+from predictor.target import check_workload_context, resolve_target
 from predictor.workload import parse_workload
 
 DEFAULT_OBJECTIVE = "throughput"
@@ -69,6 +69,7 @@ def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
     store = store if store is not None else (default_store() if predict_fn is None else None)
     has_anchor = store.has_anchor if store is not None and hasattr(store, "has_anchor") else None
     target = resolve_target(request.model, request.cluster, request.engine, has_anchor=has_anchor)
+    check_workload_context(target.card, workload.context_tokens, workload.name)
     return SearchContext(
         target=target, workload=workload, objective=objective, predict_fn=predict_fn or predict,
         check_fn=check_fn or check_configuration, slos=slos, seed=request.seed,

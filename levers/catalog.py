@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from levers.errors import InputError, accepted_list, did_you_mean
+from levers.inputs import parse_number, quote
 
 
 class Engine(StrEnum):
@@ -32,6 +33,12 @@ class LeverKind(StrEnum):
 
 
 ENGINES: tuple[Engine, ...] = tuple(Engine)
+# The platforms (GPU vendors, or "cpu") each engine runs on: TensorRT-LLM is NVIDIA's,
+# ATOM AMD's; llama.cpp here is the CPU engine of `harvest --cluster cpu`.
+ENGINE_VENDORS: dict[Engine, tuple[str, ...]] = {
+    Engine.VLLM: ("nvidia", "amd"), Engine.SGLANG: ("nvidia", "amd"), Engine.ATOM: ("amd",),
+    Engine.TRTLLM: ("nvidia",), Engine.LLAMACPP: ("cpu",),
+}
 FUSIONS: tuple[str, ...] = (
     "norm_quant", "add_rmsnorm", "moe_expert", "moe_routing", "act_quant", "rope_kvstore",
 )
@@ -39,6 +46,7 @@ QUANT_FED_FUSIONS = frozenset({"norm_quant", "act_quant"})
 MOE_FUSIONS = frozenset({"moe_expert", "moe_routing"})
 DTYPES = ("bf16", "fp8", "fp4")
 AUTO = "auto"
+MAX_WIDTH = 4096   # a layout width beyond any cluster (legality then says why)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,26 +101,21 @@ class Lever:
         return self._parse_choice(raw)
 
     def _parse_number(self, raw: Any) -> int | float:
-        try:
-            if isinstance(raw, bool):
-                raise ValueError
-            value = float(raw)
-            if self.number is int:
-                if value != int(value):
-                    raise ValueError
-                value = int(value)
-        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
-            raise InputError(self.name, f"'{raw}' is not a valid value", self.accepted_text()) from None
+        """ASCII digits, finite, whole for an integer lever, inside the lever's range
+        (:func:`levers.inputs.parse_number`)."""
         low, high = self.bounds
-        if not low <= value <= high:
-            raise InputError(self.name, f"{_fmt(value)} is out of range", self.accepted_text())
-        return value
+        try:
+            value = parse_number(raw, self.name, integer=self.number is int, low=low, high=high)
+        except InputError as error:
+            problem = error.problem if "out of range" in error.problem else f"{quote(raw)} is not a valid value"
+            raise InputError(self.name, problem, self.accepted_text()) from None
+        return float(value) if self.number is float else value
 
     def _parse_choice(self, raw: Any) -> Any:
         for value in _union(self.values):
             if _matches(value, raw):
                 return value
-        raise InputError(self.name, f"'{raw}' is not a legal value"
+        raise InputError(self.name, f"{quote(raw)} is not a legal value"
                          + did_you_mean(raw, _union(self.values)), self.accepted_text())
 
 
@@ -142,8 +145,8 @@ def _matches(value: Any, raw: Any) -> bool:
         if isinstance(raw, bool):
             return False
         try:
-            return float(raw) == value
-        except (TypeError, ValueError):
+            return parse_number(raw, "", integer=True) == value
+        except InputError:
             return False
     return str(raw).strip().lower() == str(value)
 
@@ -161,7 +164,7 @@ def parse_fusions(raw: Any) -> tuple[str, ...]:
         items = [] if text in ("", "none") else [x.strip() for x in text.replace(",", "+").split("+")]
     for item in items:
         if item != "generic" and item not in FUSIONS:
-            raise InputError("fusions", f"unknown fusion '{item}'", accepted_list(("generic",) + FUSIONS))
+            raise InputError("fusions", f"unknown fusion {quote(item)}", accepted_list(("generic",) + FUSIONS))
     return tuple(items)
 
 
@@ -172,7 +175,7 @@ def parse_layout(raw: Any, what: str = "layout") -> tuple[int, int, int]:
     seen = set()
     try:
         for token in text.split("/"):
-            key, number = token[:2], int(token[2:])
+            key, number = token[:2], parse_number(token[2:], what, integer=True, low=1, high=MAX_WIDTH)
             if key not in parts or key in seen or number < 1:
                 raise ValueError
             parts[key] = number
@@ -180,7 +183,7 @@ def parse_layout(raw: Any, what: str = "layout") -> tuple[int, int, int]:
         if "TP" not in seen:
             raise ValueError
     except ValueError:
-        raise InputError(what, f"cannot parse '{raw}'", "TPx/EPy/DPz, e.g. TP8/EP8/DP8 or TP4") from None
+        raise InputError(what, f"cannot parse {quote(raw)}", "TPx/EPy/DPz, e.g. TP8/EP8/DP8 or TP4") from None
     return parts["TP"], parts["EP"], parts["DP"]
 
 
@@ -280,7 +283,7 @@ def get_lever(name: str) -> Lever:
     try:
         return LEVERS_BY_NAME[key]
     except KeyError:
-        raise InputError("--config", f"unknown lever '{name}'" + did_you_mean(key, LEVER_NAMES),
+        raise InputError("--config", f"unknown lever {quote(name)}" + did_you_mean(key, LEVER_NAMES),
                          accepted_list(LEVER_NAMES, limit=40)) from None
 
 
@@ -288,5 +291,5 @@ def parse_engine(name: str) -> Engine:
     try:
         return Engine(str(name).strip().lower())
     except ValueError:
-        raise InputError("--engine", f"unknown engine '{name}'" + did_you_mean(name, ENGINES),
+        raise InputError("--engine", f"unknown engine {quote(name)}" + did_you_mean(name, ENGINES),
                          accepted_list(ENGINES)) from None

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from levers.catalog import get_lever, parse_layout
 from levers.errors import InputError
+from levers.inputs import quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +161,11 @@ def parse_config_text(texts: str | Iterable[str] | None) -> dict[str, Any]:
     for text in texts:
         for item in _split_items(text):
             if "=" not in item:
-                raise InputError("--config", f"'{item}' is not k=v",
+                raise InputError("--config", f"{quote(item)} is not k=v",
                                  "comma-separated lever=value pairs, e.g. tp=4,ep=4,kv_cache_dtype=fp8")
             name, _, value = item.partition("=")
             if not name.strip():
-                raise InputError("--config", f"'{item}' has no lever name", "lever=value")
+                raise InputError("--config", f"{quote(item)} has no lever name", "lever=value")
             pairs.append((name.strip(), value.strip()))
     return parse_partial(pairs)
 

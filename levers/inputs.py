@@ -61,12 +61,12 @@ def strip_controls(text: str) -> str:
 def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
     """``'value'`` for an error message: one line, no control characters, at most
     ``limit`` characters of the input (the rest is counted, not echoed)."""
-    text = value if isinstance(value, str) else repr(value)
-    text = _CONTROL_OR_CR.sub(" ", text[: limit * 4]).replace("\n", " ")
+    is_text = isinstance(value, str)
+    raw = value if is_text else repr(value)
+    text = _CONTROL_OR_CR.sub(" ", raw[: limit * 4]).replace("\n", " ")
     if len(text) > limit:
-        total = len(value) if isinstance(value, str) else len(repr(value))
-        return f"'{text[:limit]}...' ({total:,} characters)"
-    return f"'{text}'"
+        return f"'{text[:limit]}...' ({len(raw):,} characters)" if is_text else f"{text[:limit]}... ({len(raw):,} characters)"
+    return f"'{text}'" if is_text else text
 
 
 def bounded(message: str, limit: int = 5 * QUOTE_CHARS) -> str:
@@ -152,7 +152,7 @@ def check_input_file(path: str | Path, what: str, *, max_bytes: int | None = Non
     try:
         info = file.stat()
     except FileNotFoundError:
-        raise InputError(name, "no such file", expected) from None
+        raise InputError(name, "cannot be read (no such file)", expected) from None
     except OSError as error:
         raise InputError(name, f"cannot be read ({error.strerror or error})", expected) from None
     if stat.S_ISDIR(info.st_mode):

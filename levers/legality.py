@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from levers.catalog import (
+    ENGINE_VENDORS,
     LEVERS,
     MOE_FUSIONS,
     QUANT_FED_FUSIONS,
@@ -24,6 +25,7 @@ class ModelShape(Protocol):
     num_layers: int
     num_experts: int
     mtp_layers: int
+    max_context: int
 
     @property
     def attention_heads(self) -> int: ...
@@ -50,13 +52,33 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
                        cluster: ClusterShape) -> list[str]:
     """Every reason ``config`` is structurally illegal (empty list = legal)."""
     engine = Engine(engine)
-    reasons = _engine_support(config, engine)
+    reasons = platform_reasons(engine, cluster)
+    reasons += _engine_support(config, engine)
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)
     reasons += _precision_and_kernels(config, model, cluster)
     reasons += _scheduler(config)
     reasons += fusion_reasons(config.fusions, effective_activation_dtype(config, model), model.is_moe)
     return reasons
+
+
+def platform_reasons(engine: Engine | str, cluster: ClusterShape) -> list[str]:
+    """An engine runs only on its platforms (:data:`levers.catalog.ENGINE_VENDORS`)."""
+    engine = Engine(engine)
+    vendors = ENGINE_VENDORS[engine]
+    vendor = cluster.gpu.vendor
+    if vendor in vendors:
+        return []
+    return [f"{engine} does not run on {vendor.upper() if vendor != 'cpu' else 'a CPU'} "
+            f"({getattr(cluster.gpu, 'name', vendor)}); it runs on {' or '.join(v.upper() if v != 'cpu' else 'CPU' for v in vendors)}"]
+
+
+def context_reasons(context_tokens: int, model: ModelShape) -> list[str]:
+    """A sequence longer than the model's maximum context cannot be served."""
+    limit = getattr(model, "max_context", None)
+    if limit and context_tokens > limit:
+        return [f"a context of {context_tokens:,} tokens exceeds {model.name}'s maximum of {limit:,}"]
+    return []
 
 
 def effective_activation_dtype(config: Configuration, model: ModelShape) -> str:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from levers.errors import InputError, accepted_list
+from levers.inputs import quote
 
 # -- the metrics record -----------------------------------------------------------
 
@@ -222,7 +223,7 @@ def resolve_objective(name: str | Objective) -> Objective:
     objective = _BY_NAME_OR_ALIAS.get(key)
     if objective is not None:
         return objective
-    problem = f"unknown objective '{name}'"
+    problem = f"unknown objective {quote(name)}"
     close = difflib.get_close_matches(key, _BY_NAME_OR_ALIAS, n=1)
     if close:
         problem += f"; did you mean '{close[0]}'?"

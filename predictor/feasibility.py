@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from levers.legality import effective_activation_dtype, structural_reasons
+from levers.legality import context_reasons, effective_activation_dtype, structural_reasons
 from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
 from predictor.memory import MemoryBreakdown, memory_breakdown
@@ -65,8 +65,9 @@ def pool_configs(config: Configuration) -> tuple[Configuration, Configuration] |
 def check_configuration(card: ModelCard, cluster: Cluster, engine: Engine | str,
                         config: Configuration,
                         context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> Feasibility:
-    """Structural reasons first; memory only for a structurally legal layout."""
-    reasons = structural_reasons(config, engine, card, cluster)
+    """Structural reasons (and the model's maximum context) first; memory only for a
+    structurally legal layout."""
+    reasons = structural_reasons(config, engine, card, cluster) + context_reasons(context_tokens, card)
     if reasons:
         return Feasibility(False, tuple(reasons), None)
     pools = pool_configs(config)

@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from levers.errors import InputError, accepted_list, did_you_mean
+from levers.inputs import quote
 from predictor.step.comm import Collective, CollectiveFit, bus_factor, nearest_group_fit
 
 __all__ = [
@@ -158,7 +159,7 @@ def load_gpu(name: str) -> GpuProfile:
     """The profile named `name`, case-insensitive ("mi355x", "H100", "gb200")."""
     profile = _profiles_by_key().get(name.strip().lower())
     if profile is None:
-        raise InputError("--cluster", f"unknown GPU '{name}'" + did_you_mean(name, _profiles_by_key()),
+        raise InputError("--cluster", f"unknown GPU {quote(name)}" + did_you_mean(name, _profiles_by_key()),
                          accepted_list(p.name.lower() for p in list_gpus()))
     return profile
 
@@ -204,8 +205,9 @@ class Cluster(BaseModel):
         return self.gpus_per_node * min(self.num_nodes, nodes_per_domain)
 
 
-_COUNTS = re.compile(r"(?:x(\d+)(?:x(\d+))?)?")
-_COUNTS_AFTER_X = re.compile(r"(\d+)(?:x(\d+))?")  # "mi355x8x2": the name's x separates
+_COUNTS = re.compile(r"(?:x(\d{1,9})(?:x(\d{1,9}))?)?", re.ASCII)
+_COUNTS_AFTER_X = re.compile(r"(\d{1,9})(?:x(\d{1,9}))?", re.ASCII)  # "mi355x8x2": the name's x separates
+MAX_NODES = 1024            # a cluster of more nodes is not one deployment's (PRODUCT.md §2 grammar)
 
 
 def _cluster_error(problem: str) -> InputError:
@@ -224,11 +226,11 @@ def _split_counts(text: str) -> tuple[GpuProfile, str | None, str | None]:
         if match is None and name.endswith("x"):
             match = _COUNTS_AFTER_X.fullmatch(rest)
         if match is None:
-            raise _cluster_error(f"cannot read '{text}' after GPU '{name}'")
+            raise _cluster_error(f"cannot read {quote(text)} after GPU '{name}'")
         return profile, match.group(1), match.group(2)
     head = re.match(r"[a-z0-9]*?(?=x\d|$)", text)
     unknown = (head and head.group(0)) or text
-    raise _cluster_error(f"unknown GPU '{unknown}'" + did_you_mean(unknown, _profiles_by_key()))
+    raise _cluster_error(f"unknown GPU {quote(unknown)}" + did_you_mean(unknown, _profiles_by_key()))
 
 
 def parse_cluster(text: str) -> Cluster:
@@ -245,6 +247,6 @@ def parse_cluster(text: str) -> Cluster:
     if not 1 <= per_node <= profile.gpus_per_node:
         raise _cluster_error(f"PER_NODE {per_node} is not in 1..{profile.gpus_per_node} "
                              f"for {profile.name}")
-    if num_nodes < 1:
-        raise _cluster_error(f"NODES {num_nodes} must be at least 1")
+    if not 1 <= num_nodes <= MAX_NODES:
+        raise _cluster_error(f"NODES {num_nodes:,} is not in 1..{MAX_NODES:,}")
     return Cluster(gpu=profile, gpus_per_node=per_node, num_nodes=num_nodes)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from levers.catalog import ENGINES, Engine, parse_engine
+from levers.catalog import ENGINE_VENDORS, ENGINES, Engine, parse_engine
+from levers.errors import InputError
+from levers.legality import context_reasons, platform_reasons
 from predictor.cards.registry import ModelCard, load_card
 from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
 from predictor.harvest.cpu import cpu_cluster, is_cpu_cluster
@@ -40,12 +42,28 @@ def resolve_cluster(text: str | None) -> Cluster:
 
 def resolve_target(model: str, cluster: str | None = None, engine: str | None = None,
                    has_anchor: AnchorLookup | None = None) -> Target:
+    """An engine named for a platform it does not run on is refused here (every
+    configuration would be illegal); the default engine runs on the cluster's platform."""
     card = load_card(model)
     parsed_cluster = resolve_cluster(cluster)
     if engine:
-        return Target(card, parsed_cluster, parse_engine(engine))
+        chosen = parse_engine(engine)
+        wrong = platform_reasons(chosen, parsed_cluster)
+        if wrong:
+            raise InputError("--engine", wrong[0], "an engine of this platform: " + ", ".join(
+                e for e in ENGINES if parsed_cluster.gpu.vendor in ENGINE_VENDORS[e]))
+        return Target(card, parsed_cluster, chosen)
     if has_anchor is not None:
         for candidate in ENGINES:
             if has_anchor(card, parsed_cluster, candidate):
                 return Target(card, parsed_cluster, candidate)
-    return Target(card, parsed_cluster, DEFAULT_ENGINE)
+    native = [e for e in ENGINES if parsed_cluster.gpu.vendor in ENGINE_VENDORS[e]]
+    return Target(card, parsed_cluster, DEFAULT_ENGINE if DEFAULT_ENGINE in native or not native else native[0])
+
+
+def check_workload_context(card: ModelCard, context_tokens: int, workload: str, what: str = "--workload") -> None:
+    """A workload whose sequences are longer than the model's maximum context is refused
+    before any work (each configuration would be illegal for the same reason)."""
+    reasons = context_reasons(context_tokens, card)
+    if reasons:
+        raise InputError(what, f"{workload}: {reasons[0]}", f"ISL + OSL <= {card.max_context:,} for {card.name}")

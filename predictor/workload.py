@@ -11,13 +11,15 @@ import re
 from dataclasses import dataclass
 
 from levers.errors import InputError, did_you_mean
+from levers.inputs import quote
 
 ACCEPTED = "1k/1k, 8k/1k, ISL/OSL in tokens (e.g. 2048/256), or agentic"
 # The context one sequence is checked at for memory on agentic traffic (long, growing
 # prompts: the public coding sessions have a ~104k-token median input; 32k is the
 # legality floor, the DES then admits what the KV pool really holds).
 AGENTIC_CONTEXT_TOKENS = 32768
-_LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")
+_LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$", re.ASCII)
+MAX_WORKLOAD_TOKENS = 16_777_216   # ISL or OSL: beyond every model's context (legality refuses the rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +65,13 @@ def _short(tokens: int) -> str:
 def _tokens(text: str, spec: str) -> int:
     match = _LENGTH.match(text)
     if not match:
-        raise InputError("--workload", f"cannot parse '{spec}'", ACCEPTED)
+        raise InputError("--workload", f"cannot parse {quote(spec)}", ACCEPTED)
     value = float(match.group(1)) * (1024 if match.group(2) else 1)
     if value < 1 or value != int(value):
-        raise InputError("--workload", f"'{spec}' needs whole positive token counts", ACCEPTED)
+        raise InputError("--workload", f"{quote(spec)} needs whole positive token counts", ACCEPTED)
+    if value > MAX_WORKLOAD_TOKENS:
+        raise InputError("--workload", f"{quote(spec)} asks for {value:,.0f} tokens",
+                         f"at most {MAX_WORKLOAD_TOKENS:,} tokens per side (and a model's own context limit)")
     return int(value)
 
 
@@ -75,7 +80,7 @@ def parse_workload(text: str | None) -> WorkloadSpec:
     if text is None or text.strip().lower() == "agentic":
         return AGENTIC
     if "/" not in text:
-        raise InputError("--workload", f"unknown workload '{text}'" + did_you_mean(text, ("agentic", "1k/1k", "8k/1k")),
+        raise InputError("--workload", f"unknown workload {quote(text)}" + did_you_mean(text, ("agentic", "1k/1k", "8k/1k")),
                          ACCEPTED)
     isl, _, osl = text.partition("/")
     return WorkloadSpec("fixed", _tokens(isl, text), _tokens(osl, text))

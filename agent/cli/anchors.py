@@ -11,7 +11,7 @@ from agent.cli.info import JsonOpt, WideOpt
 from agent.cli.render import id_line, list_text, number, paragraph, print_wide, say, table
 from levers.catalog import parse_engine
 from predictor.anchors.anchor import Anchor
-from predictor.anchors.check import INVALID, REFUSED, check_anchors, coverage_summary
+from predictor.anchors.check import FOREIGN, INVALID, REFUSED, check_anchors, coverage_summary
 from predictor.anchors.store import AnchorStore, StoredAnchor
 from predictor.cards.registry import load_card
 from predictor.hardware import load_gpu, parse_cluster
@@ -151,13 +151,17 @@ def check(files: Optional[list[str]] = typer.Argument(None, help="Anchor files t
     engine_name = str(parse_engine(engine)) if engine else None
     reports = check_anchors(files, cluster_gpu=gpu, engine=engine_name)
     invalid = [r for r in reports if r.status == INVALID]
+    unusable = [r for r in reports if r.status == REFUSED and not all(x.startswith(FOREIGN) for x in r.reasons)]
     if json_out:
         print_json([r.to_json() for r in reports])
     else:
         _render_reports([r for r in reports if r.status != INVALID])
         for report in invalid:
             err_console.print(f"error: {report.reasons[0]}", markup=False, highlight=False, soft_wrap=True)
-    if invalid:
+        for report in unusable:
+            err_console.print(f"error: anchor {report.anchor_id} ({report.where}) is refused: "
+                              f"{'; '.join(report.reasons)}", markup=False, highlight=False, soft_wrap=True)
+    if invalid or unusable:  # a foreign anchor (another GPU or engine than --cluster/--engine) is not an error
         raise typer.Exit(EXIT_USER_ERROR)
 
 

@@ -30,6 +30,7 @@ from predictor.sweep.frontier import DEFAULT_TTFT_MAX_MS, Bound, FrontierRule
 from predictor.sweep.output import sweep_json, write_sweep
 from predictor.sweep.run import SweepResult, parse_modes, run_sweep
 from predictor.sweep.space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions, spread
+from predictor.target import check_workload_context
 from predictor.units import MS_PER_S
 from predictor.workload import parse_workload
 
@@ -66,6 +67,7 @@ def pareto_command(
     rule = frontier_rule(ttft_max, slo)
     target = target_with_default_engine(model, cluster, engine)
     spec = parse_workload(workload)
+    check_workload_context(target.card, spec.context_tokens, spec.name)
     kept_modes = parse_modes(modes)
     options = SpaceOptions(max_spec_depth=max_spec_depth, include_disaggregated=disaggregated,
                            max_points=max_points, seed=seed)

@@ -9,9 +9,15 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from dataclasses import replace
+
 from agent.cli.app import app, cli_errors, console, print_json
 from agent.cli.render import number, table
-from predictor.corpus.score import score_file
+from levers.errors import InputError
+from levers.inputs import check_input_file, quote
+from predictor.corpus.read import CorpusRead, filter_rows, read_corpus
+from predictor.corpus.score import score_corpus
+from predictor.corpus.where import ACCEPTED as WHERE_ACCEPTED
 
 FORMAT_HELP = ("Corpus format: inferencex, aiconfigurator, native, or auto (from the header). "
                "Native columns: model, hardware, engine, precision, tp, isl, osl, concurrency and at least one "
@@ -74,6 +80,23 @@ def _targets_table(data: dict) -> Table:
     return grid
 
 
+def check_scorable(read: CorpusRead, anchor_where: str | None) -> None:
+    """Before any pricing: the corpus has rows, some of them usable, and ``--anchor-where``
+    (when given) selects at least one of them."""
+    name = f"corpus {quote(read.path)}"
+    if not read.n_rows:
+        raise InputError(name, "has a header but no rows", "a CSV with one measured run per row")
+    if not read.rows:
+        first = read.failures[0]
+        raise InputError(name, f"none of its {read.n_rows:,} rows can be used (first: {first.id}: {first.reason})",
+                         "rows in the format's units and names (see --format)")
+    if anchor_where and anchor_where.strip():
+        matched, _ = filter_rows(read.rows, anchor_where)
+        if not matched:
+            raise InputError("--anchor-where", f"{quote(anchor_where)} matches none of the {len(read.rows):,} usable rows",
+                             WHERE_ACCEPTED)
+
+
 @app.command("score")
 @cli_errors
 def score(
@@ -83,7 +106,11 @@ def score(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Score the predictor on a measured corpus: anchors from its rows, predictions for the rest."""
-    report = score_file(corpus, fmt, anchor_where)
+    check_input_file(corpus, "corpus", expected="a corpus CSV file")
+    read = read_corpus(corpus, fmt)
+    check_scorable(read, anchor_where)
+    report = replace(score_corpus(read.rows, failures=read.failures, anchor_where=anchor_where),
+                     source=read.path, format=read.format)
     data = report.to_json()
     if json_out:
         return print_json(data)

@@ -4,7 +4,9 @@ The file is a boundary, so it is read in two passes and nothing runs on a bad fi
 pydantic (``extra="forbid"``) checks its shape, then every value is resolved against
 the catalogues (model cards, engines, clusters, workloads, levers, tiers). Every
 rejection is an :class:`InputError` whose ``what`` is the file and the key path
-(``models.yaml: models[2].max_gpus``) and whose ``accepted`` says what would do.
+(``models.yaml: models[2].max_gpus``) and whose ``accepted`` says what would do. The
+file is read through the input layer (:mod:`levers.inputs`: bounded, UTF-8, the safe
+YAML loader with limits on aliases, expansion and depth, no ``.inf``/``.nan``).
 
 Tiers: the four of METHOD §7 (realtime / interactive / responsive / bulk). A top-level
 ``tiers:`` is either a mapping, which overrides fields of a named tier or adds a tier
@@ -22,16 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from levers.catalog import ENGINES, parse_engine
 from levers.configuration import Configuration, parse_partial
 from levers.errors import InputError, accepted_list
+from levers.inputs import parse_yaml, quote, read_text
 from objectives.objectives import LATENCY_STATS
 from objectives.slo import SLO
 from predictor.cards.registry import load_card
 from predictor.hardware import DEFAULT_CLUSTER, parse_cluster
+from predictor.target import check_workload_context
 from predictor.units import MS_PER_S
 from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
 
@@ -193,7 +196,7 @@ def _shape_error(source: str, error: ValidationError, data: Any = None) -> Input
                           ACCEPTED_BY_FIELD.get(str(loc[-1]), ""))
     field = next((str(p) for p in reversed(loc) if isinstance(p, str) and p in ACCEPTED_BY_FIELD), "")
     message = first["msg"].removeprefix("Value error, ")
-    return InputError(f"{source}: {key_path(loc)}", f"{message} (got {first.get('input')!r}){suffix}",
+    return InputError(f"{source}: {key_path(loc)}", f"{message} (got {quote(first.get('input'), 80)}){suffix}",
                       ACCEPTED_BY_FIELD.get(field, ""))
 
 
@@ -203,23 +206,12 @@ def _shape_error(source: str, error: ValidationError, data: Any = None) -> Input
 def load_mix_file(path: str | Path) -> MixSpec:
     """Read, validate and resolve a models.yaml; InputError on any problem."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputError(source, f"cannot read the file ({error.strerror or error})",
-                         "a readable models.yaml") from None
+    text = read_text(path, "", expected="a models.yaml (UTF-8 YAML with a 'models:' list)")
     return parse_mix_text(text, source)
 
 
 def parse_mix_text(text: str, source: str = "models.yaml") -> MixSpec:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "cannot parse"
-        raise InputError(source, f"malformed YAML{where}: {problem}",
-                         "a YAML mapping with a 'models:' list (see examples/models.yaml)") from None
+    data = parse_yaml(text, source, expected="a YAML mapping with a 'models:' list (see examples/models.yaml)")
     if not isinstance(data, dict):
         raise InputError(source, f"the top level is a {type(data).__name__}, not a mapping",
                          "a YAML mapping with a 'models:' list (see examples/models.yaml)")
@@ -284,6 +276,7 @@ def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, 
         engines = tuple(str(_engine(name, f"{at}.engines[{i}]")) for i, name in enumerate(entry.engines))
     try:
         workload = AGENTIC if entry.workload is None else parse_workload(entry.workload)
+        check_workload_context(card, workload.context_tokens, workload.name)
     except InputError as error:
         raise _relocated(error, f"{at}.workload") from None
     candidates = None

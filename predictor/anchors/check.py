@@ -23,6 +23,8 @@ from predictor.cards.registry import load_card
 from predictor.hardware import load_gpu
 
 OK, WARNING, REFUSED, INVALID = "ok", "warning", "refused", "invalid"
+SCHEMA_VERSION = 1
+FOREIGN = "foreign:"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ def _known(loader, name: str) -> bool:
 def _refusals(anchor: Anchor, cluster_gpu: str | None, engine: str | None) -> list[str]:
     sig = anchor.signature
     reasons = []
+    if anchor.schema_version != SCHEMA_VERSION:
+        reasons.append(f"unknown schema version {anchor.schema_version} (this build reads {SCHEMA_VERSION})")
     if not _known(load_gpu, sig.accelerator):
         reasons.append(f"unknown GPU '{sig.accelerator}'")
     if sig.engine.lower() not in ENGINES:

@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from levers.errors import InputError, accepted_list, did_you_mean
+from levers.inputs import load_json, quote
 from predictor.cards.builder import card_aliases, card_from_hf_config
 from predictor.cards.model_card import (
     COMPONENTS,
@@ -55,7 +56,7 @@ def load_card(name: str) -> ModelCard:
     cards, index = _catalog(str(user_cards_dir()))
     position = index.get(name.strip().lower())
     if position is None:
-        raise InputError("--model", f"unknown model '{name}'" + did_you_mean(name, index),
+        raise InputError("--model", f"unknown model {quote(name)}" + did_you_mean(name, index),
                          accepted_list(card.name for card in cards))
     return cards[position]
 
@@ -103,12 +104,11 @@ def _write_user_card(card: ModelCard) -> ModelCard:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found", "a path to a JSON file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(str(path), f"cannot be read as JSON ({error})", "a JSON file") from None
+    """A card or config.json through the input layer (bounded, UTF-8, no NaN, bounded depth)."""
+    data = load_json(path, "", expected="a JSON file (a model card or a Hugging Face config.json)")
+    if not isinstance(data, dict):
+        raise InputError(quote(str(path)), "is not a JSON object", "a JSON object")
+    return data
 
 
 def _parse_card(data: dict, origin: str) -> ModelCard:

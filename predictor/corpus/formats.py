@@ -36,6 +36,11 @@ the quantisation applied, and a weight class is never wider than the checkpoint 
   (METHOD §3.8's MTP default), at least 1.
 Metrics: seconds -> ms; throughput per GPU counts every GPU of the deployment (both
 pools: InferenceX `total_*_tput / total_gpus`, i.e. `output_tput_per_total_gpu`).
+
+Physical bounds (a row outside them fails with its reason, it is never priced): numbers
+are ASCII and finite (`levers.inputs.parse_number`); counts are whole numbers up to
+`MAX_COUNT`; metrics are positive and at most `MAX_METRIC`; ISL + OSL fit the model's
+maximum context and the concurrency fits the concurrency lever's range.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Callable, Mapping
 from levers.catalog import format_layout, parse_layout
 from levers.configuration import Configuration
 from levers.errors import InputError
+from levers.inputs import parse_number, quote
 from predictor.cards.registry import ModelCard, load_card
 from predictor.corpus.row import (
     CorpusRow,
@@ -62,6 +68,9 @@ from predictor.hardware import load_gpu
 from predictor.units import MS_PER_S
 
 Raw = Mapping[str, str]
+MAX_COUNT = 16_777_216           # tokens, GPUs, clients: beyond every real run
+MAX_METRIC = 1e9                 # ms or tokens/s: beyond every real run (11 days, 1e9 tok/s/GPU)
+MAX_CONCURRENCY = 65_536         # the concurrency lever's range
 _WIDTH_BITS = {"bf16": 16, "fp8": 8, "fp4": 4}
 _LABELS = {"": None, "none": None, "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8",
            "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "int4": "fp4", "int4_wo": "fp4"}
@@ -79,11 +88,11 @@ def _int(raw: Raw, name: str, default: int | None = None) -> int:
             raise MappingError(f"{name} is empty")
         return default
     try:
-        value = float(text)
-    except ValueError:
-        raise MappingError(f"{name}='{text}' is not a number") from None
-    if not math.isfinite(value) or value != int(value) or value < 0:
-        raise MappingError(f"{name}='{text}' is not a whole number")
+        value = float(parse_number(text, name))
+    except InputError:
+        raise MappingError(f"{name}={quote(text, 60)} is not a number") from None
+    if value != int(value) or not 0 <= value <= MAX_COUNT:
+        raise MappingError(f"{name}={quote(text, 60)} is not a whole number from 0 to {MAX_COUNT:,}")
     return int(value)
 
 
@@ -97,11 +106,11 @@ def _float(raw: Raw, name: str, scale: float = 1.0) -> float | None:
     if text in ("", "nan", "None"):
         return None
     try:
-        value = float(text) * scale
-    except ValueError:
-        raise MappingError(f"{name}='{text}' is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise MappingError(f"{name}='{text}' is not a positive number")
+        value = float(parse_number(text, name)) * scale
+    except InputError:
+        raise MappingError(f"{name}={quote(text, 60)} is not a number") from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_METRIC:
+        raise MappingError(f"{name}={quote(text, 60)} is not a positive number up to {MAX_METRIC:g}")
     return value
 
 
@@ -111,7 +120,7 @@ def _bool(raw: Raw, name: str) -> bool:
         return True
     if text in ("false", "0", "0.0", "no", ""):
         return False
-    raise MappingError(f"{name}='{raw.get(name)}' is not true/false")
+    raise MappingError(f"{name}={quote(raw.get(name), 60)} is not true/false")
 
 
 def _need(header: list[str], path: str, groups: tuple[tuple[str, ...], ...]) -> None:
@@ -275,6 +284,11 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
             requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT) -> CorpusRow:
     if not isl or not osl or not conc:
         raise MappingError("isl, osl and concurrency must be positive")
+    if isl + osl > card.max_context:
+        raise MappingError(f"isl + osl = {isl + osl:,} tokens exceeds {card.name}'s maximum context of "
+                           f"{card.max_context:,}")
+    if conc > MAX_CONCURRENCY:
+        raise MappingError(f"concurrency {conc:,} is over {MAX_CONCURRENCY:,} clients")
     if not measured.has_any():
         raise MappingError("no measured metric")
     label = chart_precision(precision, card)
@@ -339,7 +353,7 @@ def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
         gpus, ep, dp, pp = _aic_pool(raw, "", card, notes)
         levers = {"tp": gpus, "ep": ep, "attention_dp": dp, "pp": pp}
     else:
-        raise MappingError(f"mode '{raw.get('mode')}' is not agg or disagg")
+        raise MappingError(f"mode {quote(raw.get('mode'), 60)} is not agg or disagg")
     levers.update(dtypes_for(card, gpu, raw.get("precision", ""), raw.get("gemm_quant_mode", ""),
                              raw.get("moe_quant_mode", "")))
     levers["spec_method"], levers["spec_depth"] = "none", 0

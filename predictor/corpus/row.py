@@ -32,6 +32,7 @@ from functools import lru_cache
 from levers.catalog import Engine, get_lever
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
+from levers.inputs import quote
 from predictor.cards.registry import ModelCard, load_card
 from predictor.hardware import Cluster, load_gpu, parse_cluster
 
@@ -53,6 +54,7 @@ _CHECKPOINT_TAG = re.compile(r"-(?:fp4|fp8|nvfp4|mxfp4|int4|bf16|fp16|instruct|c
 _ENGINE_ALIASES = {"vllm": Engine.VLLM, "sglang": Engine.SGLANG, "atom": Engine.ATOM, "trt": Engine.TRTLLM,
                    "trtllm": Engine.TRTLLM, "trt-llm": Engine.TRTLLM, "tensorrt-llm": Engine.TRTLLM}
 _MAX_RUNNING = int(get_lever("max_running_requests").bounds[1])
+MAX_NAME_CHARS = 256   # a checkpoint path or name; longer is not a model name
 _DEFAULT_RUNNING = Configuration().max_running_requests
 
 
@@ -196,6 +198,8 @@ def card_name_for(raw: str) -> str:
     text = str(raw).strip().rstrip("/")
     if not text:
         raise MappingError("empty model name")
+    if len(text) > MAX_NAME_CHARS:
+        raise MappingError(f"model name of {len(text):,} characters (at most {MAX_NAME_CHARS})")
     candidate = text.split("/")[-1].lower()
     for alias in (text.lower(), candidate):
         name = _try_card(alias)
@@ -206,7 +210,7 @@ def card_name_for(raw: str) -> str:
         name = _try_card(candidate)
         if name:
             return name
-    raise MappingError(f"model '{raw}' matches no model card")
+    raise MappingError(f"model {quote(raw, 80)} matches no model card")
 
 
 def _try_card(alias: str) -> str | None:
@@ -223,7 +227,7 @@ def gpu_name_for(raw: str) -> str:
     try:
         return load_gpu(head).name
     except InputError:
-        raise MappingError(f"hardware '{raw}' matches no GPU profile") from None
+        raise MappingError(f"hardware {quote(raw, 80)} matches no GPU profile") from None
 
 
 def engine_for(raw: str) -> tuple[Engine, bool]:
@@ -233,7 +237,7 @@ def engine_for(raw: str) -> tuple[Engine, bool]:
     text = text.removesuffix("-disagg").removeprefix("dynamo-")
     engine = _ENGINE_ALIASES.get(text)
     if engine is None:
-        raise MappingError(f"engine '{raw}' is not one of {', '.join(sorted(_ENGINE_ALIASES))} "
+        raise MappingError(f"engine {quote(raw, 80)} is not one of {', '.join(sorted(_ENGINE_ALIASES))} "
                            "(optionally dynamo-... or ...-disagg)")
     return engine, disaggregated
 

@@ -7,7 +7,7 @@ import pytest
 from levers.catalog import LEVERS, get_lever, parse_layout
 from levers.configuration import Configuration, configuration_from_dict, parse_config_text
 from levers.errors import InputError
-from levers.legality import fusion_reasons, structural_reasons
+from levers.legality import context_reasons, fusion_reasons, structural_reasons
 
 
 @dataclass
@@ -18,6 +18,7 @@ class Model:
     mtp_layers: int = 1
     attention_heads: int = 64
     is_moe: bool = True
+    max_context: int = 262_144
 
 
 @dataclass
@@ -84,7 +85,20 @@ def test_layout_grammar():
 
 def test_default_configuration_is_legal_on_every_gpu_engine():
     for engine in ("vllm", "sglang", "atom", "trtllm"):
-        assert reasons("", engine=engine) == []
+        vendor = "nvidia" if engine == "trtllm" else "amd"
+        assert reasons("", engine=engine, cluster=Cluster(Gpu(vendor=vendor))) == []
+
+
+def test_each_engine_runs_only_on_its_platforms():
+    assert reasons("", engine="trtllm") == ["trtllm does not run on AMD (amd); it runs on NVIDIA"]
+    assert any("atom does not run on NVIDIA" in r for r in reasons("", engine="atom", cluster=Cluster(Gpu("nvidia"))))
+    assert any("llamacpp does not run on AMD" in r for r in reasons("", engine="llamacpp"))
+    assert any("vllm does not run on a CPU" in r for r in reasons("", engine="vllm", cluster=Cluster(Gpu("cpu"))))
+
+
+def test_a_context_beyond_the_models_maximum_is_refused():
+    assert context_reasons(262_144, Model()) == []
+    assert context_reasons(262_145, Model()) == ["a context of 262,145 tokens exceeds toy-moe's maximum of 262,144"]
 
 
 def test_dep8_layout_is_legal_and_widths_are_checked():

@@ -11,8 +11,8 @@ from predictor.anchors.store import build_anchor, save_anchor, user_anchors_dir
 runner = CliRunner()
 
 
-def make_anchor(accelerator="MI355X", engine="sglang", tp=8):
-    sig = Signature(accelerator=accelerator, engine=engine, model="DeepSeek-R1", weight_dtype="fp8",
+def make_anchor(accelerator="MI355X", engine="sglang", tp=8, model="DeepSeek-R1"):
+    sig = Signature(accelerator=accelerator, engine=engine, model=model, weight_dtype="fp8",
                     activation_dtype="fp8", expert_dtype="fp8", kv_cache_dtype="bf16", tp=tp)
     sweep = DecodeSweep(prompt_tokens=1024, batch_sizes=(1, 8, 64), itl_ms=(20.0, 22.0, 36.0))
     return build_anchor(sig, sweep, (1024, 4096, 8192), (90.0, 330.0, 800.0),
@@ -71,7 +71,7 @@ def test_check_store_reports_foreign_and_broken_anchors():
     save_anchor(make_anchor(accelerator="H100"))
     save_anchor(make_anchor(accelerator="TPU9"))
     result = runner.invoke(app, ["anchors", "check", "--cluster", "mi355x", "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output     # TPU9 is unusable; a foreign anchor alone is not an error
     reports = {r["id"]: r for r in json.loads(result.stdout) if r["where"] == "user"}
     statuses = sorted((r["id"].split("-")[0], r["status"]) for r in reports.values())
     assert statuses == [("h100", "refused"), ("mi355x", "ok"), ("tpu9", "refused")]
@@ -80,3 +80,20 @@ def test_check_store_reports_foreign_and_broken_anchors():
     (user_anchors_dir() / "junk.json").write_text("[]")
     broken = runner.invoke(app, ["anchors", "check"])
     assert broken.exit_code == 2 and "junk.json" in broken.stderr
+
+
+def test_check_exits_2_on_refused_anchors_but_not_on_foreign_ones(tmp_path):
+    save_anchor(make_anchor(accelerator="H100"))
+    foreign = runner.invoke(app, ["anchors", "check", "--cluster", "mi355x"])
+    assert foreign.exit_code == 0, foreign.output
+    for broken, reason in ((make_anchor(engine="tgi"), "unknown engine 'tgi'"),
+                           (make_anchor(model="no-such-model"), "unknown model 'no-such-model'")):
+        path = tmp_path / f"{broken.id}.json"
+        path.write_text(broken.model_dump_json())
+        result = runner.invoke(app, ["anchors", "check", str(path)])
+        assert result.exit_code == 2 and reason in result.stderr, result.output
+    versioned = make_anchor().model_copy(update={"schema_version": 7})
+    path = tmp_path / "v7.json"
+    path.write_text(versioned.model_dump_json())
+    result = runner.invoke(app, ["anchors", "check", str(path)])
+    assert result.exit_code == 2 and "unknown schema version 7 (this build reads 1)" in result.stderr

@@ -1,6 +1,7 @@
 """`inferasim score` through the CLI runner: JSON keys, rendering, bad input (PRODUCT.md §6)."""
 
 import json
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -54,3 +55,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         result = runner.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
         assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_non_physical_rows_fail_with_their_reason_and_empty_selections_are_errors(tmp_path):
+    text = (FIXTURES / "native_small.csv").read_text()
+    header, first, *_ = text.splitlines()
+    columns = header.split(",")
+    hostile = dict(zip(columns, first.split(",")))
+    hostile["isl"] = "1e300"
+    corpus = tmp_path / "hostile.csv"
+    corpus.write_text(text.rstrip("\n") + "\n" + ",".join(hostile[c] for c in columns) + "\n")
+    started = time.perf_counter()
+    result = runner.invoke(app, ["score", str(corpus), "--json"])
+    assert result.exit_code == 0, result.output
+    assert time.perf_counter() - started < 60
+    reasons = json.loads(result.stdout)["failures"]["by_reason"]
+    assert any("isl='1e300' is not a whole number from 0 to 16,777,216" in reason for reason in reasons), reasons
+    header_only = tmp_path / "header.csv"
+    header_only.write_text(header + "\n")
+    empty = runner.invoke(app, ["score", str(header_only)])
+    assert empty.exit_code == 2 and "has a header but no rows" in empty.stderr
+    nothing = runner.invoke(app, ["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "tp=="])
+    assert nothing.exit_code == 2 and "--anchor-where: 'tp==' matches none of the" in nothing.stderr

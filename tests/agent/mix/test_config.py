@@ -127,5 +127,5 @@ def test_bad_values_name_file_key_path_and_accepted(text, path, words):
 
 
 def test_missing_file_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="cannot read the file"):
+    with pytest.raises(InputError, match="cannot be read"):
         load_mix_file(tmp_path / "absent.yaml")

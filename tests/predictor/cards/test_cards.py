@@ -175,7 +175,7 @@ def test_missing_config_fields_name_the_file_and_fields(tmp_path):
 def test_unreadable_config_is_an_input_error(tmp_path):
     path = tmp_path / "config.json"
     path.write_text("{not json")
-    with pytest.raises(InputError, match="cannot be read as JSON"):
+    with pytest.raises(InputError, match="not valid JSON"):
         card_from_config_json(path)
 
 
