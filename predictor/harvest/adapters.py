@@ -3,24 +3,31 @@ few request details that differ between engines (METHOD §4; PRODUCT.md §6).
 
 Every adapter builds an argument list (never a shell string) from validated lever
 values: widths, dtypes, backends, graph capture and its captured sizes, speculative
-settings, scheduler limits, and prefix caching OFF. A lever an engine cannot express
-on its command line is refused (`InputError`) rather than dropped: launch the engine
-yourself and pass `--endpoint`.
+settings, scheduler limits, and prefix caching OFF for a harvest (ON for a deployment:
+`LaunchRequest.prefix_caching`, `inferasim deploy`), plus the KV-transfer flags of one
+pool of a disaggregated deployment (`LaunchRequest.pool`). A lever an engine cannot
+express on its command line is refused (`InputError`) rather than dropped: launch the
+engine yourself and pass `--endpoint`.
 
-Flag names (checked against each engine's documentation / argument parser):
+Flag names are checked in tests against each engine's own argument definitions, parsed
+from its released source (`tests/fixtures/engine_flags/`, `scripts/build_engine_flags.py`:
+vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM and ATOM at the commits recorded there):
 - vLLM (`vllm serve`): --tensor-parallel-size, --data-parallel-size,
-  --enable-expert-parallel, --pipeline-parallel-size, --no-enable-prefix-caching,
+  --enable-expert-parallel, --pipeline-parallel-size, --[no-]enable-prefix-caching,
   --enforce-eager, --compilation-config '{"cudagraph_mode", "cudagraph_capture_sizes"}',
-  --kv-cache-dtype, --attention-backend, --speculative-config, online quantization
-  (`--quantization`, `--quantization-config`: `predictor.harvest.quantization`),
-  --max-num-seqs, --max-num-batched-tokens, --gpu-memory-utilization, --block-size;
-  all-to-all via VLLM_ALL2ALL_BACKEND.
-- SGLang (`python -m sglang.launch_server`): --tp-size, --ep-size, --dp-size with
-  --enable-dp-attention, --pp-size, --disable-radix-cache, --cuda-graph-bs ... /
-  --disable-cuda-graph, --kv-cache-dtype fp8_e4m3, --attention-backend,
-  --moe-runner-backend, --moe-a2a-backend, --speculative-algorithm/-num-steps/
-  -eagle-topk/-num-draft-tokens, --max-running-requests, --max-prefill-tokens,
-  --chunked-prefill-size, --mem-fraction-static, --page-size.
+  --kv-cache-dtype, --attention-backend, --moe-backend, --all2all-backend,
+  --speculative-config, online quantization (`--quantization`, `--quantization-config`:
+  `predictor.harvest.quantization`), --max-num-seqs, --max-num-batched-tokens,
+  --gpu-memory-utilization, --block-size; a pool: --kv-transfer-config (NIXL, Mooncake
+  or MoRIIO connector, producer or consumer).
+- SGLang (`python -m sglang.launch_server`): --tp-size, --ep-size, --attn-dp-size,
+  --pp-size, --disable-radix-cache, --cuda-graph-max-bs-decode / --cuda-graph-bs-decode,
+  or --cuda-graph-backend-{decode,prefill} disabled, --kv-cache-dtype fp8_e4m3,
+  --attention-backend, --moe-runner-backend, --moe-a2a-backend,
+  --speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens,
+  --max-running-requests, --max-prefill-tokens, --chunked-prefill-size,
+  --mem-fraction-static, --page-size; a pool: --disaggregation-mode,
+  --disaggregation-transfer-backend.
 - ATOM (`python -m atom.entrypoints.openai_server`): --tensor-parallel-size,
   --data-parallel-size with --enable-dp-attention, --enable-expert-parallel,
   --kv_cache_dtype, --cudagraph-capture-sizes "[..]" / --enforce-eager, --method mtp
@@ -34,6 +41,8 @@ Flag names (checked against each engine's documentation / argument parser):
   requests except the previous prompt's tokens, which unique prompts defeat (`checks`).
 - TensorRT-LLM (`trtllm-serve serve`, flags plus a YAML options file):
   `predictor.harvest.trtllm`.
+- ATOM has no prefill/decode pool flags in the release checked: a disaggregated ATOM
+  deployment is refused.
 
 The shared records (launch request and command, protocol, ladders) live in
 `predictor.harvest.launch` and are re-exported here.
@@ -56,8 +65,10 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
     GpuAdapter,
     LaunchCommand,
     LaunchRequest,
+    PoolRole,
     changed_dtype,
     ladder,
+    native_dtypes,
     refuse,
 )
 from predictor.harvest.quantization import vllm_quantization_args
@@ -69,10 +80,12 @@ class VllmAdapter(GpuAdapter):
     _ATTENTION = MappingProxyType({"triton": "TRITON_ATTN", "flashinfer": "FLASHINFER", "flashmla": "FLASHMLA",
                   "flash_attn": "FLASH_ATTN", "aiter": "ROCM_AITER_FA"})
     _CAPTURE = MappingProxyType({"piecewise": "PIECEWISE", "full": "FULL_AND_PIECEWISE"})
-    _A2A = MappingProxyType({"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori"})
-    _MOE_ENV = MappingProxyType({"aiter": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "1"},
-                "deepgemm": {"VLLM_USE_DEEP_GEMM": "1"}, "flashinfer": {"VLLM_USE_FLASHINFER_MOE_FP8": "1"},
-                "triton": {}, "cutlass": {}})
+    _A2A = MappingProxyType({"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori_low_latency"})
+    _MOE = MappingProxyType({"triton": "triton", "aiter": "aiter", "deepgemm": "deep_gemm", "cutlass": "cutlass",
+                             "flashinfer": "flashinfer_cutlass"})
+    _MOE_ENV = MappingProxyType({"aiter": {"VLLM_ROCM_USE_AITER": "1"}})
+    _CONNECTORS = MappingProxyType({"nixl": "NixlConnector", "mooncake": "MooncakeConnector",
+                                    "mori": "MoRIIOConnector"})
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         quantization = [] if request.checkpoint_given else vllm_quantization_args(
@@ -81,7 +94,8 @@ class VllmAdapter(GpuAdapter):
         argv = ["vllm", "serve", request.model_path, "--served-model-name", request.served_name,
                 "--host", request.host, "--port", str(request.port),
                 "--tensor-parallel-size", str(attention_tp), "--data-parallel-size", str(config.attention_dp),
-                "--pipeline-parallel-size", str(config.pp), "--no-enable-prefix-caching",
+                "--pipeline-parallel-size", str(config.pp),
+                "--enable-prefix-caching" if request.prefix_caching else "--no-enable-prefix-caching",
                 "--max-model-len", str(request.context_tokens),
                 "--max-num-seqs", str(config.max_running_requests),
                 "--max-num-batched-tokens", str(config.max_batched_tokens),
@@ -100,14 +114,19 @@ class VllmAdapter(GpuAdapter):
         if config.attention_backend:
             argv += ["--attention-backend", self._ATTENTION[config.attention_backend]]
         if config.moe_backend:
-            env.update(self._MOE_ENV[config.moe_backend])
+            argv += ["--moe-backend", self._MOE[config.moe_backend]]
+            env.update(self._MOE_ENV.get(config.moe_backend, {}))
         if config.all_to_all_backend != "none":
-            env["VLLM_ALL2ALL_BACKEND"] = self._A2A[config.all_to_all_backend]
+            argv += ["--all2all-backend", self._A2A[config.all_to_all_backend]]
         if config.kv_block_size:
             argv += ["--block-size", str(config.kv_block_size)]
         if config.spec_method != "none":
             argv += ["--speculative-config", json.dumps({"method": config.spec_method,
                                                          "num_speculative_tokens": config.spec_depth})]
+        if request.pool is not None:
+            argv += ["--kv-transfer-config", json.dumps({
+                "kv_connector": self._CONNECTORS[request.pool.kv_transfer_backend],
+                "kv_role": "kv_producer" if request.pool.is_prefill else "kv_consumer"})]
         return LaunchCommand(tuple(argv), env)
 
 
@@ -123,19 +142,20 @@ class SglangAdapter(GpuAdapter):
         argv = [request.python, "-m", "sglang.launch_server", "--model-path", request.model_path,
                 "--served-model-name", request.served_name, "--host", request.host, "--port", str(request.port),
                 "--tp-size", str(config.tp), "--ep-size", str(config.ep), "--pp-size", str(config.pp),
-                "--disable-radix-cache", "--context-length", str(request.context_tokens),
+                *(() if request.prefix_caching else ("--disable-radix-cache",)),
+                "--context-length", str(request.context_tokens),
                 "--max-running-requests", str(config.max_running_requests),
                 "--max-prefill-tokens", str(config.max_batched_tokens),
                 "--chunked-prefill-size", str(config.chunked_prefill_size),
                 "--mem-fraction-static", str(config.kv_memory_fraction)]
         env: dict[str, str] = {}
         if config.attention_dp > 1:
-            argv += ["--dp-size", str(config.attention_dp), "--enable-dp-attention"]
+            argv += ["--attn-dp-size", str(config.attention_dp)]
         sizes = self.captured_sizes(config)
         if config.graph_capture == "none":
-            argv.append("--disable-cuda-graph")
+            argv += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
         else:
-            argv += ["--cuda-graph-max-bs", str(sizes[-1]), "--cuda-graph-bs", *map(str, sizes)]
+            argv += ["--cuda-graph-max-bs-decode", str(sizes[-1]), "--cuda-graph-bs-decode", *map(str, sizes)]
         if weight == "fp8":
             argv += ["--quantization", "fp8"]
         if config.kv_cache_dtype == "fp8":
@@ -155,6 +175,9 @@ class SglangAdapter(GpuAdapter):
             argv += ["--speculative-algorithm", self._SPEC[config.spec_method],
                      "--speculative-num-steps", str(config.spec_depth), "--speculative-eagle-topk", "1",
                      "--speculative-num-draft-tokens", str(config.spec_depth + 1)]
+        if request.pool is not None:
+            argv += ["--disaggregation-mode", request.pool.role,
+                     "--disaggregation-transfer-backend", request.pool.kv_transfer_backend]
         return LaunchCommand(tuple(argv), env)
 
 
@@ -170,6 +193,9 @@ class AtomAdapter(GpuAdapter):
                           "the checkpoint's dtype (ATOM has no online quantization)")
         if config.pp > 1:
             raise refuse(self.engine, "pp", config.pp, "1")
+        if request.pool is not None:
+            raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
+                         "has no prefill/decode pool flags in the release checked)")
         argv = [request.python, "-m", "atom.entrypoints.openai_server", "--model", request.model_path,
                 "--host", request.host, "--server-port", str(request.port),
                 "--tensor-parallel-size", str(config.tp // config.attention_dp),
@@ -190,6 +216,8 @@ class AtomAdapter(GpuAdapter):
             argv += ["--block-size", str(config.kv_block_size)]
         if config.spec_method != "none":
             argv += ["--method", config.spec_method, "--num-speculative-tokens", str(config.spec_depth)]
+        if request.prefix_caching:
+            argv.append("--enable_prefix_caching")
         return LaunchCommand(tuple(argv), {})
 
 

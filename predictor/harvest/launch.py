@@ -17,6 +17,7 @@ from typing import Protocol
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError
+from predictor.cards.model_card import ModelCard
 
 # Captured sizes the harvester asks for explicitly (so the anchor knows them): the
 # engines' own default ladders, cut at `max_captured_batch` (METHOD §3.3).
@@ -24,6 +25,19 @@ CAPTURE_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 7
 EAGER_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 SERIAL_LADDER = (1, 2, 4, 8)        # an engine serving one request at a time: enough to show it
 DEFAULT_HOST = "127.0.0.1"
+PREFILL, DECODE = "prefill", "decode"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRole:
+    """Which pool of a disaggregated deployment a launch is, and how its KV moves."""
+
+    role: str                     # PREFILL or DECODE
+    kv_transfer_backend: str      # nixl, mooncake, mori (levers: kv_transfer_backend)
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.role == PREFILL
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +53,8 @@ class LaunchRequest:
     python: str = sys.executable
     files_dir: str | None = None  # where launch files go (default: the system temp folder)
     checkpoint_given: bool = False  # --model-path named the checkpoint: its precisions are the asked ones
+    prefix_caching: bool = False    # a harvest measures with it off (METHOD §4); a deployment turns it on
+    pool: PoolRole | None = None    # one pool of a disaggregated deployment (inferasim deploy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +96,13 @@ def ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:
     """``ladder`` cut at the largest batch the configuration captures and runs."""
     limit = min(config.max_captured_batch, config.max_running_requests)
     return tuple(b for b in ladder if b <= limit) or (1,)
+
+
+def native_dtypes(card: ModelCard) -> dict[str, str | None]:
+    """The checkpoint's own dtype per precision lever (what an unset lever means)."""
+    return {"weight_dtype": card.native_dtypes.weight.value,
+            "expert_dtype": card.native_dtypes.expert.value if card.is_moe else None,
+            "activation_dtype": None, "kv_cache_dtype": card.native_dtypes.kv_cache.value}
 
 
 def changed_dtype(config: Configuration, native: dict[str, str], lever: str) -> str | None:

@@ -36,6 +36,7 @@ from predictor.harvest.adapters import (
     LaunchCommand,
     LaunchRequest,
     adapter_for,
+    native_dtypes,
 )
 from predictor.harvest.checks import (
     Check,
@@ -268,9 +269,7 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     _refuse_reducible(request, card, cluster, engine, config)
     defaults = CPU_DEFAULTS if cluster.gpu.vendor == "cpu" else GPU_DEFAULTS
     sweep = _sweep(request, adapter, config, defaults)
-    native = {"weight_dtype": card.native_dtypes.weight.value,
-              "expert_dtype": card.native_dtypes.expert.value if card.is_moe else None,
-              "activation_dtype": None, "kv_cache_dtype": card.native_dtypes.kv_cache.value}
+    native = native_dtypes(card)
     context = request.context_tokens or max(defaults.context_tokens,
                                             2 * max(sweep.prefill_lengths + (sweep.prompt_tokens,)))
     served = card.name

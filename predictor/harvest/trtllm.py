@@ -3,9 +3,12 @@
 Flags and options checked against TensorRT-LLM's source (`tensorrt_llm/commands/serve.py`,
 `tensorrt_llm/llmapi/llm_args.py`): `trtllm-serve serve MODEL --host --port --backend
 pytorch --tp_size --pp_size --ep_size --max_batch_size --max_num_tokens --max_seq_len
---kv_cache_free_gpu_memory_fraction --config FILE.yaml`. What has no flag goes into the
-YAML options file (LLM API arguments): `enable_attention_dp`, `kv_cache_config`
-(`enable_block_reuse: false` turns prefix reuse off; `dtype: fp8`; `tokens_per_block`),
+--kv_cache_free_gpu_memory_fraction --extra_llm_api_options FILE.yaml` (the release checked,
+`tests/fixtures/engine_flags/trtllm.json`, names the file option so; later releases
+accept `--config` as an alias of it). What has no flag goes into the YAML options file
+(LLM API arguments): `enable_attention_dp`, `kv_cache_config` (`enable_block_reuse`:
+false for a harvest, true for a deployment; `dtype: fp8`; `tokens_per_block`),
+`cache_transceiver_config` (`backend: NIXL`) for one pool of a disaggregated deployment,
 `cuda_graph_config` (`batch_sizes`, `enable_padding`; null: eager), `moe_config.backend`
 (CUTLASS, TRTLLM, DEEPGEMM), `attn_backend`, and `speculative_config` with
 `decoding_type` MTP (`num_nextn_predict_layers`) or NGram (`max_draft_len`). EAGLE3
@@ -57,13 +60,15 @@ class TrtllmAdapter(GpuAdapter):
                 "--backend", "pytorch", "--tp_size", str(config.tp), "--pp_size", str(config.pp),
                 "--ep_size", str(config.ep), "--max_batch_size", str(config.max_running_requests),
                 "--max_num_tokens", str(config.max_batched_tokens), "--max_seq_len", str(request.context_tokens),
-                "--kv_cache_free_gpu_memory_fraction", str(config.kv_memory_fraction), "--config", path)
-        text = yaml.safe_dump(self.options(config), sort_keys=False)
+                "--kv_cache_free_gpu_memory_fraction", str(config.kv_memory_fraction),
+                "--extra_llm_api_options", path)
+        text = yaml.safe_dump(self.options(config, request), sort_keys=False)
         return LaunchCommand(argv, {}, ((path, text),))
 
-    def options(self, config: Configuration) -> dict:
+    def options(self, config: Configuration, request: LaunchRequest) -> dict:
         """The LLM API options written to the YAML file (module docstring)."""
-        kv_cache: dict = {"enable_block_reuse": False, "free_gpu_memory_fraction": config.kv_memory_fraction}
+        kv_cache: dict = {"enable_block_reuse": request.prefix_caching,
+                          "free_gpu_memory_fraction": config.kv_memory_fraction}
         if config.kv_cache_dtype == "fp8":
             kv_cache["dtype"] = "fp8"
         if config.kv_block_size:
@@ -81,4 +86,6 @@ class TrtllmAdapter(GpuAdapter):
             options["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": config.spec_depth}
         elif config.spec_method == "ngram":
             options["speculative_config"] = {"decoding_type": "NGram", "max_draft_len": config.spec_depth}
+        if request.pool is not None:
+            options["cache_transceiver_config"] = {"backend": request.pool.kv_transfer_backend.upper()}
         return options

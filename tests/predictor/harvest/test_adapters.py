@@ -6,13 +6,15 @@ import json
 import pytest
 import yaml
 
-from levers.catalog import Engine
+from levers.catalog import Engine, get_lever
 from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.harvest.adapters import ADAPTERS, LaunchRequest, adapter_for
+from tests.agent.deploy.flags import argv_problems, env_problems
 
 REQUEST = LaunchRequest(model_path="deepseek-ai/DeepSeek-R1", served_name="DeepSeek-R1", port=8000,
                         context_tokens=16384, python="python")
+FLAGS_START = 3   # after `vllm serve MODEL`, `python -m MODULE`, `trtllm-serve serve MODEL`
 FP8 = {"weight_dtype": "fp8", "expert_dtype": "fp8", "activation_dtype": None, "kv_cache_dtype": "bf16"}
 
 
@@ -40,7 +42,8 @@ def test_vllm_dep8_with_graphs_and_fp8_kv():
     assert "--enable-expert-parallel" in args and "--no-enable-prefix-caching" in args
     compilation = json.loads(value(args, "--compilation-config"))
     assert compilation["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16, 24, 32, 48, 64]
-    assert value(args, "--kv-cache-dtype") == "fp8" and env == {"VLLM_ALL2ALL_BACKEND": "mori"}
+    assert value(args, "--kv-cache-dtype") == "fp8" and value(args, "--all2all-backend") == "mori_low_latency"
+    assert env == {}
 
 
 def test_vllm_eager_and_speculation():
@@ -53,15 +56,15 @@ def test_sglang_flags():
     args, env = argv("sglang", tp=8, ep=8, attention_dp=8, max_captured_batch=16, moe_backend="deepgemm",
                      attention_backend="flashmla", spec_method="eagle3", spec_depth=2, kv_block_size=64)
     assert args[1:3] == ["-m", "sglang.launch_server"]
-    assert value(args, "--tp-size") == "8" and value(args, "--ep-size") == "8" and value(args, "--dp-size") == "8"
-    assert "--enable-dp-attention" in args and "--disable-radix-cache" in args
-    start = args.index("--cuda-graph-bs") + 1
+    assert value(args, "--tp-size") == "8" and value(args, "--ep-size") == "8" and value(args, "--attn-dp-size") == "8"
+    assert "--disable-radix-cache" in args
+    start = args.index("--cuda-graph-bs-decode") + 1
     assert args[start:start + 5] == ["1", "2", "4", "8", "16"]
     assert value(args, "--moe-runner-backend") == "deep_gemm" and value(args, "--attention-backend") == "flashmla"
     assert value(args, "--speculative-algorithm") == "EAGLE3" and value(args, "--speculative-num-draft-tokens") == "3"
     assert value(args, "--page-size") == "64"
     eager, _ = argv("sglang", tp=8, graph_capture="none")
-    assert "--disable-cuda-graph" in eager and "--cuda-graph-bs" not in eager
+    assert value(eager, "--cuda-graph-backend-decode") == "disabled" and "--cuda-graph-bs-decode" not in eager
 
 
 def test_atom_flags():
@@ -136,7 +139,7 @@ def test_trtllm_serve_flags_and_options_file():
     assert value(args, "--backend") == "pytorch" and value(args, "--tp_size") == "8"
     assert value(args, "--ep_size") == "8" and value(args, "--max_seq_len") == "16384"
     ((path, text),) = command.files
-    assert value(args, "--config") == path and path.endswith(".yaml")
+    assert value(args, "--extra_llm_api_options") == path and path.endswith(".yaml")
     options = yaml.safe_load(text)
     assert options["enable_attention_dp"] is True
     assert options["kv_cache_config"] == {"enable_block_reuse": False, "free_gpu_memory_fraction": 0.9,
@@ -164,3 +167,29 @@ def test_llamacpp_command_and_sweep():
     assert adapter.request_extras(2) == {"logit_bias": {"2": -100.0}}
     with pytest.raises(InputError, match="kv_cache_dtype=fp8"):
         adapter.launch(Configuration(graph_capture="none", kv_cache_dtype="fp8"), request, {"weight_dtype": "fp4"})
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "atom", "trtllm"])
+@pytest.mark.parametrize("levers", [
+    {"tp": 8},
+    {"tp": 8, "ep": 8, "attention_dp": 8, "kv_cache_dtype": "fp8", "max_captured_batch": 64, "kv_block_size": 64},
+    {"tp": 4, "graph_capture": "none", "spec_method": "mtp", "spec_depth": 2},
+    {"tp": 8, "ep": 8, "all_to_all_backend": "deepep", "moe_backend": "cutlass", "spec_method": "ngram",
+     "spec_depth": 3},
+    {"tp": 2, "pp": 2, "max_running_requests": 64, "max_batched_tokens": 4096, "chunked_prefill_size": 2048,
+     "kv_memory_fraction": 0.8},
+])
+def test_harvest_commands_pass_the_engines_own_argument_definitions(engine, levers):
+    """Every flag, value and environment variable is one the engine's released source
+    defines (tests/fixtures/engine_flags, built by scripts/build_engine_flags.py)."""
+    illegal = [name for name, v in levers.items() if get_lever(name).values is not None
+               and v not in get_lever(name).legal_values(Engine(engine))]
+    if illegal:
+        pytest.skip(f"{', '.join(illegal)} not legal on {engine}")
+    try:
+        command = adapter_for(engine).launch(Configuration(**levers), REQUEST, FP8)
+    except InputError:
+        pytest.skip(f"{engine} refuses {levers} (tested above)")
+    assert argv_problems(command.argv, engine, FLAGS_START) == []
+    if engine in ("vllm", "sglang"):
+        assert env_problems(command.env, engine) == []
