@@ -8,10 +8,14 @@ knowing what the number means. Latency objectives read the ``_mean`` key; percen
 enter a search only through SLOs (``objectives.slo``), which is why
 :attr:`Objective.needs_distribution` is always False.
 
-Aliases (PRODUCT.md §4): ``throughput`` -> ``throughput_per_gpu``; ``interactivity``,
-``ttft`` and ``tpot`` are objective names; ``capacity`` -> ``max_concurrency`` (defined
-for every configuration, whereas ``max_sustainable_concurrency`` depends on the SLOs
-and is undefined in a search without one); ``cost`` -> ``gpus_per_replica``;
+Aliases (PRODUCT.md §4): ``throughput`` -> ``output_throughput_per_gpu`` (output tokens/s
+over every GPU of the deployment, the convention agentic benchmarks report; total
+input + output tokens/s, which on agentic traffic is mostly cached prompt tokens, is
+its own objective ``throughput_per_gpu``, alias ``total_throughput``); ``interactivity``,
+``ttft`` and ``tpot`` are objective names; ``capacity`` -> ``max_concurrency`` (what the
+KV cache holds, defined for every configuration; ``max_sustainable_concurrency`` is the
+largest concurrency at which the configuration meets the search's SLOs, found by the
+search: ``agent.sustainable``); ``cost`` -> ``gpus_per_replica``;
 ``e2e`` -> ``e2e_latency``.
 """
 
@@ -147,11 +151,12 @@ def _objective(name, group, metric, direction, unit, description, aliases=()) ->
 _G, _D = Group, Direction
 _ALL: tuple[Objective, ...] = (
     _objective("throughput_per_gpu", _G.THROUGHPUT, "throughput_per_gpu", _D.MAX, "tok/s",
-               "total (input + output) tokens/s per GPU", ["throughput"]),
+               "total (input + output) tokens/s per GPU", ["total_throughput"]),
     _objective("throughput_fleet", _G.THROUGHPUT, "throughput_fleet", _D.MAX, "tok/s",
                "total tokens/s of the whole deployment"),
     _objective("output_throughput_per_gpu", _G.THROUGHPUT, "output_throughput_per_gpu",
-               _D.MAX, "tok/s", "decode (output) tokens/s per GPU"),
+               _D.MAX, "tok/s", "output (decode) tokens/s per GPU, every GPU of the deployment",
+               ["throughput"]),
     _objective("output_throughput_fleet", _G.THROUGHPUT, "output_throughput_fleet", _D.MAX,
                "tok/s", "decode (output) tokens/s of the whole deployment"),
     _objective("input_throughput_per_gpu", _G.THROUGHPUT, "input_throughput_per_gpu",

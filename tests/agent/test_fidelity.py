@@ -74,6 +74,7 @@ class FidelityPredictor(FakePredictor):
         metrics = dict(prediction.metrics)
         if options["num_requests"] == AGENTIC_PER_CLIENT * config.concurrency:
             metrics["throughput_per_gpu"] *= full_factor(config.tp)
+            metrics["output_throughput_per_gpu"] *= full_factor(config.tp)
         return replace(prediction, metrics=metrics, source="des")
 
 

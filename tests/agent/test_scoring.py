@@ -14,7 +14,7 @@ def test_priced_trial_carries_objective_mode_and_slo_verdict():
     context = make_context(slos=("tpot<=20",), predictor=predictor)
     config = baseline(context).with_changes({"kv_cache_dtype": "fp8", "concurrency": 512})
     trial = evaluate(context, config, phase=Phase.SEED, proposed={"kv_cache_dtype": "fp8"})
-    expected = metrics_for(config)["throughput_per_gpu"]
+    expected = metrics_for(config)["output_throughput_per_gpu"]
     assert trial.legal and trial.priced
     assert trial.objective_value == pytest.approx(expected, rel=1e-9)
     assert trial.score == pytest.approx(expected, rel=1e-9)  # max objective: score = value
@@ -62,5 +62,5 @@ def test_trial_json_round_trips_through_the_ledger_model():
     context = make_context(slos=("ttft<=1s",))
     trial = evaluate(context, baseline(context), phase=Phase.SEED, proposed={"tp": 1})
     record = TrialRecord.model_validate({**trial.to_json(), "index": 0})
-    assert record.metrics["throughput_per_gpu"] == trial.objective_value
+    assert record.metrics["output_throughput_per_gpu"] == trial.objective_value
     assert record.slo_checks[0].slo == "mean-ttft<=1000ms"

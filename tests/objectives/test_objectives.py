@@ -76,7 +76,8 @@ def test_groups_are_string_enums():
 @pytest.mark.parametrize(
     ("alias", "name"),
     [
-        ("throughput", "throughput_per_gpu"),
+        ("throughput", "output_throughput_per_gpu"),
+        ("total_throughput", "throughput_per_gpu"),
         ("interactivity", "interactivity"),
         ("ttft", "ttft"),
         ("tpot", "tpot"),
@@ -89,7 +90,7 @@ def test_aliases_of_product_section_4(alias, name):
     assert resolve_objective(alias).name == name
 
 
-@pytest.mark.parametrize("spelling", ["Throughput-Per-GPU", " throughput_per_gpu ", "THROUGHPUT"])
+@pytest.mark.parametrize("spelling", ["Throughput-Per-GPU", " throughput_per_gpu ", "TOTAL-THROUGHPUT"])
 def test_resolution_ignores_case_hyphens_and_whitespace(spelling):
     assert resolve_objective(spelling) is OBJECTIVES["throughput_per_gpu"]
 
