@@ -8,9 +8,12 @@ replica's DP load balancer use the same policy. Five policies (`config.router`):
 - ``kv_aware``: minimise tokens to prefill plus tokens already outstanding, i.e. prefix
   overlap traded against load (the cost function of Dynamo's KV router with unit
   overlap weight).
-- ``prefix_hash``: hash of the prompt's first block (colocates requests that share a
-  leading block, so a session sticks to one rank); prompts without blocks hash their
-  session.
+- ``prefix_hash``: hash of the prompt's prefix up to :data:`PREFIX_HASH_TOKENS` tokens
+  (the id of the block ending there, since a block id names its whole prefix; shorter
+  prompts hash their last block). Requests sharing that prefix colocate, so a session
+  whose turns extend one another sticks to one rank, while traces whose every prompt
+  opens with the same system block (Mooncake) still spread: hashing the first block
+  alone sent all of them to one replica. Prompts without blocks hash their session.
 - ``round_robin``: cycle over the units.
 - ``random``: uniform, from the simulation's seeded generator.
 """
@@ -28,6 +31,7 @@ from predictor.sim.request import Request
 
 HASH_MULTIPLIER = 0x9E3779B97F4A7C15   # Fibonacci hashing spreads consecutive ids
 HASH_MASK = (1 << 64) - 1
+PREFIX_HASH_TOKENS = 4096              # the prefix prefix_hash routes on (8 Mooncake blocks, 64 agentic ones)
 
 
 class RouterPolicy(StrEnum):
@@ -73,7 +77,11 @@ class Router:
 
     @staticmethod
     def _prefix_hash(request: Request, units: Sequence[Rank]) -> int:
-        key = int(request.block_ids[0]) if request.num_blocks else request.session
+        if request.num_blocks:
+            depth = max(1, PREFIX_HASH_TOKENS // units[0].pool.shape.block_tokens)
+            key = int(request.block_ids[min(depth, request.num_blocks) - 1])
+        else:
+            key = request.session
         return ((key * HASH_MULTIPLIER) & HASH_MASK) % len(units)
 
     def _round_robin(self, request: Request, units: Sequence[Rank]) -> int:

@@ -9,6 +9,7 @@ from levers.configuration import Configuration
 from predictor.hardware import parse_cluster
 from predictor.sim import SimOptions, load_trace, simulate
 from predictor.sim.handoff import HandoffLaw
+from predictor.sim.router import PREFIX_HASH_TOKENS
 from predictor.workload import WorkloadSpec
 from tests.predictor.sim.sim_fakes import (
     KV_BYTES_PER_TOKEN,
@@ -20,6 +21,7 @@ from tests.predictor.sim.sim_fakes import (
 
 TRACES = resources.files("predictor") / "data" / "traces"
 BIG_POOL = 10_000_000
+PREFIX_HASH_DEPTH = PREFIX_HASH_TOKENS // 64     # agentic traces: 64-token blocks
 POLICIES = ("least_loaded", "kv_aware", "prefix_hash", "round_robin", "random")
 
 
@@ -42,10 +44,24 @@ def test_every_policy_serves_every_request(target, policy):
     result = run(target, Configuration(replicas=3, router=policy), trace, num_requests=300)
     assert result.extra["requests_finished"] == 300
     assert len(result.hit_rate["per_replica"]) == 3
-    units = {row["unit"] for row in result.rows}
-    # every Mooncake conversation prompt starts with the same system block: prefix hashing
-    # colocates them all; the other policies spread the load
-    assert len(units) == 1 if policy == "prefix_hash" else units == {0, 1, 2}
+    units = [row["unit"] for row in result.rows]
+    # every Mooncake conversation prompt starts with the same system block: hashing only
+    # that block sent every request to one replica; every policy spreads the load
+    assert set(units) == {0, 1, 2}
+    assert max(units.count(u) for u in range(3)) < 0.6 * len(units)
+
+
+def test_prefix_hash_colocates_requests_that_share_the_hashed_prefix(target):
+    trace = load_trace(TRACES / "mooncake_conversation_2000.jsonl")
+    result = run(target, Configuration(replicas=4, router="prefix_hash"), trace, num_requests=400)
+    depth = PREFIX_HASH_TOKENS // trace.block_tokens
+    specs = [spec for session in trace.trace_sessions for spec in session.requests]
+    by_prefix: dict[int, set[int]] = {}
+    for row in result.rows:
+        ids = specs[row["rid"]].block_ids
+        by_prefix.setdefault(int(ids[min(depth, len(ids)) - 1]), set()).add(row["unit"])
+    assert all(len(units) == 1 for units in by_prefix.values())
+    assert len({u for units in by_prefix.values() for u in units}) == 4
 
 
 def test_round_robin_cycles_over_the_replicas(target):
@@ -63,8 +79,9 @@ def test_prefix_routing_keeps_each_session_on_one_replica_and_its_hits(target, t
     for policy in ("prefix_hash", "kv_aware"):
         sticky = run(target, Configuration(replicas=4, concurrency=2, router=policy), both)
         by_head: dict[int, set[int]] = {}
-        for row in sticky.rows:       # requests that share a leading block share a replica
-            by_head.setdefault(int(specs[row["label"]].block_ids[0]), set()).add(row["unit"])
+        for row in sticky.rows:       # requests that share the hashed prefix share a replica
+            ids = specs[row["label"]].block_ids
+            by_head.setdefault(int(ids[min(PREFIX_HASH_DEPTH, len(ids)) - 1]), set()).add(row["unit"])
         if policy == "prefix_hash":  # kv_aware may trade a hit for load, by design
             assert all(len(units) == 1 for units in by_head.values())
         assert sticky.hit_rate["overall"] > scattered.hit_rate["overall"] + 0.1
