@@ -47,11 +47,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class SimOptions:
-    """Internal knobs (not levers): the eviction policy (to show why leaf-first matters)
-    and whether to keep the per-request table for a CSV."""
+    """Internal knobs (not levers): the eviction policy (to show why leaf-first matters),
+    whether to keep the per-request table for a CSV, and exact step prices (no rounding,
+    no merged runs: the reference the fast path is checked against)."""
 
     eviction: EvictionPolicy = EvictionPolicy.LEAF_FIRST
     keep_rows: bool = False
+    exact_prices: bool = False
 
 
 def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target: Target | None) -> Workload:
@@ -91,7 +93,8 @@ def simulate(target: Target, config: Configuration, workload: WorkloadSpec | Wor
     recorder = Recorder()
     cluster = target.cluster
     inputs = BuildInputs(target.engine, step_model_factory, capacity_model or memory_capacity(target),
-                         replayable.block_tokens, options.eviction, cluster.gpu.host_link_gbps, recorder)
+                         replayable.block_tokens, options.eviction, cluster.gpu.host_link_gbps, recorder,
+                         options.exact_prices)
     deployment = build_deployment(config, inputs, scale_up_gpus=cluster.scale_up_gpus(),
                                   fabric_gbps=cluster.gpu.intra_node_bw_gbps, nic_gbps=cluster.gpu.nic_bw_gbps)
     source = SessionSource(replayable, requests, config.concurrency, workload_rng)

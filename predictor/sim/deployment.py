@@ -23,6 +23,7 @@ from predictor.sim.handoff import HandoffLaw, HandoffLinks
 from predictor.sim.host_tier import HostLink, dram_capacity_blocks
 from predictor.sim.kv_pool import KvPool, PoolShape
 from predictor.sim.prefix_cache import CACHES, EvictionPolicy
+from predictor.sim.pricing import StepPricer
 from predictor.sim.rank import Rank
 from predictor.sim.replica import Replica
 from predictor.sim.request import Request
@@ -80,6 +81,7 @@ class BuildInputs:
     eviction: EvictionPolicy
     host_link_gbps: float
     recorder: Recorder
+    exact_prices: bool = False      # no price rounding or merged runs (predictor.sim.pricing)
 
 
 def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpus: int,
@@ -120,6 +122,7 @@ def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_pr
     dram_blocks = dram_capacity_blocks(config.host_kv_tier_gb, capacity.kv_bytes_per_token, inputs.block_tokens)
     limits = _limits(config, inputs.engine, role)
     host = HostTimes.of(model)
+    pricer = StepPricer(model, exact=inputs.exact_prices)
     tokens_per_step = max(1.0, float(model.tokens_per_step))
     replicas, units = [], []
     for r in range(max(1, config.replicas)):
@@ -131,7 +134,7 @@ def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_pr
             ranks.append(rank)
             units.append(rank)
         billed = (0.5 * host.fixed_us, 0.5 * host.per_token_us) if bill_host_on_prefill else (0.0, 0.0)
-        replicas.append(Replica(r, ranks, SCHEDULERS[inputs.engine], model, limits, inputs.recorder,
+        replicas.append(Replica(r, ranks, SCHEDULERS[inputs.engine], pricer, limits, inputs.recorder,
                                 host_us_on_prefill=billed[0], host_us_per_prompt_token=billed[1]))
     share = 0.0 if bill_host_on_prefill else 1.0
     return Pool(role, replicas, units, model, capacity, host, share)

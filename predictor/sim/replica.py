@@ -1,13 +1,14 @@
-"""One engine replica: its ranks, its step model and the step it is running (METHOD §5).
+"""One engine replica: its ranks, its pricer and the step it is running (METHOD §5).
 
 The engine step is schedule -> price -> advance (STYLE rule 2): `begin_step` asks the
-engine scheduler for a batch and prices it; the simulator waits until the step ends
-and `end_step` applies it. Attention-DP ranks run in lockstep and a step costs its
-slowest rank: the step model is called with ``dp x`` the largest rank load (the replica
-batch when ranks are balanced). A decode-only stretch (nothing to admit, nothing
-finishing before its end) is advanced as many identical steps at once, priced in a few
-segments at their mid context; a request that reaches the replica mid-stretch cuts it
-at the next step boundary (`truncate`), so skipping steps never delays an admission.
+engine scheduler for a batch and prices it (`predictor.sim.pricing`); the simulator
+waits until the step ends and `end_step` applies it. Attention-DP ranks run in lockstep
+and a step costs its slowest rank: the step model is called with ``dp x`` the largest
+rank load (the replica batch when ranks are balanced). A batch the scheduler would
+repeat unchanged (a decode-only stretch to the next finish; a long prompt's chunks with
+the same decoders) is advanced as many steps at once; a request that reaches the
+replica mid-run cuts it at the next step boundary (`truncate`), so skipping steps never
+delays an admission.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from predictor.sim.pricing import StepPricer, StepShape
 from predictor.sim.rank import Rank
 from predictor.sim.scheduler import (
     Batch,
@@ -25,10 +27,6 @@ from predictor.sim.scheduler import (
     StepOutcome,
     advance,
 )
-from predictor.step.cost import StepModel
-
-STRETCH_SEGMENTS = 4        # at most this many pricing points per decode-only stretch ...
-STEPS_PER_SEGMENT = 256     # ... one per this many steps (decode cost ~ linear in context)
 
 
 class StepKind(StrEnum):
@@ -44,6 +42,7 @@ class StepPlan:
     start_us: float
     segments: tuple[tuple[int, float], ...]   # (steps, step_us)
     stalls_decoders: bool                      # prefill work while requests were decoding
+    shape: StepShape | None = None             # what was priced (for the recorder)
     num_steps: int = 0                         # derived from segments by `plan`
     duration_us: float = 0.0
 
@@ -64,26 +63,27 @@ class StepPlan:
                 break
             kept.append((count, step_us))
             cut += count * step_us
-        return plan(self.batch, self.kind, self.start_us, tuple(kept), self.stalls_decoders)
+        return plan(self.batch, self.kind, self.start_us, tuple(kept), self.stalls_decoders, self.shape)
 
 
 def plan(batch: Batch, kind: StepKind, start_us: float, segments: tuple[tuple[int, float], ...],
-         stalls_decoders: bool) -> StepPlan:
+         stalls_decoders: bool, shape: StepShape | None = None) -> StepPlan:
     steps, duration = 0, 0.0
     for count, step_us in segments:
         steps += count
         duration += count * step_us
-    return StepPlan(batch, kind, start_us, segments, stalls_decoders, steps, duration)
+    return StepPlan(batch, kind, start_us, segments, stalls_decoders, shape, steps, duration)
 
 
 class Replica:
-    def __init__(self, index: int, ranks: list[Rank], scheduler: EngineScheduler, model: StepModel,
+    def __init__(self, index: int, ranks: list[Rank], scheduler: EngineScheduler, pricer: StepPricer,
                  limits: Limits, recorder: Recorder, *, host_us_on_prefill: float = 0.0,
                  host_us_per_prompt_token: float = 0.0) -> None:
         self.index = index
         self.ranks = ranks
         self.scheduler = scheduler
-        self.model = model
+        self.pricer = pricer
+        self.merges_runs = not pricer.exact     # ReplicaView: merge repeated prefill/mixed steps
         self.limits = limits
         self.recorder = recorder
         self.dp = len(ranks)
@@ -122,15 +122,15 @@ class Replica:
     def end_step(self) -> StepOutcome:
         """Advance the running step (the third part of schedule -> price -> advance)."""
         plan, self.plan = self.plan, None
-        self.recorder.step(plan.kind, plan.num_steps, plan.duration_us, plan.stalls_decoders)
+        self.recorder.step(plan.kind, plan.num_steps, plan.duration_us, plan.stalls_decoders, plan.shape)
         return advance(plan.batch.work, plan.start_us, plan.segments[0][1], plan.segments, self.recorder)
 
     # -- pricing ---------------------------------------------------------------------------
     def _price(self, batch: Batch, now_us: float) -> StepPlan:
-        dp, model, bills_host = self.dp, self.model, self.bills_host
+        dp, bills_host = self.dp, self.bills_host
         num_decoders = max_decoders = max_tokens = max_seqs = 0
         ctx_sum = prior_sum = host_us = 0.0
-        num_chunks, stalls, mixes = 0, False, False
+        num_chunks, all_tokens, stalls, mixes = 0, 0, False, False
         for w in batch.work:
             rank = w.rank
             stalls = stalls or rank.num_decoders > 0
@@ -148,36 +148,16 @@ class Replica:
                 if bills_host and request.prefilled == 0:
                     host_us += self.host_us_on_prefill + self.host_us_per_prompt_token * request.prompt_tokens
             max_tokens = max(max_tokens, tokens)
+            all_tokens += tokens
             max_seqs = max(max_seqs, len(w.chunks))
             num_chunks += len(w.chunks)
-        decode_batch = dp * max_decoders
+        growth = self.pricer.model.tokens_per_step if num_decoders else 0.0
         ctx = ctx_sum / num_decoders if num_decoders else 0.0
         if not num_chunks:
-            segments = self._stretch(decode_batch, ctx, num_decoders, batch.max_steps)
-            return plan(batch, StepKind.DECODE, now_us, segments, False)
-        prefill_tokens, prior = dp * max_tokens, prior_sum / num_chunks
-        if decode_batch and mixes:
-            step_us = model.mixed_us(prefill_tokens, decode_batch, ctx, prior)
-            kind = StepKind.MIXED
-        else:
-            step_us = model.prefill_us(prefill_tokens, dp * max_seqs, prior)
-            if decode_batch:
-                step_us = max(step_us, model.decode_us(decode_batch, ctx))
-            kind = StepKind.PREFILL
-        return plan(batch, kind, now_us, ((1, step_us + host_us),), stalls)
-
-    def _stretch(self, decode_batch: int, ctx: float, num_decoders: int,
-                 num_steps: int) -> tuple[tuple[int, float], ...]:
-        model = self.model
-        if num_steps <= 1:
-            return ((1, model.decode_us(decode_batch, ctx)),)
-        growth = model.tokens_per_step if num_decoders else 0.0
-        parts = min(STRETCH_SEGMENTS, -(-num_steps // STEPS_PER_SEGMENT))
-        base, extra = divmod(num_steps, parts)
-        segments, done = [], 0
-        for part in range(parts):
-            count = base + (1 if part < extra else 0)
-            mid_ctx = ctx + growth * (done + (count - 1) / 2.0)
-            segments.append((count, model.decode_us(decode_batch, mid_ctx)))
-            done += count
-        return tuple(segments)
+            shape = StepShape(dp * max_decoders, ctx, growth, 0, 0, 0.0, 0.0, False)
+            return plan(batch, StepKind.DECODE, now_us, self.pricer.segments(shape, batch.max_steps), False, shape)
+        prior = prior_sum / num_chunks
+        shape = StepShape(dp * max_decoders, ctx, growth, dp * max_tokens, dp * max_seqs, prior,
+                          all_tokens / num_chunks, mixes)
+        kind = StepKind.MIXED if shape.decode_batch and mixes else StepKind.PREFILL
+        return plan(batch, kind, now_us, self.pricer.segments(shape, batch.max_steps, host_us), stalls, shape)

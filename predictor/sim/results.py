@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.sim.pricing import StepShape
 from predictor.sim.request import Request
 from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
 
@@ -44,6 +45,11 @@ class Recorder:
         self.stall_steps = 0            # prefill work while requests were decoding (mixed or not)
         self.stall_us = 0.0
         self.total_steps = 0
+        self.decode_batch_steps = 0.0   # sum over decoding steps of the replica decode batch
+        self.decoding_steps = 0
+        self.decode_context_steps = 0.0  # ... and of its mean decode context
+        self.prefill_tokens_steps = 0.0  # sum over prefill-carrying steps of the replica's prefill tokens
+        self.prefill_steps = 0
 
     def itl(self, value_us: float, weight: float) -> None:
         self.itl_values.append(value_us)
@@ -53,15 +59,32 @@ class Recorder:
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
 
-    def step(self, kind: str, num_steps: int, duration_us: float, stalls_decoders: bool) -> None:
+    def step(self, kind: str, num_steps: int, duration_us: float, stalls_decoders: bool,
+             shape: StepShape | None = None) -> None:
         self.total_steps += num_steps
         if kind == "decode":
             self.decode_steps += num_steps
             self.decode_us += duration_us
         elif stalls_decoders:
-            self.stall_steps += 1
+            self.stall_steps += num_steps
             self.stall_us += duration_us
-            self.mixed_steps += kind == "mixed"
+            self.mixed_steps += num_steps if kind == "mixed" else 0
+        if shape is not None:
+            if shape.decode_batch and (kind != "prefill" or not shape.prefill_tokens):
+                self.decode_batch_steps += shape.decode_batch * num_steps
+                self.decode_context_steps += shape.context_tokens * num_steps
+                self.decoding_steps += num_steps
+            if shape.prefill_tokens:
+                self.prefill_tokens_steps += shape.prefill_tokens * num_steps
+                self.prefill_steps += num_steps
+
+    def step_means(self) -> dict[str, float]:
+        """Mean replica decode batch, decode context and prefill tokens per step (the
+        communication metrics' load)."""
+        decoding, prefilling = max(1, self.decoding_steps), max(1, self.prefill_steps)
+        return {"mean_decode_batch": self.decode_batch_steps / decoding,
+                "mean_decode_context_tokens": self.decode_context_steps / decoding,
+                "mean_prefill_tokens": self.prefill_tokens_steps / prefilling}
 
     def snapshot(self, now_us: float) -> tuple[float, float, float]:
         return now_us, self.input_tokens, self.output_tokens

@@ -89,7 +89,7 @@ class RankWork:
 @dataclass(frozen=True, slots=True)
 class Batch:
     work: tuple[RankWork, ...]
-    max_steps: int                  # > 1 only for a decode-only stretch
+    max_steps: int                  # steps the batch repeats unchanged (a run advanced as one event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,8 @@ class Recorder(Protocol):
 
     def count_tokens(self, input_tokens: float, output_tokens: float) -> None: ...
 
-    def step(self, kind: str, num_steps: int, duration_us: float, stalls_decoders: bool) -> None: ...
+    def step(self, kind: str, num_steps: int, duration_us: float, stalls_decoders: bool,
+             shape: object | None = None) -> None: ...
 
 
 class ReplicaView(Protocol):
@@ -113,6 +114,7 @@ class ReplicaView(Protocol):
 
     limits: Limits
     ranks: Sequence[Rank]
+    merges_runs: bool               # repeated prefill/mixed steps may run as one event
 
 
 class EngineScheduler(Protocol):
@@ -175,14 +177,27 @@ def admit(rank: Rank, request: Request, now_us: float) -> None:
     rank.prefilling.append(request)
 
 
-def _batch(work: list[RankWork]) -> Batch | None:
-    """The step's batch (None: no rank has work); a decode-only step may stretch to the
-    next finish."""
+def _batch(work: list[RankWork], merges_runs: bool) -> Batch | None:
+    """The step's batch (None: no rank has work) and how many times it repeats unchanged:
+    until a decoder finishes, or a chunked prompt reaches its last (shorter) chunk or
+    completes. Nothing else changes a scheduled batch: what could not be admitted this
+    step (no budget, running cap, KV full) stays so until a finish, and an arrival or a
+    freed hand-off cuts the run (`Replica.truncate`)."""
     if not any(w.chunks or w.decodes for w in work):
         return None
-    steps = [w.rank.steps_to_next_finish() for w in work if w.decodes and not w.chunks]
-    stretch = max(1, min(steps)) if steps and all(not w.chunks for w in work) else 1
-    return Batch(tuple(work), stretch)
+    steps: int | None = None
+    chunked = False
+    for w in work:
+        if w.decodes:
+            left = w.rank.steps_to_next_finish()
+            steps = left if steps is None else min(steps, left)
+        for request, take in w.chunks:
+            chunked = True
+            left = (request.prefill_target - request.prefilled) // take
+            steps = left if steps is None else min(steps, left)
+    if chunked and not merges_runs:
+        steps = 1
+    return Batch(tuple(work), max(1, steps or 1))
 
 
 class MixedScheduler:
@@ -197,7 +212,7 @@ class MixedScheduler:
             budget = limits.token_budget - rank.num_decoders * limits.decode_tokens
             chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
             work.append(RankWork(rank, tuple(chunks), rank.num_decoders > 0))
-        return _batch(work)
+        return _batch(work, replica.merges_runs)
 
 
 class PrefillFirstScheduler:
@@ -214,7 +229,7 @@ class PrefillFirstScheduler:
         for rank in replica.ranks:
             chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
             work.append(RankWork(rank, tuple(chunks), not chunks and rank.num_decoders > 0))
-        return _batch(work)
+        return _batch(work, replica.merges_runs)
 
 
 SCHEDULERS: dict[Engine, EngineScheduler] = {
@@ -225,11 +240,12 @@ SCHEDULERS: dict[Engine, EngineScheduler] = {
 
 def advance(work: tuple[RankWork, ...], start_us: float, first_step_us: float,
             segments: tuple[tuple[int, float], ...], recorder: Recorder) -> StepOutcome:
-    """Apply a priced step (or stretch) that ran from ``start_us``: decoders emit tokens,
+    """Apply a priced step (or run) that ran from ``start_us``: decoders emit tokens,
     chunks progress, finished prompts get their first token, finished requests leave."""
-    end_us = start_us
+    end_us, num_steps = start_us, 0
     for count, step_us in segments:
         end_us += count * step_us
+        num_steps += count
     finished: list[Request] = []
     prefilled: list[Request] = []
     for w in work:
@@ -237,7 +253,7 @@ def advance(work: tuple[RankWork, ...], start_us: float, first_step_us: float,
         if w.decodes:
             finished.extend(_advance_decoders(rank, start_us + first_step_us, end_us, segments, recorder))
         for request, take in w.chunks:
-            request.prefilled += take
+            request.prefilled += take * num_steps
             if request.prefilled < request.prefill_target:
                 continue
             rank.prefilling.remove(request)
