@@ -61,8 +61,6 @@ class Simulation:
         self._seq = 0
         self._warmup_left = 0
         self._window_start: tuple[float, float, float] | None = None
-        self._window_end: tuple[float, float, float] | None = None
-        self._drains_only = False
         self._handlers = {Arrival: self._on_arrival, LoadDone: self._on_load_done,
                           HandoffDone: self._on_handoff_done, StepEnd: self._on_step_end, Kick: self._on_kick}
 
@@ -78,7 +76,6 @@ class Simulation:
             self._push(at_us, Arrival(request))
         if self._warmup_left == 0:
             self._window_start = (0.0, 0.0, 0.0)
-        self._drains_only = self.source.is_exhausted   # fewer sessions than slots: no steady window
         heap, handlers = self._heap, self._handlers
         while heap:
             at_us, _, _, event = heapq.heappop(heap)
@@ -114,13 +111,14 @@ class Simulation:
 
     def _on_handoff_done(self, event: HandoffDone) -> list[tuple[float, Event]]:
         request, decode = event.request, self.deployment.decode
-        request.rank.forget(request)
+        prefill_rank = request.rank
+        prefill_rank.forget(request)
         request.is_kv_ready = True
         request.decodes_here = True
         rank = decode.units[self.decode_router.choose(request, decode.units)]
         self._check_fits(request, rank, decode)
         self._assign(request, rank)
-        return self._enqueue(request, rank, decode)
+        return self._enqueue(request, rank, decode) + self._wake(prefill_rank, self.deployment.entry)
 
     def _on_kick(self, event: Kick) -> list[tuple[float, Event]]:
         replica = event.replica
@@ -165,6 +163,20 @@ class Simulation:
         plan = replica.truncate(self.now_us)
         return [] if plan is None else [(plan.end_us, StepEnd(replica, replica.stamp))]
 
+    def _wake(self, rank: Rank, pool: Pool) -> list[tuple[float, Event]]:
+        """KV freed on ``rank``: let its replica retry what waits (cut a running step at
+        its next boundary, or kick an idle replica)."""
+        if not rank.waiting:
+            return []
+        replica = pool.replicas[rank.replica_index]
+        if replica.plan is None:
+            if replica.kick_pending:
+                return []
+            replica.kick_pending = True
+            return [(self.now_us, Kick(replica))]
+        plan = replica.truncate(self.now_us)
+        return [] if plan is None else [(plan.end_us, StepEnd(replica, replica.stamp))]
+
     def _finish(self, request: Request) -> list[tuple[float, Event]]:
         request.rank.forget(request)
         self.finished.append(request)
@@ -175,9 +187,6 @@ class Simulation:
         releases = self.source.on_finish(request, self.now_us)
         for _, new in releases:
             self._warmup_left += new.is_warmup
-        if self.source.is_exhausted and self._window_end is None and self.source.mode is ArrivalMode.CLOSED \
-                and not self._drains_only:
-            self._window_end = self.recorder.snapshot(self.now_us)
         if self.progress is not None:
             done, total = len(self.finished), self.source.budget
             if done % max(1, total // PROGRESS_STEPS) == 0 or done == total:
@@ -195,19 +204,18 @@ class Simulation:
 
     # -- result ----------------------------------------------------------------------------
     def _window(self) -> Window:
+        """From the end of the warm-up (a closed loop; an open loop: the first arrival) to
+        the last completion: the drain is included, as a benchmark's clock runs until
+        its last response."""
         end = self.recorder.snapshot(self.now_us)
+        if self.source.mode is ArrivalMode.CLOSED and self._window_start is not None \
+                and self._window_start[0] < end[0]:
+            return Window(self._window_start, end)
         first_arrival = min((r.arrival_us for r in self.finished), default=0.0)
-        if self.source.mode is ArrivalMode.OPEN or self._window_start is None or self._window_end is None \
-                or self._window_end[0] <= self._window_start[0]:
-            return Window((first_arrival, 0.0, 0.0), end)
-        return Window(self._window_start, self._window_end)
+        return Window((first_arrival, 0.0, 0.0), end)
 
     def _measured(self) -> list[Request]:
-        done = [r for r in self.finished if not r.is_warmup] or self.finished
-        if self.source.mode is ArrivalMode.CLOSED and self._window_end is not None:
-            steady = [r for r in done if r.finish_us <= self._window_end[0]]
-            return steady or done
-        return done
+        return [r for r in self.finished if not r.is_warmup] or self.finished
 
     def _result(self, wall_s: float) -> SimResult:
         if not self.finished:
@@ -221,7 +229,7 @@ class Simulation:
         scalars["uncontended_step_ms"] = decode_pool.model.decode_us(1, mean_prompt) / US_PER_MS
         scalars["generation_rate"] = distributions["interactivity"]["mean"]
         rows = request_rows(self.finished, {r.rid for r in measured}) if self.keep_rows else ()
-        extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished)}
+        extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished), **recorder.step_means()}
         return SimResult(distributions, scalars, hit_rates(deployment), len(measured), wall_s,
                          self.now_us / US_PER_S, extra, rows)
 
