@@ -10,14 +10,21 @@ number of turns or when its context would pass the model's limit. As in the Agen
 replay rules, a client's first session starts 25-75% of the way in (its context is
 already long and uncached). Every number comes from `predictor/data/agentic_profile.json`
 (built with its sources by `scripts/build_agentic_profile.py`). Block ids are scoped
-per session (the traces' local hash scope), so sessions share nothing.
+per session (the traces' local hash scope), so sessions share nothing and every
+session's first turn is unique (the AgentX rule).
+
+Common random numbers: session ``k`` is drawn from its own generator, seeded by the
+simulation seed and ``k``, in a few batched numpy calls, so every candidate of a search
+replays the same sessions whatever its concurrency or timing; a process keeps the
+sessions it built (`SessionBank`) and a search draws each once.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -34,6 +41,9 @@ Z90 = 1.2815515655446004     # standard normal quantile at 0.9
 SESSION_ID_SHIFT = 36        # block ids: session << 36 | stream << 24 | block
 STREAM_ID_SHIFT = 24
 AGENTIC_REQUESTS_PER_CLIENT = 40
+SEED_LIMIT = 1 << 62         # a session's generator: default_rng([base seed, session index])
+BANK_SESSIONS = 8192         # built sessions kept per profile (a 1,024-client search uses ~2,000)
+BANK_PROFILES = 4
 
 
 class _Frozen(BaseModel):
@@ -63,6 +73,13 @@ class Lognormal(_Frozen):
         if upper is not None:
             value = min(value, upper)
         return max(value, lower) if lower is not None else value
+
+    def draw_many(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        mu, sigma, upper, lower = self.sampling
+        values = rng.lognormal(mu, sigma, size)
+        if upper is not None or lower is not None:
+            np.clip(values, lower, upper, out=values)
+        return values
 
 
 class Sourced(_Frozen):
@@ -131,16 +148,59 @@ class AgenticWorkload:
         return AGENTIC_REQUESTS_PER_CLIENT * concurrency
 
     def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
+        """Session ``k`` depends only on the seed behind ``rng`` and ``k`` (and whether it
+        is one of the first ``concurrency``, which start warm): common random numbers for
+        every candidate of a search. Built sessions are kept (`SessionBank`)."""
+        base = int(rng.integers(SEED_LIMIT))
+        bank = _bank_for(self.profile)
         index = 0
         while True:
             warm = self.warm_start and index < self.concurrency
-            session = _SessionBuilder(self, rng, index).build(warm)
+            session = bank.get((self.max_context_tokens, base, index, warm),
+                               lambda: _SessionBuilder(self, np.random.default_rng([base, index]), index).build(warm))
             index += 1
             if session.requests:
                 yield session
 
 
+class SessionBank:
+    """Sessions already built for one profile, keyed by (context cap, seed, index, warm):
+    a search prices hundreds of candidates on the same sessions (common random numbers),
+    so each is drawn once per process. Least recently used sessions go first."""
+
+    def __init__(self, profile: AgenticProfile, limit: int = BANK_SESSIONS) -> None:
+        self.profile = profile
+        self.limit = limit
+        self._sessions: OrderedDict[tuple, Session] = OrderedDict()
+
+    def get(self, key: tuple, build: Callable[[], Session]) -> Session:
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = build()
+            if len(self._sessions) > self.limit:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(key)
+        return session
+
+
+_BANKS: dict[int, SessionBank] = {}
+
+
+def _bank_for(profile: AgenticProfile) -> SessionBank:
+    bank = _BANKS.get(id(profile))
+    if bank is None or bank.profile is not profile:
+        if len(_BANKS) >= BANK_PROFILES:
+            _BANKS.clear()
+        bank = _BANKS[id(profile)] = SessionBank(profile)
+    return bank
+
+
 class _SessionBuilder:
+    """One session from its own generator, drawn in batches (a numpy call per quantity
+    and session, not per turn). Every draw is made whether or not the turn is kept
+    (warm start), so a session's warm and cold variants share their turns."""
+
     def __init__(self, workload: AgenticWorkload, rng: np.random.Generator, index: int) -> None:
         self.p = workload.profile
         self.rng = rng
@@ -155,49 +215,67 @@ class _SessionBuilder:
         self.streams += 1
         return self.base + (self.streams << STREAM_ID_SHIFT) + np.arange(num_blocks, dtype=np.int64)
 
-    def _think_us(self, dist: Lognormal) -> float:
-        return min(dist.draw(self.rng), self.p.idle_gap_cap_s) * US_PER_S
+    def _chain(self, turns: int, first_prompt: int, profile: AgenticProfile | SubagentProfile) -> _Chain:
+        rng = self.rng
+        outputs = np.maximum(1, np.rint(profile.output_tokens.draw_many(rng, turns))).astype(np.int64)
+        growth = profile.new_tokens_per_turn.draw_many(rng, turns).astype(np.int64)
+        prompts = first_prompt + np.concatenate(([0], np.cumsum(growth[:-1])))
+        thinks = np.minimum(profile.think_time_s.draw_many(rng, turns), self.p.idle_gap_cap_s) * US_PER_S
+        fits = prompts + outputs <= self.cap
+        kept = turns if fits.all() else int(np.argmin(fits))
+        return _Chain(prompts[:kept].tolist(), outputs[:kept].tolist(), thinks[:kept].tolist())
 
     def build(self, warm: bool) -> Session:
         p, rng = self.p, self.rng
         turns = max(1, round(p.turns_per_session.draw(rng)))
-        skip = int(turns * rng.uniform(*p.warm_start_fraction)) if warm else 0
-        prompt = int(p.first_prompt_tokens.draw(rng))
+        fraction = rng.uniform(*p.warm_start_fraction)
+        skip = int(turns * fraction) if warm else 0
+        chain = self._chain(turns, int(p.first_prompt_tokens.draw(rng)), p)
+        groups = rng.random(len(chain.prompts)) < p.subagents.group_probability_per_turn.value
         deps: tuple[int, ...] = ()
-        for turn in range(turns):
-            output = max(1, round(p.output_tokens.draw(rng)))
-            if prompt + output > self.cap:
-                break
-            if turn >= skip:
-                think = self._think_us(p.think_time_s) if deps else 0.0
-                self.requests.append(RequestSpec(prompt, output, self.parent_ids[: prompt // self.bs], deps,
-                                                 think, label=f"turn {turn}"))
-                deps = (len(self.requests) - 1,)
-                if rng.random() < p.subagents.group_probability_per_turn.value:
-                    deps = self._subagent_group(deps[0])
-            prompt += int(p.new_tokens_per_turn.draw(rng))
+        for turn, (prompt, output, think) in enumerate(zip(chain.prompts, chain.outputs, chain.thinks)):
+            group = self._subagent_group() if groups[turn] else None
+            if turn < skip:
+                continue
+            self.requests.append(RequestSpec(prompt, output, self.parent_ids[: prompt // self.bs], deps,
+                                             think if deps else 0.0, label=f"turn {turn}"))
+            deps = (len(self.requests) - 1,)
+            if group is not None:
+                deps = self._append_group(group, deps[0])
         return Session(tuple(self.requests))
 
-    def _subagent_group(self, parent: int) -> tuple[int, ...]:
+    def _subagent_group(self) -> list[tuple[np.ndarray, float, _Chain]]:
+        """Draw a group: per subagent its block stream, start delay and turns."""
         sub, rng = self.p.subagents, self.rng
         sizes, probabilities = sub.group_sizes
         size = int(rng.choice(sizes, p=probabilities))
         shared_blocks = int(sub.shared_prefix_tokens.value) // self.bs
         shared = self._stream(shared_blocks)
+        agents = []
+        for _ in range(size):
+            stream = np.concatenate([shared, self._stream(self.cap // self.bs + 1)])
+            first = max(int(sub.first_prompt_tokens.draw(rng)), shared_blocks * self.bs + self.bs)
+            start_us = min(sub.think_time_s.draw(rng), self.p.idle_gap_cap_s) * US_PER_S
+            agents.append((stream, start_us, self._chain(max(1, round(sub.turns.draw(rng))), first, sub)))
+        return agents
+
+    def _append_group(self, group: list[tuple[np.ndarray, float, _Chain]], parent: int) -> tuple[int, ...]:
         finals = []
-        for agent in range(size):
-            own = self._stream(self.cap // self.bs + 1)
-            stream = np.concatenate([shared, own])
-            prompt = max(int(sub.first_prompt_tokens.draw(rng)), shared_blocks * self.bs + self.bs)
-            dep, think = parent, self._think_us(sub.think_time_s)
-            for turn in range(max(1, round(sub.turns.draw(rng)))):
-                output = max(1, round(sub.output_tokens.draw(rng)))
-                if prompt + output > self.cap:
-                    break
+        for agent, (stream, start_us, chain) in enumerate(group):
+            dep, think = parent, start_us
+            for turn, (prompt, output, next_think) in enumerate(zip(chain.prompts, chain.outputs, chain.thinks)):
                 self.requests.append(RequestSpec(prompt, output, stream[: prompt // self.bs], (dep,), think,
                                                  label=f"subagent {agent} turn {turn}"))
-                dep, think = len(self.requests) - 1, self._think_us(sub.think_time_s)
-                prompt += int(sub.new_tokens_per_turn.draw(rng))
+                dep, think = len(self.requests) - 1, next_think
             if dep != parent:
                 finals.append(dep)
         return tuple(finals) or (parent,)
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    """A growing chain of turns, cut before the first that would pass the context cap."""
+
+    prompts: list[int]
+    outputs: list[int]
+    thinks: list[float]      # us; turn i's think is the gap before turn i + 1 in a subagent

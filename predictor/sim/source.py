@@ -28,7 +28,6 @@ class _LiveSession:
     session: Session
     is_warmup: bool
     pending: list[int]                       # unfinished deps per request
-    children: list[list[int]]
     outstanding: int = 0                     # released, not finished
 
 
@@ -64,7 +63,7 @@ class SessionSource:
         live = self._live[request.session]
         live.outstanding -= 1
         out: list[Release] = []
-        for child in live.children[request.local_index]:
+        for child in live.session.children[request.local_index]:
             live.pending[child] -= 1
             if live.pending[child] == 0:
                 spec = live.session.requests[child]
@@ -83,14 +82,10 @@ class SessionSource:
         if session is None or not session.requests:
             return False
         requests = session.requests
-        children: list[list[int]] = [[] for _ in requests]
         pending = [len(spec.deps) for spec in requests]
-        for index, spec in enumerate(requests):
-            for dep in spec.deps:
-                children[dep].append(index)
         is_warmup = self._slot_sessions[slot] < self.warmup_per_slot
         self._slot_sessions[slot] += 1
-        live = _LiveSession(self._next_session, slot, session, is_warmup, pending, children)
+        live = _LiveSession(self._next_session, slot, session, is_warmup, pending)
         self._live[live.index] = live
         self._next_session += 1
         for index, spec in enumerate(requests):

@@ -15,7 +15,7 @@ when a prefix pool is configured (random-token prompts share nothing).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -45,8 +45,19 @@ class Popularity(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Session:
+    """A session's requests; ``children[i]`` are the requests that wait on request ``i``
+    (derived once: a search replays the same session many times)."""
+
     requests: tuple[RequestSpec, ...]
     label: str = ""
+    children: tuple[tuple[int, ...], ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        children: list[list[int]] = [[] for _ in self.requests]
+        for index, spec in enumerate(self.requests):
+            for dep in spec.deps:
+                children[dep].append(index)
+        object.__setattr__(self, "children", tuple(tuple(c) for c in children))
 
 
 class Workload(Protocol):
