@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from agent.fidelity import full_requests, trial_requests
 from agent.guards import config_guard_reasons
+from agent.sustainable import METRIC as SUSTAINABLE_METRIC
+from agent.sustainable import sustainable
 from agent.trial import METRIC_DIGITS, Phase, SearchContext, Stage, Trial
 from levers.configuration import Configuration
 from objectives.slo import check_all, miss_distance
@@ -44,7 +46,19 @@ def rejected(phase: Phase, config: Configuration | None, proposed: Mapping[str, 
 def evaluate(context: SearchContext, config: Configuration, *, phase: Phase,
              proposed: Mapping[str, Any] | None = None, full_fidelity: bool = False) -> Trial:
     """Guard, check, predict, SLO-check and score one configuration (METHOD §6);
-    ``full_fidelity``: the DES at its default length even on a bounded search."""
+    ``full_fidelity``: the DES at its default length even on a bounded search. For the
+    max-sustainable-concurrency objective the candidate is then re-priced at the largest
+    concurrency that meets the SLOs (`agent.sustainable`)."""
+    started = time.perf_counter()
+    trial = _evaluate(context, config, phase, proposed, full_fidelity)
+    if context.objective.metric != SUSTAINABLE_METRIC or trial.metrics is None:
+        return trial
+    found = sustainable(trial, lambda c: _evaluate(context, c, phase, proposed, full_fidelity))
+    return replace(found, wall_ms=_ms_since(started))
+
+
+def _evaluate(context: SearchContext, config: Configuration, phase: Phase,
+              proposed: Mapping[str, Any] | None, full_fidelity: bool) -> Trial:
     started = time.perf_counter()
     guard = config_guard_reasons(context, config)
     if guard:

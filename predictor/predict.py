@@ -228,6 +228,18 @@ def _fusion_opportunities(target: Target, config: Configuration, step: StepCost,
     return tuple(found)
 
 
+def _des_comm_metrics(config: Configuration, models: dict[Configuration, StepModel],
+                      extra: dict) -> dict[str, float]:
+    """Communication per step at the DES's mean decode batch and prefill step (issue 13)."""
+    prefill_config, decode_config = pool_configs(config) or (config, config)
+    prefill_model, decode_model = models[prefill_config], models[decode_config]
+    batch = max(1, round(extra["mean_decode_batch"]))
+    tokens = max(1, round(extra["mean_prefill_tokens"]))
+    context = extra.get("mean_decode_context_tokens", 0.0)
+    return {"decode_comm_ms": communication_ms(decode_model, decode_model.decode(batch, context), batch),
+            "prefill_comm_ms": communication_ms(prefill_model, prefill_model.prefill(tokens, 1, 0.0), tokens)}
+
+
 def _des(target: Target, config: Configuration, workload: WorkloadSpec, store: AnchorStore | None,
          memory: MemoryBreakdown, seed: int, num_requests: int | None) -> Prediction:
     from predictor.sim import simulate
@@ -243,6 +255,7 @@ def _des(target: Target, config: Configuration, workload: WorkloadSpec, store: A
                       num_requests=num_requests, seed=seed)
     metrics = dict(result.metrics)
     metrics.update(_memory_metrics(memory, config))
+    metrics.update(_des_comm_metrics(config, models, result.extra))
     chosen = list(models.values())
     mode, anchor_id = _combined(chosen)
     flags = tuple(dict.fromkeys(f for m in chosen for f in m.flags))
