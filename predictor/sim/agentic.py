@@ -205,6 +205,7 @@ class _SessionBuilder:
         self.p = workload.profile
         self.rng = rng
         self.cap = workload.max_context_tokens
+        self.index = index
         self.base = index << SESSION_ID_SHIFT
         self.streams = 0
         self.requests: list[RequestSpec] = []
@@ -229,8 +230,8 @@ class _SessionBuilder:
         p, rng = self.p, self.rng
         turns = max(1, round(p.turns_per_session.draw(rng)))
         fraction = rng.uniform(*p.warm_start_fraction)
-        skip = int(turns * fraction) if warm else 0
         chain = self._chain(turns, int(p.first_prompt_tokens.draw(rng)), p)
+        skip = int(len(chain.prompts) * fraction) if warm else 0
         groups = rng.random(len(chain.prompts)) < p.subagents.group_probability_per_turn.value
         deps: tuple[int, ...] = ()
         for turn, (prompt, output, think) in enumerate(zip(chain.prompts, chain.outputs, chain.thinks)):
@@ -242,7 +243,7 @@ class _SessionBuilder:
             deps = (len(self.requests) - 1,)
             if group is not None:
                 deps = self._append_group(group, deps[0])
-        return Session(tuple(self.requests))
+        return Session(tuple(self.requests), f"session {self.index}")
 
     def _subagent_group(self) -> list[tuple[np.ndarray, float, _Chain]]:
         """Draw a group: per subagent its block stream, start delay and turns."""

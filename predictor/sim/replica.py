@@ -14,6 +14,7 @@ delays an admission.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -50,20 +51,38 @@ class StepPlan:
     def end_us(self) -> float:
         return self.start_us + self.duration_us
 
-    def truncated(self, now_us: float) -> StepPlan:
-        """The same stretch cut at its first step boundary at or after ``now_us``."""
-        elapsed, kept, cut = now_us - self.start_us, [], 0.0
+    def truncated(self, now_us: float, price: Callable[[float], float] | None = None) -> StepPlan:
+        """The same run cut at its first step boundary at or after ``now_us``. A segment cut
+        part-way is re-priced at the middle of the steps it keeps (``price(offset)``: the
+        step ``offset`` steps into the run), not at its full middle: a long prompt's chunks
+        grow dearer step by step."""
+        elapsed, kept, cut, done = now_us - self.start_us, [], 0.0, 0
         for count, step_us in self.segments:
             remaining = elapsed - cut
             if kept and remaining <= 1e-9:
                 break
             need = max(1, math.ceil(remaining / step_us - 1e-9)) if step_us > 0 else count
             if need < count:
-                kept.append((need, step_us))
+                kept.append(_partial(need, count, step_us, remaining, done, price))
                 break
             kept.append((count, step_us))
             cut += count * step_us
+            done += count
         return plan(self.batch, self.kind, self.start_us, tuple(kept), self.stalls_decoders, self.shape)
+
+
+def _partial(need: int, count: int, step_us: float, remaining_us: float, done: int,
+             price: Callable[[float], float] | None) -> tuple[int, float]:
+    """(steps, step_us) kept of a segment: at least ``need``, re-priced, still ending at or
+    after the cut (``remaining_us`` into the segment)."""
+    if price is None:
+        return need, step_us
+    while need < count:
+        us = price(done + (need - 1) / 2.0)
+        if need * us >= remaining_us - 1e-9:
+            return need, us
+        need += 1
+    return count, step_us
 
 
 def plan(batch: Batch, kind: StepKind, start_us: float, segments: tuple[tuple[int, float], ...],
@@ -112,7 +131,9 @@ class Replica:
         plan = self.plan
         if plan is None or plan.num_steps <= 1 or now_us >= plan.end_us:
             return None
-        cut = plan.truncated(now_us)
+        shape, pricer = plan.shape, self.pricer
+        cut = plan.truncated(now_us, None if pricer.exact or shape is None else
+                             (lambda offset: pricer.step_us(shape, offset)))
         if cut.num_steps == plan.num_steps:
             return None
         self.plan = cut
