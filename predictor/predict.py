@@ -92,9 +92,11 @@ def step_model_for(target: Target, config: Configuration, store: AnchorStore | N
 
 def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
             store: AnchorStore | None = None, need_distribution: bool = False, seed: int = 0,
-            num_requests: int | None = None) -> Prediction:
+            num_requests: int | None = None, replications: int = 1, stop_rules: tuple = ()) -> Prediction:
     """Price ``config`` for ``target`` under ``workload``; illegal configurations come
-    back with their reasons and ``metrics=None``."""
+    back with their reasons and ``metrics=None``. ``replications`` > 1 (DES only) replays
+    independent draws: means with 90% ``seed_intervals`` (predictor.sim.replications);
+    ``stop_rules`` end a DES replay that has clearly missed a bound (predictor.sim.stop)."""
     started = time.perf_counter()
     feasibility = check_configuration(target.card, target.cluster, target.engine, config,
                                       workload.context_tokens)
@@ -103,7 +105,8 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     if workload.is_fixed and not need_distribution:
         prediction = _analytical(target, config, workload, store, feasibility.memory)
     else:
-        prediction = _des(target, config, workload, store, feasibility.memory, seed, num_requests)
+        prediction = _des(target, config, workload, store, feasibility.memory, seed, num_requests, replications,
+                          stop_rules)
     return replace(prediction, wall_ms=(time.perf_counter() - started) * MS_PER_S)
 
 
@@ -241,7 +244,8 @@ def _des_comm_metrics(config: Configuration, models: dict[Configuration, StepMod
 
 
 def _des(target: Target, config: Configuration, workload: WorkloadSpec, store: AnchorStore | None,
-         memory: MemoryBreakdown, seed: int, num_requests: int | None) -> Prediction:
+         memory: MemoryBreakdown, seed: int, num_requests: int | None, replications: int = 1,
+         stop_rules: tuple = ()) -> Prediction:
     from predictor.sim import simulate
 
     models: dict[Configuration, StepModel] = {}
@@ -252,14 +256,17 @@ def _des(target: Target, config: Configuration, workload: WorkloadSpec, store: A
         return models[replica_config]
 
     result = simulate(target, config, workload, step_model_factory=factory,
-                      num_requests=num_requests, seed=seed)
+                      num_requests=num_requests, seed=seed, replications=replications, stop_rules=stop_rules)
     metrics = dict(result.metrics)
     metrics.update(_memory_metrics(memory, config))
     metrics.update(_des_comm_metrics(config, models, result.extra))
     chosen = list(models.values())
     mode, anchor_id = _combined(chosen)
     flags = tuple(dict.fromkeys(f for m in chosen for f in m.flags))
+    if "stopped_early" in result.extra:
+        flags += (f"stopped early: {result.extra['stopped_early']['reason']}",)
     return Prediction(
         legal=True, reasons=(), mode=mode, anchor_id=anchor_id,
         flags=flags, metrics=metrics, memory=memory, breakdown={"des": result.to_json()}, source="des",
+        seed_intervals=dict(result.seed_intervals),
     )

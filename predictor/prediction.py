@@ -38,6 +38,7 @@ class Prediction:
     fusion_opportunities: tuple[dict[str, Any], ...] = ()
     source: str = "analytical"
     wall_ms: float = 0.0
+    seed_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # DES: 90% over replications
 
     def headline(self) -> dict[str, float] | None:
         if self.metrics is None:
@@ -58,6 +59,7 @@ class Prediction:
             "breakdown": self.breakdown,
             "fusion_opportunities": list(self.fusion_opportunities),
             "wall_ms": round(self.wall_ms, 3),
+            "seed_intervals": {k: [round(lo, 6), round(hi, 6)] for k, (lo, hi) in self.seed_intervals.items()},
         }
 
 

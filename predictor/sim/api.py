@@ -6,7 +6,8 @@ predictor passes its own, tests a fake) and a workload: a `predictor.workload.Wo
 Poisson at ``config.arrival_rate``; or ``agentic``: the synthetic agentic profile over
 ``config.concurrency`` live sessions), or a richer `SyntheticWorkload`, `AgenticWorkload`
 or trace (`load_trace`). The result is deterministic for a given seed: the workload
-and the router draw from separate generators spawned from it.
+and the router draw from separate generators spawned from it; ``replications`` replays
+independent draws (`predictor.sim.replications`).
 
 Steady-state semantics (matched by `predictor.analytical`): closed loop, zero think time,
 each client sends its next request the moment the previous one finishes; prompts are
@@ -28,10 +29,12 @@ from predictor.sim.agentic import AgenticWorkload, load_profile
 from predictor.sim.capacity import CapacityModel, memory_capacity
 from predictor.sim.deployment import BuildInputs, StepModelFactory, build_deployment
 from predictor.sim.prefix_cache import EvictionPolicy
+from predictor.sim.replications import combine, seed_sequence
 from predictor.sim.results import Recorder, SimResult
 from predictor.sim.router import Router
 from predictor.sim.simulator import Progress, Simulation
 from predictor.sim.source import SessionSource
+from predictor.sim.stop import StopRule
 from predictor.sim.trace_base import TraceWorkload
 from predictor.sim.workloads import (
     ArrivalMode,
@@ -43,6 +46,8 @@ from predictor.workload import WorkloadSpec
 
 if TYPE_CHECKING:
     from predictor.target import Target
+
+MAX_REPLICATIONS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,30 +81,52 @@ def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target
 def simulate(target: Target, config: Configuration, workload: WorkloadSpec | Workload, *,
              step_model_factory: StepModelFactory, num_requests: int | None = None, seed: int = 0,
              progress: Progress | None = None, capacity_model: CapacityModel | None = None,
-             options: SimOptions | None = None) -> SimResult:
+             options: SimOptions | None = None, replications: int = 1,
+             stop_rules: tuple[StopRule, ...] = ()) -> SimResult:
     """Replay ``workload`` on ``config`` for ``target``; see the module docstring.
 
     ``capacity_model`` (default: the memory model of ``target``) gives each replica
     configuration's per-rank KV pool; ``num_requests`` caps the released requests
     (default: the workload's own: 10 per client for fixed closed loops, 1000 open loop,
-    40 per session slot for agentic, every request of a trace).
+    40 per session slot for agentic, every request of a trace). ``replications`` > 1
+    replays independent draws and reports means with 90% intervals
+    (`predictor.sim.replications`); ``stop_rules`` end a replay that has clearly missed a
+    bound (`predictor.sim.stop`).
     """
     options = options or SimOptions()
     replayable = as_workload(workload, config, target)
     requests = num_requests if num_requests is not None else replayable.default_num_requests(config.concurrency)
     if requests < 1:
         raise InputError("--requests", f"{requests} requests", "at least 1")
-    workload_rng, router_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    if not 1 <= replications <= MAX_REPLICATIONS:
+        raise InputError("--replications", f"{replications} replications", f"1 to {MAX_REPLICATIONS}")
+    capacity = capacity_model or memory_capacity(target)
+    runs = [_replay(target, config, replayable, requests, seed_sequence(seed, r), step_model_factory,
+                    capacity, options, _share(progress, r, replications), stop_rules)
+            for r in range(replications)]
+    return combine(runs)
+
+
+def _share(progress: Progress | None, replication: int, replications: int) -> Progress | None:
+    """Progress of one replication as its share of them all."""
+    if progress is None or replications == 1:
+        return progress
+    return lambda done, total: progress(replication * total + done, replications * total)
+
+
+def _replay(target: Target, config: Configuration, replayable: Workload, requests: int,
+            root: np.random.SeedSequence, step_model_factory: StepModelFactory, capacity: CapacityModel,
+            options: SimOptions, progress: Progress | None, stop_rules: tuple[StopRule, ...] = ()) -> SimResult:
+    workload_rng, router_rng = (np.random.default_rng(s) for s in root.spawn(2))
     recorder = Recorder()
     cluster = target.cluster
-    inputs = BuildInputs(target.engine, step_model_factory, capacity_model or memory_capacity(target),
-                         replayable.block_tokens, options.eviction, cluster.gpu.host_link_gbps, recorder,
-                         options.exact_prices)
+    inputs = BuildInputs(target.engine, step_model_factory, capacity, replayable.block_tokens, options.eviction,
+                         cluster.gpu.host_link_gbps, recorder, options.exact_prices)
     deployment = build_deployment(config, inputs, scale_up_gpus=cluster.scale_up_gpus(),
                                   fabric_gbps=cluster.gpu.intra_node_bw_gbps, nic_gbps=cluster.gpu.nic_bw_gbps)
     source = SessionSource(replayable, requests, config.concurrency, workload_rng)
     simulation = Simulation(deployment, source, Router(config.router, router_rng), recorder, progress,
-                            keep_rows=options.keep_rows)
+                            keep_rows=options.keep_rows, stop_rules=stop_rules)
     result = simulation.run()
     if isinstance(replayable, TraceWorkload):
         result.extra["bad_lines_skipped"] = replayable.bad_lines

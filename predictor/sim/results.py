@@ -120,6 +120,8 @@ class SimResult:
     sim_time_s: float
     extra: dict = field(default_factory=dict)
     rows: tuple[dict, ...] = ()
+    replications: int = 1
+    seed_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)   # 90%, over replications
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -135,6 +137,9 @@ class SimResult:
         data.update(hit_rate=self.hit_rate, num_requests=self.num_requests,
                     sim_wall_s=round(self.sim_wall_s, 4), sim_time_s=round(self.sim_time_s, 3))
         data.update(self.extra)
+        data["replications"] = self.replications
+        if self.seed_intervals:
+            data["seed_intervals"] = {k: [_round(lo), _round(hi)] for k, (lo, hi) in self.seed_intervals.items()}
         return data
 
     def write_csv(self, path: str | Path) -> None:

@@ -6,7 +6,8 @@ rank (`router`), waits for its DRAM-resident prefix to load if it has one (`host
 queues, is admitted and prefilled and decoded by its replica's engine steps
 (`replica`: schedule -> price -> advance), and on completion tells its workload source,
 which may release the next turn. Under disaggregation a prefilled request's KV is
-handed off (`handoff`) to the least-loaded decode rank.
+handed off (`handoff`) to the least-loaded decode rank. A replay that has clearly missed
+a latency bound it was given stops early (`stop`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from predictor.sim.results import (
 )
 from predictor.sim.router import Router, RouterPolicy
 from predictor.sim.source import SessionSource
+from predictor.sim.stop import CHECKS, MIN_REQUESTS, MIN_SHARE, StopRule
 from predictor.sim.workloads import ArrivalMode
 from predictor.units import US_PER_MS, US_PER_S
 
@@ -47,7 +49,8 @@ PROGRESS_STEPS = 100
 
 class Simulation:
     def __init__(self, deployment: Deployment, source: SessionSource, router: Router,
-                 recorder: Recorder, progress: Progress | None = None, keep_rows: bool = False) -> None:
+                 recorder: Recorder, progress: Progress | None = None, keep_rows: bool = False,
+                 stop_rules: tuple[StopRule, ...] = ()) -> None:
         self.deployment = deployment
         self.source = source
         self.router = router
@@ -61,6 +64,9 @@ class Simulation:
         self._seq = 0
         self._warmup_left = 0
         self._window_start: tuple[float, float, float] | None = None
+        self.stop_rules = stop_rules
+        self.stopped: dict | None = None
+        self._check_every = max(1, source.budget // CHECKS)
         self._handlers = {Arrival: self._on_arrival, LoadDone: self._on_load_done,
                           HandoffDone: self._on_handoff_done, StepEnd: self._on_step_end, Kick: self._on_kick}
 
@@ -77,12 +83,29 @@ class Simulation:
         if self._warmup_left == 0:
             self._window_start = (0.0, 0.0, 0.0)
         heap, handlers = self._heap, self._handlers
-        while heap:
+        while heap and self.stopped is None:
             at_us, _, _, event = heapq.heappop(heap)
             self.now_us = at_us
             for when, new in handlers[type(event)](event):
                 self._push(when, new)
         return self._result(time.perf_counter() - started)
+
+    def _check_stop(self) -> None:
+        """Stop once a rule is clearly missed (`predictor.sim.stop`)."""
+        done = len(self.finished)
+        if done % self._check_every or done < MIN_SHARE * self.source.budget:
+            return
+        measured = self._measured()
+        if len(measured) < MIN_REQUESTS:
+            return
+        flat = {f"{name}_{stat}": value for name, dist in latency_distributions(measured, self.recorder).items()
+                for stat, value in dist.items()}
+        for rule in self.stop_rules:
+            value = flat.get(rule.key)
+            if rule.clearly_missed(value):
+                self.stopped = {"reason": rule.describe(value), "after_requests": done,
+                                "of_budget": self.source.budget, "at_s": round(self.now_us / US_PER_S, 3)}
+                return
 
     # -- handlers ----------------------------------------------------------------------------
     def _on_arrival(self, event: Arrival) -> list[tuple[float, Event]]:
@@ -191,6 +214,8 @@ class Simulation:
             done, total = len(self.finished), self.source.budget
             if done % max(1, total // PROGRESS_STEPS) == 0 or done == total:
                 self.progress(done, total)
+        if self.stop_rules:
+            self._check_stop()
         return [(at_us, Arrival(new)) for at_us, new in releases]
 
     def _check_fits(self, request: Request, rank: Rank, pool: Pool) -> None:
@@ -230,6 +255,8 @@ class Simulation:
         scalars["generation_rate"] = distributions["interactivity"]["mean"]
         rows = request_rows(self.finished, {r.rid for r in measured}) if self.keep_rows else ()
         extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished), **recorder.step_means()}
+        if self.stopped is not None:
+            extra["stopped_early"] = self.stopped
         return SimResult(distributions, scalars, hit_rates(deployment), len(measured), wall_s,
                          self.now_us / US_PER_S, extra, rows)
 

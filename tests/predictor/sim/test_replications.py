@@ -1,0 +1,68 @@
+"""Replications (predictor.sim.replications): independent workload draws, their mean and
+its 90% interval, which narrows as replications are added; replication 0 is the plain run;
+a stopped replay says why."""
+
+import math
+
+import pytest
+
+from levers.configuration import Configuration
+from predictor.sim import simulate
+from predictor.sim.replications import mean_interval, overlap, t95
+from predictor.sim.stop import StopRule
+from predictor.workload import AGENTIC
+from tests.predictor.sim.sim_fakes import fake_factory, fixed_capacity
+
+KEYS = ("output_throughput_per_gpu", "ttft_ms_mean", "itl_ms_p90", "e2e_ms_mean")
+
+
+def run(target, replications, seed=0, **kwargs):
+    return simulate(target, Configuration(concurrency=6), AGENTIC, step_model_factory=fake_factory(),
+                    capacity_model=fixed_capacity(3_000_000), num_requests=90, seed=seed,
+                    replications=replications, **kwargs)
+
+
+def width(result, key):
+    low, high = result.seed_intervals[key]
+    return high - low
+
+
+def test_one_replication_is_the_plain_run_and_has_no_interval(target):
+    plain = run(target, 1)
+    assert plain.seed_intervals == {} and plain.replications == 1
+    pair = run(target, 2)
+    assert pair.replications == 2 and pair.num_requests > plain.num_requests
+    other = run(target, 1, seed=0)
+    assert other.metrics == plain.metrics
+
+
+def test_the_mean_sits_inside_its_interval_and_intervals_shrink_with_replications(target):
+    """Expected shrink from 3 to 12 replications: t(2)/sqrt(3) over t(11)/sqrt(12), 3.3x;
+    the sample spread itself varies, so the median over metrics must shrink by 1.5x."""
+    few, many = run(target, 3), run(target, 12)
+    ratios = []
+    for key in KEYS:
+        for result in (few, many):
+            low, high = result.seed_intervals[key]
+            assert low <= result.metrics[key] <= high
+        ratios.append(width(few, key) / width(many, key))
+    assert sorted(ratios)[len(ratios) // 2] > 1.5, ratios
+    assert "overall" in many.hit_rate["intervals"]
+
+
+def test_intervals_follow_students_t():
+    mean, (low, high) = mean_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and high - mean == pytest.approx(t95(2) * 1.0 / math.sqrt(3))
+    assert mean_interval([4.0]) == (4.0, None)
+    assert t95(1) == pytest.approx(6.314) and t95(100) == pytest.approx(1.645)
+    assert overlap((1.0, 2.0), (2.0, 3.0)) and not overlap((1.0, 2.0), (2.1, 3.0)) and not overlap(None, (1, 2))
+
+
+def test_a_replay_that_clearly_misses_a_bound_stops_and_says_why(target):
+    full = run(target, 1)
+    stopped = run(target, 1, stop_rules=(StopRule("ttft_ms_mean", full.metrics["ttft_ms_mean"] / 10),))
+    info = stopped.extra["stopped_early"]
+    assert info["after_requests"] < 90 and "ttft_ms_mean" in info["reason"]
+    assert stopped.metrics["ttft_ms_mean"] > 3 * full.metrics["ttft_ms_mean"] / 10
+    kept = run(target, 1, stop_rules=(StopRule("ttft_ms_mean", full.metrics["ttft_ms_mean"]),))
+    assert "stopped_early" not in kept.extra and kept.metrics == full.metrics
