@@ -25,8 +25,13 @@ re-prices at the default those of the :data:`CONFIRM_TOP` best distinct search t
 full-fidelity trial meets the SLOs, the next candidates are confirmed too, up to
 :data:`CONFIRM_MAX` in all.
 
-An explicit ``--des-requests N`` keeps its meaning: every trial replays N requests and
-there is no confirm step (all trials already share one fidelity).
+An explicit ``--des-requests N`` keeps its meaning: every trial replays N requests.
+
+Every DES search ends with the confirm step, bounded or not: the finalists are re-priced
+with :data:`REPLICATIONS` independent workload draws (`predictor.sim.replications`), so
+each carries a 90% interval per metric, and the answer is chosen among them; a finalist
+whose objective interval overlaps the best's is reported as a tie. Search trials share
+one draw per seed (common random numbers), so their differences are the candidates'.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ SEARCH_MAX_REQUESTS = 1024        # DES requests of a search trial, at most (bel
 SEARCH_REQUESTS_PER_CLIENT = 4    # ... but at least this many per client
 CONFIRM_TOP = 5                   # trials re-priced at full fidelity at the end of a search
 CONFIRM_MAX = 10                  # ... extended to this many while none meets the SLOs
+REPLICATIONS = 5                  # independent workload draws per confirm trial (90% intervals)
 SEARCH_RULE = (f"min(default, max({SEARCH_MAX_REQUESTS}, {SEARCH_REQUESTS_PER_CLIENT} * concurrency)) "
                "DES requests per search trial; the confirm step re-prices the best at the default")
 
@@ -63,7 +69,7 @@ def bounded_requests(full: int, concurrency: int) -> int:
 
 def trial_requests(context: "SearchContext", config: "Configuration", *, full: bool = False) -> int | None:
     """DES requests to price ``config`` with (None: the predictor's default or no DES)."""
-    if not confirms(context):
+    if not bounds(context):
         return context.num_requests
     default = full_requests(context, config)
     return default if full else bounded_requests(default, config.concurrency)
@@ -71,20 +77,25 @@ def trial_requests(context: "SearchContext", config: "Configuration", *, full: b
 
 def is_full_fidelity(context: "SearchContext", trial: "Trial") -> bool:
     """Whether ``trial`` was priced at the fidelity the answer is chosen at."""
-    if not confirms(context) or trial.des_requests is None or trial.config is None:
+    if not bounds(context) or trial.des_requests is None or trial.config is None:
         return True
     return trial.des_requests >= full_requests(context, trial.config)
 
 
-def confirms(context: "SearchContext") -> bool:
-    """Whether a search on ``context`` ends with the confirm step."""
+def bounds(context: "SearchContext") -> bool:
+    """Whether a search on ``context`` bounds its DES trials' length."""
     return context.bounded_fidelity and context.num_requests is None and uses_des(context)
+
+
+def confirms(context: "SearchContext") -> bool:
+    """Whether a search on ``context`` ends with the confirm step (replicated finalists)."""
+    return uses_des(context)
 
 
 def fidelity_json(context: "SearchContext") -> dict[str, Any] | None:
     """The ledger's ``search_fidelity`` block (None: every trial at one fidelity)."""
-    if not confirms(context):
+    if not bounds(context):
         return None
     return {"rule": SEARCH_RULE, "max_requests": SEARCH_MAX_REQUESTS,
             "requests_per_client": SEARCH_REQUESTS_PER_CLIENT, "confirm_top": CONFIRM_TOP,
-            "confirm_max": CONFIRM_MAX}
+            "confirm_max": CONFIRM_MAX, "replications": REPLICATIONS}

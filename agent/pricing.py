@@ -43,6 +43,7 @@ class Job:
     phase: Phase
     proposed: dict[str, Any] | None = None
     full_fidelity: bool = False
+    replications: int = 1
 
 
 def available_cores() -> int:
@@ -75,7 +76,7 @@ def _init_worker(question: "TuneRequest") -> None:
 
 def _price_in_worker(job: Job) -> Trial:
     return evaluate(_WORKER_CONTEXT, job.config, phase=job.phase, proposed=job.proposed,
-                    full_fidelity=job.full_fidelity)
+                    full_fidelity=job.full_fidelity, replications=job.replications)
 
 
 # -- caller side ----------------------------------------------------------------------
@@ -102,7 +103,7 @@ class Pricer:
 
     def _price_here(self, job: Job) -> Trial:
         return evaluate(self.context, job.config, phase=job.phase, proposed=job.proposed,
-                        full_fidelity=job.full_fidelity)
+                        full_fidelity=job.full_fidelity, replications=job.replications)
 
     def _pool(self) -> Executor:
         if self._executor is None:

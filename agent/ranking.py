@@ -6,7 +6,9 @@ decides; ties go to the earlier trial. When no trial meets the SLOs there is no 
 the nearest misses are ranked by ``objectives.slo.miss_distance`` (then objective).
 
 The *leader* (the best, or while there is none the nearest miss) drives the staleness
-stop rule: it orders every priced trial by :func:`leader_key`.
+stop rule: it orders every priced trial by :func:`leader_key`. Replicated trials (the
+confirm step) carry 90% intervals; one whose objective interval overlaps the best's is
+a *tie* (:func:`ties_with`): their order is inside the simulator's noise.
 """
 
 from __future__ import annotations
@@ -56,6 +58,21 @@ def nearest_misses(trials: Iterable[Trial], count: int) -> list[Trial]:
     """Priced trials that miss (or cannot show) an SLO, nearest first."""
     misses = [t for t in trials if t.priced and t.slo_met is not True and t.duplicate_of is None]
     return sorted(misses, key=lambda t: (_neg(leader_key(t)), t.index))[:count]
+
+
+def ties_with(best: Trial, trials: Iterable[Trial], metric: str) -> list[Trial]:
+    """Other distinct SLO-meeting trials whose 90% replication interval of ``metric``
+    overlaps the best's: the gap between them is inside the simulator's noise, a tie."""
+    band = best.interval(metric)
+    if band is None:
+        return []
+    tied = []
+    for trial in trials:
+        other = trial.interval(metric)
+        if trial is not best and trial.config != best.config and meets_slos(trial) \
+                and trial.duplicate_of is None and other is not None and other[0] <= band[1] and band[0] <= other[1]:
+            tied.append(trial)
+    return tied
 
 
 def _neg(key: tuple[int, float, float]) -> tuple[float, ...]:

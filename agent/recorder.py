@@ -86,6 +86,7 @@ class LedgerRecorder:
         return {
             "updated_at": now_text(), "status": status,
             "best": summary(best) if best else None,
+            "ties": [t.index for t in session.ties()] if best else [],
             "nearest_misses": [summary(t) for t in misses],
             "stop_reason": stop_reason, "llm": session.notes.to_json(),
             "stats": self.stats(session),
@@ -127,7 +128,9 @@ def trial_from_record(record: TrialRecord, context: SearchContext) -> Trial:
         slo_checks=tuple(c.model_dump() for c in record.slo_checks), miss_distance=record.miss_distance,
         fusion_opportunities=tuple(record.fusion_opportunities), wall_ms=record.wall_ms,
         duplicate_of=record.duplicate_of, score=score, index=record.index,
-        des_requests=record.des_requests, confirm_of=record.confirm_of,
+        des_requests=record.des_requests, confirm_of=record.confirm_of, replications=record.replications,
+        seed_intervals=None if record.seed_intervals is None else
+        {key: (lo, hi) for key, (lo, hi) in record.seed_intervals.items()},
     )
 
 

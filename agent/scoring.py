@@ -6,7 +6,8 @@ guard (validated precisions) -> structural check -> memory cap (90% of HBM) ->
 prediction (the anchor of the configuration's parallel shape, else simulate mode,
 flagged rank-only — the predictor decides and says which) -> SLO check -> objective
 value. The DES runs when the workload is agentic (the predictor's rule) or an SLO bounds
-a percentile (``need_distribution``). The LLM never prices anything: it only proposes.
+a percentile (``need_distribution``); a search trial's replay stops once it has clearly
+missed an SLO (`predictor.sim.stop`). The LLM never prices anything: it only proposes.
 
 The predictor is injected (:class:`SearchContext` holds ``predict_fn`` and ``check_fn``)
 so unit tests run against a fake and the real search against
@@ -24,13 +25,14 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from agent.fidelity import full_requests, trial_requests
+from agent.fidelity import full_requests, trial_requests, uses_des
 from agent.guards import config_guard_reasons
 from agent.sustainable import METRIC as SUSTAINABLE_METRIC
 from agent.sustainable import sustainable
 from agent.trial import METRIC_DIGITS, Phase, SearchContext, Stage, Trial
 from levers.configuration import Configuration
-from objectives.slo import check_all, miss_distance
+from objectives.slo import UPPER, check_all, miss_distance
+from predictor.sim.stop import StopRule
 from predictor.units import MS_PER_S
 
 if TYPE_CHECKING:  # the predictor is reached through the injected functions only
@@ -44,21 +46,22 @@ def rejected(phase: Phase, config: Configuration | None, proposed: Mapping[str, 
 
 
 def evaluate(context: SearchContext, config: Configuration, *, phase: Phase,
-             proposed: Mapping[str, Any] | None = None, full_fidelity: bool = False) -> Trial:
+             proposed: Mapping[str, Any] | None = None, full_fidelity: bool = False,
+             replications: int = 1) -> Trial:
     """Guard, check, predict, SLO-check and score one configuration (METHOD §6);
     ``full_fidelity``: the DES at its default length even on a bounded search. For the
     max-sustainable-concurrency objective the candidate is then re-priced at the largest
     concurrency that meets the SLOs (`agent.sustainable`)."""
     started = time.perf_counter()
-    trial = _evaluate(context, config, phase, proposed, full_fidelity)
+    trial = _evaluate(context, config, phase, proposed, full_fidelity, replications)
     if context.objective.metric != SUSTAINABLE_METRIC or trial.metrics is None:
         return trial
-    found = sustainable(trial, lambda c: _evaluate(context, c, phase, proposed, full_fidelity))
+    found = sustainable(trial, lambda c: _evaluate(context, c, phase, proposed, full_fidelity, replications))
     return replace(found, wall_ms=_ms_since(started))
 
 
 def _evaluate(context: SearchContext, config: Configuration, phase: Phase,
-              proposed: Mapping[str, Any] | None, full_fidelity: bool) -> Trial:
+              proposed: Mapping[str, Any] | None, full_fidelity: bool, replications: int = 1) -> Trial:
     started = time.perf_counter()
     guard = config_guard_reasons(context, config)
     if guard:
@@ -70,10 +73,13 @@ def _evaluate(context: SearchContext, config: Configuration, phase: Phase,
         stage = Stage.STRUCTURE if feasibility.memory is None else Stage.MEMORY
         return rejected(phase, config, proposed, feasibility.reasons, stage, _ms_since(started))
     requests = trial_requests(context, config, full=full_fidelity)
+    extra: dict[str, Any] = {"replications": replications} if replications > 1 else {}
+    if not full_fidelity and replications == 1 and context.slos and uses_des(context):
+        extra["stop_rules"] = stop_rules(context)
     try:
         prediction = context.predict_fn(
             target, config, context.workload, store=context.store, seed=context.seed,
-            num_requests=requests, need_distribution=context.need_distribution)
+            num_requests=requests, need_distribution=context.need_distribution, **extra)
     except Exception as error:  # noqa: BLE001 - a predictor failure must not lose the search
         reason = f"prediction failed: {type(error).__name__}: {error}"
         return rejected(phase, config, proposed, [reason], Stage.PREDICTION, _ms_since(started))
@@ -84,12 +90,12 @@ def _evaluate(context: SearchContext, config: Configuration, phase: Phase,
     if prediction.source == "des" and requests is None:
         requests = full_requests(context, config)
     return _priced(context, config, phase, proposed, prediction, _ms_since(started),
-                   requests if prediction.source == "des" else None)
+                   requests if prediction.source == "des" else None, replications)
 
 
 def _priced(context: SearchContext, config: Configuration, phase: Phase,
             proposed: Mapping[str, Any] | None, prediction: "Prediction", wall_ms: float,
-            des_requests: int | None = None) -> Trial:
+            des_requests: int | None = None, replications: int = 1) -> Trial:
     metrics = clean_metrics(prediction.metrics)
     met, checks = check_all(context.slos, metrics)
     reasons = tuple(f"SLO missed: {c}" for c in checks if c.met is False)
@@ -104,7 +110,22 @@ def _priced(context: SearchContext, config: Configuration, phase: Phase,
         miss_distance=round(miss_distance(checks), METRIC_DIGITS),
         fusion_opportunities=tuple(json_safe(dict(f)) for f in prediction.fusion_opportunities),
         wall_ms=wall_ms, score=objective.signed_score(metrics), des_requests=des_requests,
+        replications=max(1, replications) if prediction.seed_intervals else 1,
+        seed_intervals=_intervals(prediction.seed_intervals),
     )
+
+
+def stop_rules(context: SearchContext) -> tuple[StopRule, ...]:
+    """The SLOs as rules that end a search trial's DES replay once clearly missed."""
+    return tuple(StopRule(slo.key, slo.value, slo.op == UPPER) for slo in context.slos)
+
+
+def _intervals(intervals: Mapping[str, tuple[float, float]] | None) -> dict[str, tuple[float, float]] | None:
+    """Rounded, finite replication intervals (None: the prediction has none)."""
+    if not intervals:
+        return None
+    return {key: (round(lo, METRIC_DIGITS), round(hi, METRIC_DIGITS)) for key, (lo, hi) in intervals.items()
+            if math.isfinite(lo) and math.isfinite(hi)}
 
 
 def with_index(trial: Trial, index: int) -> Trial:

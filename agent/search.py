@@ -10,8 +10,8 @@ search always ends on a stop rule (budget, staleness) or when the seeds run out.
 
 Seed rounds are priced in batches (in parallel with ``--workers``, :mod:`agent.pricing`)
 and recorded in order, checking the stop rules before each trial as a sequential search
-does. When DES trials were bounded (:mod:`agent.fidelity`), a confirm step re-prices the
-best at full fidelity and the answer is chosen among the full-fidelity trials.
+does. A DES search ends with a confirm step (:mod:`agent.fidelity`): its best are re-priced
+at full fidelity over several replications and the answer is chosen among them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from agent.fidelity import CONFIRM_MAX, CONFIRM_TOP, confirms
+from agent.fidelity import CONFIRM_MAX, CONFIRM_TOP, REPLICATIONS, confirms
 from agent.investigator import DEFAULT_MAX_STEPS, run_investigator
 from agent.lm import LmRuntime, Outcome
 from agent.planner import execute_plan, run_planner
@@ -53,6 +53,7 @@ class SearchOutcome:
     best: Trial | None
     top: list[Trial]
     nearest_misses: list[Trial]
+    ties: list[Trial]           # answer-pool trials whose objective interval overlaps the best's
     stop_reason: str
     lm_note: str | None
     wall_s: float
@@ -68,7 +69,7 @@ def seed_target(settings: SearchSettings, has_lm: bool) -> int:
 def run_search(session: SearchSession, settings: SearchSettings, runtime: LmRuntime | None,
                top: int = 10, pricer: Pricer | None = None) -> SearchOutcome:
     """Run (or continue) a search on ``session`` until a stop rule or the seeds run out,
-    then confirm its best when its DES trials were bounded."""
+    then confirm its best (replicated, at full fidelity) when it ran the DES."""
     started = time.perf_counter()
     pricer = pricer or Pricer(session.context)
     planner = SeedPlanner(session.context)
@@ -85,7 +86,7 @@ def run_search(session: SearchSession, settings: SearchSettings, runtime: LmRunt
     if confirms(session.context):
         run_confirm(session, pricer)
     return SearchOutcome(
-        best=session.best(), top=session.top(top), nearest_misses=session.nearest_misses(top),
+        best=session.best(), top=session.top(top), nearest_misses=session.nearest_misses(top), ties=session.ties(),
         stop_reason=stop or session.stop_reason() or SEEDS_EXHAUSTED, lm_note=lm_note,
         wall_s=time.perf_counter() - started)
 
@@ -119,10 +120,10 @@ def confirm_candidates(session: SearchSession) -> list[Trial]:
 
 
 def run_confirm(session: SearchSession, pricer: Pricer) -> None:
-    """Re-price at full DES fidelity the bounded ones among the :data:`CONFIRM_TOP` best
-    search trials; while no full-fidelity trial meets the SLOs, go on down the ranking,
-    up to :data:`CONFIRM_MAX` candidates. Trials already at full fidelity, or confirmed
-    before (a resumed search), are not priced again."""
+    """Re-price the :data:`CONFIRM_TOP` best search trials at full DES fidelity over
+    :data:`REPLICATIONS` workload draws; while no confirm trial meets the SLOs, go on down
+    the ranking, up to :data:`CONFIRM_MAX` candidates. Trials confirmed before (a resumed
+    search) are not priced again."""
     candidates = confirm_candidates(session)
     considered = 0
     while considered < len(candidates):
@@ -131,7 +132,8 @@ def run_confirm(session: SearchSession, pricer: Pricer) -> None:
         size = CONFIRM_TOP if considered == 0 else CONFIRM_MAX - considered
         batch = [t for t in candidates[considered:considered + size] if not session.is_confirmed(t)]
         considered += size
-        jobs = [Job(t.config, Phase.CONFIRM, t.proposed, full_fidelity=True) for t in batch]
+        jobs = [Job(t.config, Phase.CONFIRM, t.proposed, full_fidelity=True, replications=REPLICATIONS)
+                for t in batch]
         trials = pricer.price(jobs)
         try:
             for trial, repriced in zip(batch, trials):

@@ -13,7 +13,10 @@ budget (:data:`STALE_FRACTION`).
 When the search bounds its DES trials (:mod:`agent.fidelity`), the answer (best, top,
 nearest misses) is chosen among the trials priced at full fidelity: search trials whose
 bounded length was the default anyway, and confirm trials (the best re-priced at full
-fidelity). Confirm trials spend no budget and never lead the search.
+fidelity). Once a DES search has confirm trials (its finalists re-priced over several
+replications, with 90% intervals), the answer is chosen among those alone, and the
+trials whose objective interval overlaps the best's are its ties. Confirm trials spend
+no budget and never lead the search.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agent.fidelity import confirms, is_full_fidelity
+from agent.fidelity import bounds, confirms, is_full_fidelity
 from agent.guards import guard_proposal
-from agent.ranking import best_trial, is_better, nearest_misses, top_trials
+from agent.ranking import best_trial, is_better, nearest_misses, ties_with, top_trials
 from agent.scoring import duplicate, evaluate, rejected, with_index
 from agent.trial import Phase, SearchContext, Stage, Trial
 from levers.configuration import Configuration
@@ -73,9 +76,12 @@ class SearchSession:
         self.leader_since = 0  # search trials recorded when the leader last changed
         self.num_search_trials = 0  # every trial but the confirm step's (they spend the budget)
         self.confirmed: dict[Configuration, Trial] = {}  # configuration -> its confirm trial
-        self.bounded = confirms(context)  # DES trials bounded: the answer needs full fidelity
+        self.bounded = bounds(context)  # DES trials bounded: the answer needs full fidelity
+        self.confirming = confirms(context)  # a DES search: the answer comes from replicated finalists
         self.full_fidelity: list[Trial] = []  # the answer pool of a bounded search
         self.full_leader: Trial | None = None
+        self.confirm_pool: list[Trial] = []  # the answer pool once finalists are replicated
+        self.confirm_leader: Trial | None = None
         self._seen: dict[Configuration, Trial] = {}
 
     # -- budget and stop rules ---------------------------------------------------------
@@ -136,6 +142,9 @@ class SearchSession:
                 self.full_leader = trial
         if trial.phase is Phase.CONFIRM:
             self.confirmed.setdefault(trial.config, trial)
+            self.confirm_pool.append(trial)
+            if is_better(trial, self.confirm_leader):
+                self.confirm_leader = trial
             return
         self.num_search_trials += 1
         if trial.config is not None and trial.duplicate_of is None:
@@ -153,19 +162,32 @@ class SearchSession:
         return self.leader.config if self.leader else None
 
     def answer_pool(self) -> list[Trial]:
-        """Where the answer is chosen: the full-fidelity trials of a bounded search, else all."""
+        """Where the answer is chosen: the replicated finalists once there are any, else the
+        full-fidelity trials of a bounded search, else all."""
+        if self.confirm_pool:
+            return self.confirm_pool
         return self.full_fidelity if self.bounded else self.trials
 
     def answer_leader(self) -> Trial | None:
         """The best of the answer pool, or its nearest miss (the ledger's best/misses)."""
+        if self.confirm_pool:
+            return self.confirm_leader
         return self.full_leader if self.bounded else self.leader
 
     def is_confirmed(self, trial: Trial) -> bool:
-        """Priced at full fidelity already, or re-priced by the confirm step."""
-        return trial.config in self.confirmed or not self.bounded or is_full_fidelity(self.context, trial)
+        """Re-priced by the confirm step (a search without one: always)."""
+        return trial.config in self.confirmed or not self.confirming
 
     def best(self) -> Trial | None:
         return best_trial(self.answer_pool())
+
+    def ties(self) -> list[Trial]:
+        """Answer-pool trials tied with the best (objective intervals overlap), best first."""
+        best = self.best()
+        if best is None:
+            return []
+        tied = ties_with(best, self.answer_pool(), self.context.objective.metric)
+        return top_trials(tied, len(tied))
 
     def top(self, count: int) -> list[Trial]:
         """The best SLO-meeting trials: full-fidelity ones first, then the bounded others."""
@@ -176,10 +198,11 @@ class SearchSession:
         return self._full_first(nearest_misses, count)
 
     def _full_first(self, rank: Callable[[list[Trial], int], list[Trial]], count: int) -> list[Trial]:
-        if not self.bounded:
+        pool = self.answer_pool()
+        if pool is self.trials:
             return rank(self.trials, count)
-        first = rank(self.full_fidelity, count)
-        shown = {t.config for t in self.full_fidelity}
+        first = rank(pool, count)
+        shown = {t.config for t in pool}
         rest = [t for t in self.trials if t.phase is not Phase.CONFIRM and t.config not in shown]
         return first + rank(rest, max(0, count - len(first)))
 

@@ -94,6 +94,8 @@ class Trial:
     index: int = -1
     des_requests: int | None = None     # DES requests it was priced with (None: analytical)
     confirm_of: int | None = None       # the search trial a confirm trial re-prices
+    replications: int = 1               # DES replications its metrics are the mean of
+    seed_intervals: dict[str, tuple[float, float]] | None = None   # 90% over replications, per metric
 
     @property
     def priced(self) -> bool:
@@ -118,4 +120,11 @@ class Trial:
             "fusion_opportunities": list(self.fusion_opportunities),
             "wall_ms": round(self.wall_ms, 3), "duplicate_of": self.duplicate_of,
             "des_requests": self.des_requests, "confirm_of": self.confirm_of,
+            "replications": self.replications,
+            "seed_intervals": None if self.seed_intervals is None else
+            {key: [lo, hi] for key, (lo, hi) in self.seed_intervals.items()},
         }
+
+    def interval(self, key: str) -> tuple[float, float] | None:
+        """The 90% replication interval of metric ``key`` (None: one replication)."""
+        return None if self.seed_intervals is None else self.seed_intervals.get(key)

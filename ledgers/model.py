@@ -63,6 +63,9 @@ class TrialRecord(_Strict):
     duplicate_of: int | None = Field(description="index of the earlier identical trial (not re-priced)")
     des_requests: int | None = Field(None, description="DES requests the trial was priced with (null: analytical)")
     confirm_of: int | None = Field(None, description="confirm phase: the search trial re-priced at full fidelity")
+    replications: int = Field(1, ge=1, description="DES replications the metrics are the mean of")
+    seed_intervals: dict[str, list[float]] | None = Field(
+        None, description="90% interval of each metric's mean over the replications, [lo, hi] (null: one)")
 
 
 class TrialSummary(_Strict):
@@ -124,6 +127,7 @@ class SearchFidelity(_Strict):
     requests_per_client: int = Field(ge=1, description="... but at least this many per client")
     confirm_top: int = Field(ge=0, description="best trials re-priced at the default DES length")
     confirm_max: int = Field(ge=0, description="confirmations at most while none meets the SLOs")
+    replications: int = Field(1, ge=1, description="independent workload draws per confirm trial")
 
 
 class Ledger(_Strict):
@@ -153,6 +157,7 @@ class Ledger(_Strict):
     baseline: dict[str, Any]
     trials: list[TrialRecord]
     best: TrialSummary | None
+    ties: list[int] = Field([], description="trials whose objective interval overlaps the best's: a tie")
     nearest_misses: list[TrialSummary]
     stop_reason: str | None
     llm: LlmNotes

@@ -38,7 +38,7 @@ from agent.cli.app import (
     print_json,
 )
 from agent.cli.info import JsonOpt
-from agent.cli.render import MISSING, config_text, number, percent, say
+from agent.cli.render import MISSING, config_text, number, percent, say, with_interval
 from agent.mix.candidates import DEFAULT_MAX_REQUESTS
 from agent.mix.config import Tier, load_mix_file
 from agent.mix.planner import plan_mix
@@ -132,7 +132,7 @@ def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
     table.add_column("#", no_wrap=True)
     table.add_column("model / engine (mode):\nconfiguration", overflow="fold", ratio=1, min_width=28)
     table.add_column("GPUs", justify="right", no_wrap=True)
-    for column in ("tok/s\nper GPU", f"tok/s/user\n{tier.interactivity_stat}", f"TTFT\n{tier.ttft_stat} s",
+    for column in ("out tok/s\nper GPU", f"tok/s/user\n{tier.interactivity_stat}", f"TTFT\n{tier.ttft_stat} s",
                    "head-\nroom"):
         table.add_column(column, justify="right", no_wrap=True)
     for slot in slots:
@@ -143,7 +143,8 @@ def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
             table.add_row(*row, style="red", end_section=True)
             continue
         for rank, scored in enumerate(choice.short_list, start=1):
-            table.add_row(*_row(slot.entry.name if rank == 1 else "", str(rank), scored, tier),
+            label = f"{rank} tie" if rank > 1 and scored.ties(choice.pick) else str(rank)
+            table.add_row(*_row(slot.entry.name if rank == 1 else "", label, scored, tier),
                           style="bold" if rank == 1 else "dim", end_section=rank == len(choice.short_list))
     return table
 
@@ -159,10 +160,12 @@ def _miss_text(slot: Slot) -> str:
 def _row(model: str, rank: str, scored: Scored, tier: Tier) -> list[str]:
     data = scored.to_json(tier)
     heading = f"{model}\n" if model else ""
+    intervals = data["intervals"]
     return [
         rank, f"{heading}{data['engine']} ({data['mode'] or MISSING}): {config_text(data['configuration'])}",
-        str(data["total_gpus"]), number(data["throughput_per_gpu"]), number(data["interactivity"]),
-        number(data["ttft_s"]), percent(data["headroom"], signed=True),
+        str(data["total_gpus"]), with_interval(data["output_throughput_per_gpu"], intervals.get("output_throughput_per_gpu")),
+        with_interval(data["interactivity"], intervals.get("interactivity")),
+        with_interval(data["ttft_s"], intervals.get("ttft_s")), percent(data["headroom"], signed=True),
     ]
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 from agent.cli.app import SEED, app, cli_errors, console, int_option, print_json
-from agent.cli.render import MISSING, number, paragraph, percent, say, table
+from agent.cli.render import MISSING, number, paragraph, percent, say, table, with_interval
 from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
 from levers.configuration import Configuration
 from predictor.predict import default_store, predict
@@ -35,6 +35,16 @@ SHOWN_METRICS = (
 )
 
 
+PREDICT_REPLICATIONS = 3     # DES workload draws per prediction (90% intervals)
+
+
+def _hits(hits: dict) -> str:
+    """Overall and per-tier hit rates, with their replication intervals."""
+    intervals = hits.get("intervals", {})
+    parts = [("overall", hits["overall"])] + list(hits.get("per_tier", {}).items())
+    return ", ".join(f"{name} {with_interval(value, intervals.get(name))}" for name, value in parts)
+
+
 def target_with_default_engine(model: str, cluster: str | None, engine: str | None) -> Target:
     """PRODUCT.md §2: the first engine with an anchor for the model there, else vllm."""
     return resolve_target(model, cluster, engine, has_anchor=default_store().has_anchor)
@@ -49,13 +59,15 @@ def predict_command(
     concurrency: Optional[int] = typer.Option(None, "--concurrency", parser=int_option("--concurrency", 1, 65536),
                                                 help="Overrides the concurrency lever."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs."),
+    replications: int = typer.Option(PREDICT_REPLICATIONS, "--replications", parser=int_option("--replications", 1, 32),
+                                     help="DES workload draws; metrics are their mean with a 90% interval."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."""
     target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency)
     spec = parse_workload(workload)
-    result = predict(target, configuration, spec, seed=seed)
+    result = predict(target, configuration, spec, seed=seed, replications=replications)
     if json_out:
         print_json({**target.to_json(), "workload": spec.name, "config": configuration.to_dict(),
                     **result.to_json()})
@@ -78,9 +90,12 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
                         ("unit", "left")], wrap=(1,))
     for label, stat, key, unit in SHOWN_METRICS:
         if result.metrics.get(key) is not None:
-            grid.add_row(label, stat, number(result.metrics[key]), unit)
+            grid.add_row(label, stat, with_interval(result.metrics[key], result.seed_intervals.get(key)), unit)
     paragraph(console, title, indent=0)
     console.print(grid)
+    hits = result.breakdown.get("des", {}).get("hit_rate")
+    if hits:
+        say(console, "prefix hit rate: " + _hits(hits))
     say(console, f"mode: {result.mode}; anchor: {result.anchor_id or MISSING}; source: {result.source}")
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")

@@ -21,7 +21,7 @@ from rich.table import Table
 from agent.briefing import describe
 from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, print_json, timeout_option
 from agent.cli.render import (MISSING, config_text, id_line, metric_header, number, objective_header, paragraph,
-                              percent, say, table)
+                              percent, say, table, with_interval)
 from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
 from agent.lm import DEFAULT_TIMEOUT_S
 from agent.trial import Trial
@@ -108,6 +108,7 @@ def result_json(result: TuneResult) -> dict:
         "best": outcome.best.to_json() if outcome.best else None,
         "top": [trial.to_json() for trial in outcome.top],
         "nearest_misses": [] if outcome.best else [t.to_json() for t in outcome.nearest_misses],
+        "ties": [t.index for t in outcome.ties],
         "ledger": str(result.ledger_path), "num_trials": result.num_trials,
         "stop_reason": outcome.stop_reason, "lm": result.lm.to_json() if result.lm else None,
         "lm_note": outcome.lm_note, "rank_only": result.rank_only_best,
@@ -133,7 +134,11 @@ def render(result: TuneResult) -> None:
         slos = ", ".join(str(s) for s in context.slos) or "none"
         console.print(f"[red]No trial meets the SLOs[/red] ({slos}); best is null. Nearest misses:")
     paragraph(console, title, indent=0)
-    console.print(trial_table(shown, None, goal, [slo.key for slo in context.slos]))
+    tied = {t.index for t in outcome.ties}
+    console.print(trial_table(shown, None, goal, [slo.key for slo in context.slos], tied))
+    if tied:
+        say(console, f"Tie: {', '.join(f'#{i}' for i in sorted(tied))} with the best #{outcome.best.index}: their "
+                     "90% replication intervals overlap, so their order is inside the simulator's noise.")
     print_configurations(shown)
     if result.rank_only_best:
         say(console, "Rank-only: no anchor covers these configurations; SLOs were applied to their "
@@ -168,15 +173,21 @@ def metric_columns(slo_keys: list[str]) -> list[tuple[str, str]]:
     return columns
 
 
-def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_keys: list[str] = ()) -> Table:
+def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_keys: list[str] = (),
+                tied: set[int] | None = None) -> Table:
+    """One row per trial; a replicated trial (the confirm step) shows each metric as
+    ``value [lo-hi]``, its mean and 90% interval over replications, and ``rank`` says
+    whether it is the best or ties it (the intervals overlap)."""
     metrics_shown = metric_columns(list(slo_keys))
     grid = table(title, [("#", "right"), ("found\nby", "left"), (objective_header(goal), "right"),
-                         *((header, "right") for header, _ in metrics_shown), ("SLOs", "left"), ("mode", "left")])
-    for trial in trials:
+                         *((header, "right") for header, _ in metrics_shown), ("SLOs", "left"), ("rank", "left"),
+                         ("mode", "left")])
+    for position, trial in enumerate(trials):
         metrics = trial.metrics or {}
-        values = [number(metrics.get(key)) for _, key in metrics_shown]
-        grid.add_row(str(trial.index), _found_by(trial), number(trial.objective_value), *values,
-                     _slo_text(trial), trial.mode or MISSING)
+        values = [with_interval(metrics.get(key), trial.interval(key)) for _, key in metrics_shown]
+        rank = "best" if position == 0 and trial.slo_met else "tie" if trial.index in (tied or set()) else MISSING
+        grid.add_row(str(trial.index), _found_by(trial), with_interval(trial.objective_value, trial.interval(goal.metric)),
+                     *values, _slo_text(trial), rank, trial.mode or MISSING)
     return grid
 
 

@@ -9,7 +9,9 @@ here: one tier wants a lightly loaded replica, another a full one.
 A :class:`CandidateTask` names everything by text so a worker process can rebuild the
 target; :func:`evaluate_task` prices it through :func:`agent.scoring.evaluate` (the
 tuning agent's guards, structure and memory checks, prediction) and always asks the
-predictor for a distribution: tiers bound the median over requests of 1/TPOT.
+predictor for a distribution: tiers bound the median over requests of 1/TPOT. Every
+candidate is replayed on :data:`MIX_REPLICATIONS` workload draws, so each metric the
+report shows carries its 90% interval (`predictor.sim.replications`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from predictor.sweep.space import spread
 from predictor.target import Target, resolve_target
 from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
 
-RANKING_OBJECTIVE = "throughput_per_gpu"  # METHOD §7 ranks qualifiers by throughput per GPU
+RANKING_OBJECTIVE = "output_throughput_per_gpu"  # METHOD §7 ranks qualifiers by (output) throughput per GPU
+MIX_REPLICATIONS = 3                     # workload draws per candidate: every metric with a 90% interval
 MAX_AUTO_CONCURRENCY = 128               # past it agentic runs are saturated and take tens of seconds
 DEFAULT_MAX_REQUESTS = 1024              # DES requests per candidate at most (the full 40 per client up to 25 clients)
 AUTO_QUOTAS: dict[str, int] = {          # seeds kept per seed-planner group (METHOD §6 order)
@@ -66,6 +69,7 @@ class EvalSettings:
     predict_fn: Callable[..., Any]
     seed: int = 0
     max_requests: int = DEFAULT_MAX_REQUESTS
+    replications: int = MIX_REPLICATIONS
 
     def requests_for(self, task: CandidateTask) -> int:
         per_client = (AGENTIC_REQUESTS_PER_CLIENT if task.workload == AGENTIC.name
@@ -98,7 +102,7 @@ def evaluate_task(task: CandidateTask, settings: EvalSettings) -> Trial:
     context = search_context(target, parse_workload(task.workload), settings.predict_fn,
                              settings.seed, settings.requests_for(task))
     proposed = task.config.diff(Configuration()) if task.origin == "listed" else None
-    return evaluate(context, task.config, phase=Phase.SEED, proposed=proposed)
+    return evaluate(context, task.config, phase=Phase.SEED, proposed=proposed, replications=settings.replications)
 
 
 # -- auto candidates ------------------------------------------------------------------

@@ -31,7 +31,7 @@ class Slot:
             "model": self.entry.name, "entry": self.entry.index, "cluster": self.entry.cluster,
             "tier": self.tier.name, "met": choice.met,
             "pick": choice.pick.to_json(self.tier) if choice.pick else None,
-            "short_list": [s.to_json(self.tier) for s in choice.short_list],
+            "short_list": [s.to_json(self.tier, choice.pick) for s in choice.short_list],
             "nearest_miss": choice.nearest_miss.to_json(self.tier) if choice.nearest_miss else None,
             "candidates_priced": choice.num_priced, "candidates_qualified": choice.num_qualified,
         }

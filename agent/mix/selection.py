@@ -1,7 +1,10 @@
 """Which candidate serves one model in one latency tier (METHOD §7).
 
-A candidate qualifies when every bound of the tier is met: interactivity at or above
-the floor and predicted TTFT at most *half* the cap (`agent.mix.config.Tier.slos`; the
+Throughput is output tokens/s per GPU over every GPU of the deployment (total tokens/s
+is reported beside it); every metric is a mean over replications with its 90% interval,
+and a short-listed candidate whose throughput interval overlaps the pick's is marked as
+tying it. A candidate qualifies when every bound of the tier is met: interactivity at
+or above the floor and predicted TTFT at most *half* the cap (`agent.mix.config.Tier.slos`; the
 halving covers TTFT prediction error). A statistic the prediction does not carry is
 unknown, and an unknown never qualifies. Among qualifiers within 5% of the best
 predicted throughput per GPU the pick is the one with the most headroom, the smallest
@@ -27,7 +30,8 @@ from predictor.units import MS_PER_S
 
 BAND_SHARE = 0.05       # qualifiers within 5% of the best throughput per GPU compete on headroom
 SHORT_LIST_SIZE = 5
-THROUGHPUT_KEY = "throughput_per_gpu"
+THROUGHPUT_KEY = "output_throughput_per_gpu"     # output tok/s over every GPU (the field's agentic convention)
+TOTAL_THROUGHPUT_KEY = "throughput_per_gpu"
 NO_HEADROOM = float("-inf")
 
 
@@ -47,20 +51,37 @@ class Scored:
     def throughput_per_gpu(self) -> float:
         return float(self.trial.metrics[THROUGHPUT_KEY])
 
+    def ties(self, other: Scored) -> bool:
+        """Whether the two throughput intervals overlap (their order is inside the noise)."""
+        mine, theirs = self.trial.interval(THROUGHPUT_KEY), other.trial.interval(THROUGHPUT_KEY)
+        return mine is not None and theirs is not None and mine[0] <= theirs[1] and theirs[0] <= mine[1]
+
     def value_of(self, metric: str) -> float | None:
         return next((c.actual for c in self.checks if c.slo.metric == metric), None)
 
-    def to_json(self, tier: Tier) -> dict[str, Any]:
+    def to_json(self, tier: Tier, pick: Scored | None = None) -> dict[str, Any]:
+        """The slot's record; ``pick``: the slot's pick, to say whether this one ties it."""
         metrics = self.trial.metrics or {}
-        ttft_ms = metrics.get(f"ttft_ms_{tier.ttft_stat}")
+        ttft_key, interactivity_key = f"ttft_ms_{tier.ttft_stat}", f"interactivity_{tier.interactivity_stat}"
+        ttft_ms = metrics.get(ttft_key)
+        ttft_interval = self.trial.interval(ttft_key)
         config = self.task.config
         return {
             "model": self.task.model, "engine": self.task.engine, "cluster": self.task.cluster,
             "origin": self.task.origin, "configuration": config.describe(), "config": config.to_dict(),
             "total_gpus": config.total_gpus, "disaggregated": config.disaggregated,
-            "throughput_per_gpu": metrics.get(THROUGHPUT_KEY),
-            "interactivity": metrics.get(f"interactivity_{tier.interactivity_stat}"),
+            "output_throughput_per_gpu": metrics.get(THROUGHPUT_KEY),
+            "total_throughput_per_gpu": metrics.get(TOTAL_THROUGHPUT_KEY),
+            "interactivity": metrics.get(interactivity_key),
             "ttft_s": None if ttft_ms is None else ttft_ms / MS_PER_S,
+            "intervals": {name: list(interval) for name, interval in (
+                ("output_throughput_per_gpu", self.trial.interval(THROUGHPUT_KEY)),
+                ("total_throughput_per_gpu", self.trial.interval(TOTAL_THROUGHPUT_KEY)),
+                ("interactivity", self.trial.interval(interactivity_key)),
+                ("ttft_s", None if ttft_interval is None else (ttft_interval[0] / MS_PER_S,
+                                                               ttft_interval[1] / MS_PER_S))) if interval},
+            "replications": self.trial.replications,
+            "ties_pick": pick is not None and pick is not self and self.ties(pick),
             "headroom": self.headroom, "qualifies": self.qualifies, "miss_distance": self.miss,
             "misses": [str(c) for c in self.checks if c.met is not True],
             "mode": self.trial.mode, "anchor": self.trial.anchor_id, "flags": list(self.trial.flags),

@@ -1,6 +1,7 @@
 """Search fidelity and the confirm step (agent.fidelity): DES trials replay a bounded number
-of requests during the search, the best are re-priced at the predictor's default, and the
-answer is chosen among the confirmed trials."""
+of requests during the search, the best are re-priced at the predictor's default over
+several replications (90% intervals), and the answer is chosen among the confirmed
+trials; a confirmed trial whose objective interval overlaps the best's is a tie."""
 
 import json
 from dataclasses import replace
@@ -12,8 +13,10 @@ import pytest
 from agent.fidelity import (
     CONFIRM_MAX,
     CONFIRM_TOP,
+    REPLICATIONS,
     SEARCH_MAX_REQUESTS,
     bounded_requests,
+    bounds,
     confirms,
     full_requests,
     trial_requests,
@@ -22,7 +25,7 @@ from agent.tune import TuneRequest, tune
 from ledgers.store import load_ledger
 from levers.configuration import Configuration
 from predictor.feasibility import check_configuration
-from tests.agent.tune_fakes import FakePredictor, make_context
+from tests.agent.tune_fakes import REPLICATION_SPREAD, FakePredictor, make_context
 
 SCHEMA = Path(__file__).resolve().parents[2] / "ledgers" / "ledger.schema.json"
 AGENTIC_PER_CLIENT = 40   # predictor.sim.agentic.AGENTIC_REQUESTS_PER_CLIENT
@@ -50,15 +53,15 @@ def test_fixed_workloads_bound_the_des_only_when_a_percentile_needs_it():
     analytical = make_context(workload="1k/1k", slos=("tpot<=20",))
     assert not confirms(analytical) and trial_requests(analytical, Configuration(concurrency=1024)) is None
     des = make_context(workload="1k/1k", slos=("p90-itl<=20",))
-    assert confirms(des)
+    assert bounds(des) and confirms(des)
     assert trial_requests(des, Configuration(concurrency=64)) == FIXED_PER_CLIENT * 64      # below the cap: full
     assert trial_requests(des, Configuration(concurrency=1024)) == 4096                   # 1 warm-up + 3 measured
     assert trial_requests(des, Configuration(concurrency=128)) == SEARCH_MAX_REQUESTS
 
 
-def test_explicit_des_requests_price_every_trial_alike_and_skip_the_confirm_step():
+def test_explicit_des_requests_price_every_trial_alike_and_the_confirm_step_only_replicates():
     context = make_context(workload="agentic", num_requests=64)
-    assert not confirms(context)
+    assert not bounds(context) and confirms(context)
     assert trial_requests(context, Configuration(concurrency=1024)) == 64
     assert trial_requests(context, Configuration(concurrency=1024), full=True) == 64
 
@@ -75,7 +78,9 @@ class FidelityPredictor(FakePredictor):
         if options["num_requests"] == AGENTIC_PER_CLIENT * config.concurrency:
             metrics["throughput_per_gpu"] *= full_factor(config.tp)
             metrics["output_throughput_per_gpu"] *= full_factor(config.tp)
-        return replace(prediction, metrics=metrics, source="des")
+        intervals = {k: (v * (1 - REPLICATION_SPREAD), v * (1 + REPLICATION_SPREAD)) for k, v in metrics.items()} \
+            if prediction.seed_intervals else {}
+        return replace(prediction, metrics=metrics, source="des", seed_intervals=intervals)
 
 
 def run(tmp_path, predictor=None, **options):
@@ -95,26 +100,33 @@ def test_the_confirm_step_reprices_the_bounded_best_and_the_answer_needs_full_fi
     assert ledger.search_fidelity is not None and ledger.search_fidelity.confirm_top == CONFIRM_TOP
     full = {t.index for t in search if t.des_requests == AGENTIC_PER_CLIENT * t.configuration["concurrency"]}
     assert full and len(full) < len(search)          # up to 25 clients the bounded length is the default
-    # the bounded ones among the best CONFIRM_TOP search trials, in rank order, re-priced at the default
+    # the best CONFIRM_TOP search trials, in rank order, re-priced at the default over replications
     ranked = sorted((t for t in search if t.slo_met and t.duplicate_of is None),
                     key=lambda t: (-t.objective_value, t.index))
-    assert [t.confirm_of for t in confirmed] == [t.index for t in ranked[:CONFIRM_TOP] if t.index not in full]
-    assert confirmed
+    assert [t.confirm_of for t in confirmed] == [t.index for t in ranked[:CONFIRM_TOP]]
     for trial in confirmed:
         original = ledger.trials[trial.confirm_of]
         assert trial.configuration == original.configuration and trial.proposed == original.proposed
-        assert trial.des_requests == AGENTIC_PER_CLIENT * trial.configuration["concurrency"] > original.des_requests
-        factor = full_factor(trial.configuration["tp"])
+        assert trial.des_requests == AGENTIC_PER_CLIENT * trial.configuration["concurrency"] >= original.des_requests
+        assert trial.replications == REPLICATIONS and trial.seed_intervals is not None
+        low, high = trial.seed_intervals[ledger.objective_metric]
+        assert low < trial.objective_value < high
+        factor = 1.0 if original.index in full else full_factor(trial.configuration["tp"])
         assert trial.objective_value == pytest.approx(original.objective_value * factor, rel=1e-6)
-    # the answer: the best full-fidelity trial; the bounded search's leader lost its lead
-    answer_pool = [t for t in ledger.trials if t.index in full or t.phase == "confirm"]
+    # the answer: the best confirm trial; the bounded search's leader lost its lead
     best = result.best
-    assert best.index == ledger.best.index
-    assert best.objective_value == max(t.objective_value for t in answer_pool if t.slo_met)
-    assert ranked[0].index not in full and best.index != ranked[0].index and best.confirm_of != ranked[0].index
+    assert best.phase == "confirm" and best.index == ledger.best.index
+    assert best.objective_value == max(t.objective_value for t in confirmed if t.slo_met)
+    assert ranked[0].index not in full and best.confirm_of != ranked[0].index
     shown = result.outcome.top
     assert shown[0].index == best.index
-    assert all(t.index in {p.index for p in answer_pool} for t in shown[:len(answer_pool)])
+    assert [t.index for t in shown[:len(confirmed)]] == [t.index for t in sorted(
+        confirmed, key=lambda t: (-t.objective_value, t.index))]
+    # ties: confirm trials whose interval (the fake's +-2%) overlaps the best's
+    band = best.interval(ledger.objective_metric)
+    expected = [t.index for t in shown[1:len(confirmed)]
+                if t.seed_intervals[ledger.objective_metric][1] >= band[0]]
+    assert ledger.ties == expected
 
 
 def test_confirmation_goes_on_while_no_full_fidelity_trial_meets_the_slos(tmp_path):
@@ -130,10 +142,9 @@ def test_confirmation_goes_on_while_no_full_fidelity_trial_meets_the_slos(tmp_pa
     search = [t for t in ledger.trials if t.phase != "confirm"]
     ranked = sorted((t for t in search if t.slo_met and t.duplicate_of is None),
                     key=lambda t: (-t.objective_value, t.index))
-    bounded_top = [t.index for t in ranked[:CONFIRM_MAX]
-                   if t.des_requests < AGENTIC_PER_CLIENT * t.configuration["concurrency"]]
     confirmed = [t for t in ledger.trials if t.phase == "confirm"]
-    assert [t.confirm_of for t in confirmed] == bounded_top and len(bounded_top) > CONFIRM_TOP
+    assert [t.confirm_of for t in confirmed] == [t.index for t in ranked[:CONFIRM_MAX]]
+    assert len(confirmed) > CONFIRM_TOP
     assert not any(t.slo_met for t in confirmed)
     assert result.best is None and ledger.best is None                # nothing meets at full fidelity
     assert result.outcome.nearest_misses[0].phase in ("confirm", "seed")

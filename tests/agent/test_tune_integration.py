@@ -12,14 +12,14 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli.main import app
-from agent.fidelity import SEARCH_MAX_REQUESTS
+from agent.fidelity import REPLICATIONS, SEARCH_MAX_REQUESTS
 
 pytestmark = pytest.mark.slow
 SCHEMA = Path(__file__).resolve().parents[2] / "ledgers" / "ledger.schema.json"
 BUDGET = 12         # round 0 up to 32 clients: SLO-meeting trials at low load, bounded ones above
 AGENTIC_PER_CLIENT = 40   # the simulator's default requests per agentic client
-JSON_KEYS = {"best", "top", "nearest_misses", "ledger", "num_trials", "stop_reason", "lm", "lm_note", "rank_only",
-             "slo_compliance_verified", "harvest", "stats", "warnings"}
+JSON_KEYS = {"best", "top", "nearest_misses", "ties", "ledger", "num_trials", "stop_reason", "lm", "lm_note",
+             "rank_only", "slo_compliance_verified", "harvest", "stats", "warnings"}
 
 
 def test_default_tune_on_the_real_predictor(monkeypatch):
@@ -44,14 +44,16 @@ def test_default_tune_on_the_real_predictor(monkeypatch):
     for trial in search:                                # bounded: at most 1,024 requests, the default below it
         full = AGENTIC_PER_CLIENT * trial["configuration"]["concurrency"]
         assert trial["des_requests"] == min(full, max(SEARCH_MAX_REQUESTS, 4 * trial["configuration"]["concurrency"]))
-    assert confirm, "the bounded best must be confirmed at full fidelity"
+    assert confirm, "the best must be confirmed at full fidelity, replicated"
     for trial in confirm:
         original = trials[trial["confirm_of"]]
-        assert original["phase"] == "seed" and original["des_requests"] < trial["des_requests"]
+        assert original["phase"] == "seed" and original["des_requests"] <= trial["des_requests"]
         assert trial["configuration"] == original["configuration"]
         assert trial["des_requests"] == AGENTIC_PER_CLIENT * trial["configuration"]["concurrency"]
+        assert trial["replications"] == REPLICATIONS
+        low, high = trial["seed_intervals"]["output_throughput_per_gpu"]
+        assert low <= trial["metrics"]["output_throughput_per_gpu"] <= high
     assert (data["best"] is None) == (result.exit_code == 1)
-    shown = data["best"] or data["nearest_misses"][0]   # the answer is priced at full fidelity
-    assert shown["phase"] == "confirm" or shown["des_requests"] == \
-        AGENTIC_PER_CLIENT * shown["configuration"]["concurrency"]
+    shown = data["best"] or data["nearest_misses"][0]   # the answer is a replicated confirm trial
+    assert shown["phase"] == "confirm"
     assert data["stats"]["trials_per_s"] > 0

@@ -20,6 +20,7 @@ from predictor.prediction import Prediction, illegal
 from predictor.step.cost import Mode
 
 SMALL_MOE = "qwen3-30b-a3b"  # fits one MI355X: many legal layouts, fast checks
+REPLICATION_SPREAD = 0.02     # the fake's 90% replication interval: +-2% of each metric
 
 
 @dataclass
@@ -31,18 +32,22 @@ class FakePredictor:
     fail_on: str | None = None  # a lever=value text that makes the fake raise
 
     def __call__(self, target, config, workload, *, store=None, seed=0, num_requests=None,
-                 need_distribution=False) -> Prediction:
+                 need_distribution=False, replications=1, stop_rules=()) -> Prediction:
         self.calls.append({"config": config, "seed": seed, "need_distribution": need_distribution,
-                           "num_requests": num_requests})
+                           "num_requests": num_requests, "replications": replications})
         if self.fail_on and self.fail_on in config.describe():
             raise RuntimeError("fake predictor failure")
         feasibility = check_configuration(target.card, target.cluster, target.engine, config)
         if not feasibility.legal:
             return illegal(feasibility.reasons, feasibility.memory)
+        metrics = metrics_for(config)
+        intervals = {k: (v * (1 - REPLICATION_SPREAD), v * (1 + REPLICATION_SPREAD)) for k, v in metrics.items()} \
+            if replications > 1 else {}
         return Prediction(legal=True, reasons=(), mode=self.mode(config),
                           anchor_id="fake-anchor" if self.mode(config) is Mode.ANCHORED else None,
                           flags=() if self.mode(config) is Mode.ANCHORED else ("rank-only",),
-                          metrics=metrics_for(config), memory=feasibility.memory, source="analytical")
+                          metrics=metrics, memory=feasibility.memory, source="analytical",
+                          seed_intervals=intervals)
 
     @staticmethod
     def mode(config) -> Mode:

@@ -40,7 +40,7 @@ def test_json_report_on_stdout_and_in_out_file(fake_predictor, models_yaml, tmp_
     assert [slot["tier"] for slot in data["slots"]] == ["realtime", "interactive", "responsive", "bulk"]
     interactive = data["slots"][1]
     assert interactive["met"] and interactive["pick"]["disaggregated"]
-    assert interactive["pick"]["throughput_per_gpu"] == pytest.approx(1500.0, abs=1e-9)
+    assert interactive["pick"]["output_throughput_per_gpu"] == pytest.approx(1500.0, abs=1e-9)
     assert len(interactive["short_list"]) == 4  # the four candidates under 1.25 s and over 70 tok/s
     assert data["settings"] == {"seed": 0, "max_requests": 1024, "workers": 1}
     (ledger,) = data["ledgers"]
@@ -120,4 +120,4 @@ def test_real_predictor_prices_with_the_des(tmp_path):
     assert bulk["tier"] == "bulk" and bulk["met"]
     assert {entry["source"] for entry in bulk["short_list"]} == {"des"}
     assert {entry["disaggregated"] for entry in bulk["short_list"]} == {False, True}
-    assert all(entry["throughput_per_gpu"] > 0 and entry["ttft_s"] > 0 for entry in bulk["short_list"])
+    assert all(entry["output_throughput_per_gpu"] > 0 and entry["ttft_s"] > 0 for entry in bulk["short_list"])

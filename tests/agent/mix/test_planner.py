@@ -42,15 +42,18 @@ FAKE_METRICS = {
 }
 
 
-def fake_predict(target, config, workload, *, store=None, need_distribution=False, seed=0, num_requests=None):
+def fake_predict(target, config, workload, *, store=None, need_distribution=False, seed=0, num_requests=None,
+                 replications=1):
     """Hand-set metrics by (disaggregated, concurrency); asserts the planner asks for the DES
     with 40 requests per client, at most 1024."""
     assert need_distribution and workload.kind == "agentic"
     assert num_requests == min(1024, 40 * config.concurrency)
     throughput, interactivity, ttft_ms = FAKE_METRICS[(config.disaggregated, config.concurrency)]
-    metrics = {"throughput_per_gpu": throughput, "interactivity_p50": interactivity,
-               "ttft_ms_mean": ttft_ms, "interactivity_mean": interactivity}
-    return Prediction(True, (), Mode.RANK_ONLY, None, ("rank-only",), metrics, None, source="des")
+    metrics = {"output_throughput_per_gpu": throughput, "throughput_per_gpu": 50 * throughput,
+               "interactivity_p50": interactivity, "ttft_ms_mean": ttft_ms, "interactivity_mean": interactivity}
+    intervals = {k: (0.99 * v, 1.01 * v) for k, v in metrics.items()} if replications > 1 else {}
+    return Prediction(True, (), Mode.RANK_ONLY, None, ("rank-only",), metrics, None, source="des",
+                      seed_intervals=intervals)
 
 
 class CountingPredict:
@@ -79,7 +82,7 @@ models:
 
 
 def trial(throughput, interactivity=None, ttft_ms=None):
-    metrics = {"throughput_per_gpu": throughput}
+    metrics = {"output_throughput_per_gpu": throughput}
     if interactivity is not None:
         metrics["interactivity_p50"] = interactivity
     if ttft_ms is not None:
@@ -244,3 +247,17 @@ def test_auto_candidates_span_layouts_loads_and_disaggregation_within_the_budget
     assert len({c.concurrency for c in configs}) >= 4
     small = auto_candidates(target, AGENTIC, max_gpus=2)
     assert small and all(c.total_gpus <= 2 for c in small)
+
+
+def test_every_reported_metric_carries_its_replication_interval_and_overlaps_are_ties():
+    report = plan_mix(parse_mix_text(GPT_OSS_CANDIDATES), predict_fn=fake_predict, workers=1, write_ledger=False)
+    data = json.loads(json.dumps(report.to_json()))
+    responsive = data["slots"][2]
+    for entry in [responsive["pick"], *responsive["short_list"]]:
+        assert entry["replications"] == 3
+        low, high = entry["intervals"]["output_throughput_per_gpu"]
+        assert low < entry["output_throughput_per_gpu"] < high      # the fake's +-1%
+        assert set(entry["intervals"]) >= {"output_throughput_per_gpu", "interactivity", "ttft_s"}
+    pick = responsive["pick"]["output_throughput_per_gpu"]
+    for entry in responsive["short_list"][1:]:
+        assert entry["ties_pick"] == (entry["output_throughput_per_gpu"] * 1.01 >= pick * 0.99)
