@@ -38,7 +38,7 @@ from agent.cli.app import (
     print_json,
 )
 from agent.cli.info import JsonOpt
-from agent.cli.render import MISSING, config_text, number, percent, say, with_interval
+from agent.cli.render import MISSING, config_text, number, percent, say
 from agent.mix.candidates import DEFAULT_MAX_REQUESTS
 from agent.mix.config import Tier, load_mix_file
 from agent.mix.planner import plan_mix
@@ -110,7 +110,9 @@ def render_report(report: MixReport, out: Path | None) -> None:
     data = report.to_json()
     _say(f"{data['candidates_evaluated']} candidates evaluated ({data['candidates_legal']} legal) "
          f"in {number(data['wall_s'])} s on {report.settings['workers']} worker process(es), "
-         f"at most {number(report.settings['max_requests'])} DES requests each")
+         f"at most {number(report.settings['max_requests'])} DES requests each, over "
+         f"{report.settings.get('replications', 1)} workload draws: a value's ± is its 90% interval "
+         "(--json: [lo, hi]); 'ties 1': its throughput interval overlaps the pick's")
     if data["excluded_by_max_gpus"]:
         _say(f"{data['excluded_by_max_gpus']} candidates over max_gpus were not priced")
     for path in report.ledger_paths:
@@ -143,8 +145,8 @@ def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
             table.add_row(*row, style="red", end_section=True)
             continue
         for rank, scored in enumerate(choice.short_list, start=1):
-            label = f"{rank} tie" if rank > 1 and scored.ties(choice.pick) else str(rank)
-            table.add_row(*_row(slot.entry.name if rank == 1 else "", label, scored, tier),
+            tie = rank > 1 and scored.ties(choice.pick)
+            table.add_row(*_row(slot.entry.name if rank == 1 else "", str(rank), scored, tier, tie),
                           style="bold" if rank == 1 else "dim", end_section=rank == len(choice.short_list))
     return table
 
@@ -157,15 +159,26 @@ def _miss_text(slot: Slot) -> str:
     return f"nothing meets the tier; nearest miss {config_text(miss.task.config)}: {missed}"
 
 
-def _row(model: str, rank: str, scored: Scored, tier: Tier) -> list[str]:
+def _row(model: str, rank: str, scored: Scored, tier: Tier, tie: bool = False) -> list[str]:
     data = scored.to_json(tier)
     heading = f"{model}\n" if model else ""
     intervals = data["intervals"]
     return [
-        rank, f"{heading}{data['engine']} ({data['mode'] or MISSING}): {config_text(data['configuration'])}",
-        str(data["total_gpus"]), with_interval(data["output_throughput_per_gpu"], intervals.get("output_throughput_per_gpu")),
-        with_interval(data["interactivity"], intervals.get("interactivity")),
-        with_interval(data["ttft_s"], intervals.get("ttft_s")), percent(data["headroom"], signed=True),
+        rank, f"{heading}{data['engine']} ({data['mode'] or MISSING}{', ties 1' if tie else ''}): "
+              f"{config_text(data['configuration'])}",
+        str(data["total_gpus"]), _stacked(data["output_throughput_per_gpu"], intervals.get("output_throughput_per_gpu")),
+        _stacked(data["interactivity"], intervals.get("interactivity")),
+        _stacked(data["ttft_s"], intervals.get("ttft_s")), percent(data["headroom"], signed=True),
     ]
+
+
+def _stacked(value: float | None, interval: list[float] | None) -> str:
+    """The value, and below it the half-width of its 90% replication interval relative to
+    it (``±2%``): the interval is symmetric about the mean, and ``[lo-hi]`` (in --json)
+    would not fit four metric columns in 80."""
+    if value is None or not interval or not value:
+        return number(value)
+    half = (interval[1] - interval[0]) / 2 / abs(value)
+    return f"{number(value)}\n±{half:.0%}" if half >= 0.01 else f"{number(value)}\n±{half:.1%}"
 
 

@@ -1,8 +1,9 @@
 """`inferasim predict`: price one configuration (METHOD §2-§4).
 
 Default workload is `1k/1k` (the analytical predictor); `--workload agentic` runs the
-DES. A configuration that does not fit prints the memory reason, `metrics: null`, and
-exits 1.
+DES over ``--replications`` workload draws (default 3), and every DES metric is shown as
+``value [lo-hi]``, its mean and 90% interval over the replications. A configuration that
+does not fit prints the memory reason, `metrics: null`, and exits 1.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ SHOWN_METRICS = (
     ("tok/s/user", "p50 of 1/TPOT", "interactivity_p50", "tok/s/user"),
     ("ITL", "mean", "itl_ms_mean", "ms"), ("ITL", "p90", "itl_ms_p90", "ms"),
     ("E2E", "mean", "e2e_ms_mean", "ms"),
-    ("throughput", "per GPU", "throughput_per_gpu", "tok/s/GPU"),
-    ("output throughput", "per GPU", "output_throughput_per_gpu", "tok/s/GPU"),
-    ("throughput", "fleet", "throughput_fleet", "tok/s"),
+    ("throughput (output)", "per GPU", "output_throughput_per_gpu", "tok/s/GPU"),
+    ("total throughput", "per GPU", "throughput_per_gpu", "tok/s/GPU"),
+    ("total throughput", "fleet", "throughput_fleet", "tok/s"),
 )
 
 

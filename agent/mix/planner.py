@@ -67,7 +67,8 @@ def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, see
         for entry in spec.models for name in entry.tiers
     )
     report = MixReport(spec, slots, unique, per_entry, trials, excluded, time.perf_counter() - started,
-                       {"seed": seed, "max_requests": max_requests, "workers": workers})
+                       {"seed": seed, "max_requests": max_requests, "workers": workers,
+                        "replications": settings.replications})
     if write_ledger:
         report = _with_ledger(report, command_line)
     return report

@@ -73,7 +73,8 @@ def test_every_hint_of_a_real_search_passes_the_dry_run(name, tmp_path):
     assert commands
     if name == "readme":
         assert any("weight_dtype=fp4" in c for c in commands)
-        assert len([c for c in commands if "spec_method=ngram" in c and "dtype" not in c]) == 1
+        ngram = [c for c in commands if "spec_method=ngram" in c and "dtype" not in c]
+        assert ngram and len({c.split("spec_depth=")[0] for c in ngram}) == len(ngram)   # one per layout, any depth
     if name == "gb300":
         assert any(c.endswith("--endpoint http://HEAD_NODE:8000") and "tp=8," in c for c in commands)
     if name == "disaggregated":

@@ -42,7 +42,7 @@ def test_json_report_on_stdout_and_in_out_file(fake_predictor, models_yaml, tmp_
     assert interactive["met"] and interactive["pick"]["disaggregated"]
     assert interactive["pick"]["output_throughput_per_gpu"] == pytest.approx(1500.0, abs=1e-9)
     assert len(interactive["short_list"]) == 4  # the four candidates under 1.25 s and over 70 tok/s
-    assert data["settings"] == {"seed": 0, "max_requests": 1024, "workers": 1}
+    assert data["settings"] == {"seed": 0, "max_requests": 1024, "workers": 1, "replications": 3}
     (ledger,) = data["ledgers"]
     assert ledger.startswith(str(isolated_home / "ledgers"))
 
