@@ -58,10 +58,11 @@ def ledger_header(context: SearchContext, *, search_id: str, command_line: list[
 class LedgerRecorder:
     """Session listener: add the trial, rewrite the ledger atomically."""
 
-    def __init__(self, writer: LedgerWriter, previous_wall_s: float = 0.0) -> None:
+    def __init__(self, writer: LedgerWriter, previous_wall_s: float = 0.0, replayed: int = 0) -> None:
         self.writer = writer
         self.started = time.perf_counter()
         self.previous_wall_s = previous_wall_s
+        self.replayed = replayed  # a resumed search's first trials: already in the ledger (agent.resume)
 
     @classmethod
     def create(cls, header: dict[str, Any], directory: Path | None = None) -> "LedgerRecorder":
@@ -73,6 +74,8 @@ class LedgerRecorder:
         return self.writer.path
 
     def __call__(self, session: SearchSession, trial: Trial) -> None:
+        if trial.index < self.replayed:
+            return
         self.writer.add_trial(trial.to_json())
         self.writer.write(self.tail(session, "running", None))
 

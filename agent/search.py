@@ -12,19 +12,24 @@ Seed rounds are priced in batches (in parallel with ``--workers``, :mod:`agent.p
 and recorded in order, checking the stop rules before each trial as a sequential search
 does. A DES search ends with a confirm step (:mod:`agent.fidelity`): its best are re-priced
 at full fidelity over several replications and the answer is chosen among them.
+
+A resumed search runs this same loop over a :class:`agent.resume.Replay` of its ledger
+(its pricer answers from the ledger); at the LLM phase the recorded LLM trials are
+restored, and the phase runs live only if the ledger does not record its end.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent.fidelity import CONFIRM_MAX, CONFIRM_TOP, REPLICATIONS, confirms
 from agent.investigator import DEFAULT_MAX_STEPS, run_investigator
 from agent.lm import LmRuntime, Outcome
 from agent.planner import execute_plan, run_planner
 from agent.pricing import Job, Pricer, SeedQueue
+from agent.resume import Replay
 from agent.ranking import meets_slos, nearest_misses, top_trials
 from agent.scoring import confirmed
 from agent.seed_planner import SeedPlanner
@@ -67,7 +72,7 @@ def seed_target(settings: SearchSettings, has_lm: bool) -> int:
 
 
 def run_search(session: SearchSession, settings: SearchSettings, runtime: LmRuntime | None,
-               top: int = 10, pricer: Pricer | None = None) -> SearchOutcome:
+               top: int = 10, pricer: Pricer | None = None, replay: Replay | None = None) -> SearchOutcome:
     """Run (or continue) a search on ``session`` until a stop rule or the seeds run out,
     then confirm its best (replicated, at full fidelity) when it ran the DES."""
     started = time.perf_counter()
@@ -76,9 +81,16 @@ def run_search(session: SearchSession, settings: SearchSettings, runtime: LmRunt
     seeds = SeedQueue(planner.rounds(session.baseline, session.incumbent_config, session.has_seen),
                       session.has_seen)
     use_lm = runtime is not None and not settings.no_llm
-    stop = _seed_phase(session, seeds, seed_target(settings, use_lm), pricer)
+    had_llm_phase = replay is not None and replay.had_llm_phase
+    stop = _seed_phase(session, seeds, seed_target(settings, use_lm or had_llm_phase), pricer)
     lm_note = NO_LLM_NOTE if settings.no_llm else (None if runtime else NO_LM_NOTE)
-    if stop is None and use_lm:
+    if stop is None and replay is not None:
+        replay.restore_llm_phase(session)
+    if stop is None and replay is not None and replay.llm_phase_end is not None:
+        lm_note = replay.llm_phase_end     # the ledger records how its LLM phase ended
+    elif stop is None and use_lm:
+        if replay is not None and replay.planner_calls:
+            settings = replace(settings, max_cycles=max(0, settings.max_cycles - replay.planner_calls))
         lm_note = run_llm_phase(session, runtime, settings)
         session.notes.phase_end_reason = lm_note
     if stop is None:

@@ -31,11 +31,13 @@ from agent.lm import DEFAULT_TIMEOUT_S, LmRuntime, LmSettings, resolve_lm_settin
 from agent.pricing import Pricer, resolve_workers
 from agent.question import DEFAULT_OBJECTIVE, DEFAULT_TOP, TuneRequest, build_context  # noqa: F401
 from agent.recorder import LedgerRecorder, ledger_header, new_search_id, resume_header, trial_from_record
+from agent.resume import Replay, ReplayPricer
 from agent.search import DEFAULT_BUDGET, SearchOutcome, SearchSettings, run_search
 from agent.seed_planner import baseline
 from agent.session import LlmNotes, SearchSession
 from agent.trial import CheckFn, PredictFn, SearchContext, Trial
 from ledgers.model import Ledger
+from ledgers.lock import LedgerLock
 from ledgers.store import LedgerWriter, load_ledger, resolve_ledger
 from levers.configuration import configuration_from_dict
 from levers.errors import InputError
@@ -78,35 +80,61 @@ def _check_budget(budget: int) -> int:
     return budget
 
 
+@dataclass(frozen=True)
+class _Search:
+    """A search ready to run: new, or resumed from its ledger (then with its replay)."""
+
+    session: SearchSession
+    recorder: LedgerRecorder
+    budget: int
+    lm: LmSettings | None
+    request: TuneRequest          # the options, with the ledger's --no-llm when resumed
+    question: TuneRequest         # what the pricing workers rebuild the context from
+    replay: Replay | None = None
+    warnings: tuple[str, ...] = ()
+
+
 def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn: CheckFn | None = None,
          runtime: LmRuntime | None = None, listeners: list[TrialListener] | None = None,
          ledger_dir: Path | None = None, store=None) -> TuneResult:
-    """Run (or resume) a search and persist its ledger."""
+    """Run (or resume) a search and persist its ledger; the ledger is locked meanwhile
+    (:mod:`ledgers.lock`), so a second resume of it stops before any work."""
     lm = resolve_lm_settings(request.lm, request.lm_base_url, json_schema=request.lm_json_schema,
                              timeout_s=request.lm_timeout_s)
     workers = resolve_workers(request.workers)
-    question = request
-    warnings: tuple[str, ...] = ()
+    injected = predict_fn is not None or check_fn is not None or store is not None
     if request.resume:
-        session, recorder, budget, lm, no_llm, question, warnings = _resumed(request, lm, predict_fn, check_fn,
-                                                                              store)
-        request = replace(request, no_llm=no_llm)
-    else:
-        budget = _check_budget(DEFAULT_BUDGET if request.budget is None else request.budget)
-        context = build_context(request, predict_fn=predict_fn, check_fn=check_fn, store=store)
-        start = baseline(context)
-        header = ledger_header(context, search_id=new_search_id(context.target.card.name),
-                               command_line=list(request.command_line), budget=budget,
-                               lm=None if request.no_llm else lm,
-                               no_llm=request.no_llm, baseline=start)
-        recorder = LedgerRecorder.create(header, ledger_dir)
-        session = SearchSession(context, budget, start)
+        path = resolve_ledger(request.resume)
+        with LedgerLock(path):
+            search = _resumed(path, request, lm, predict_fn, check_fn, store)
+            return _run(search, runtime, listeners, workers, injected)
+    search = _new_search(request, lm, predict_fn, check_fn, store, ledger_dir)
+    with LedgerLock(search.recorder.path):
+        return _run(search, runtime, listeners, workers, injected)
+
+
+def _new_search(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store,
+                ledger_dir: Path | None) -> _Search:
+    budget = _check_budget(DEFAULT_BUDGET if request.budget is None else request.budget)
+    context = build_context(request, predict_fn=predict_fn, check_fn=check_fn, store=store)
+    start = baseline(context)
+    header = ledger_header(context, search_id=new_search_id(context.target.card.name),
+                           command_line=list(request.command_line), budget=budget,
+                           lm=None if request.no_llm else lm, no_llm=request.no_llm, baseline=start)
+    return _Search(SearchSession(context, budget, start), LedgerRecorder.create(header, ledger_dir), budget, lm,
+                   request, request)
+
+
+def _run(search: _Search, runtime: LmRuntime | None, listeners: list[TrialListener] | None, workers: int,
+         injected: bool) -> TuneResult:
+    session, recorder, request, lm = search.session, search.recorder, search.request, search.lm
     session.listeners = [recorder, *(listeners or [])]
     if runtime is None and lm is not None and not request.no_llm:
         runtime = LmRuntime.from_settings(lm)
-    injected = predict_fn is not None or check_fn is not None or store is not None
-    with Pricer(session.context, None if injected else question, workers) as pricer:
-        outcome = run_search(session, _settings(request, budget), runtime, top=request.top, pricer=pricer)
+    with Pricer(session.context, None if injected else search.question, workers) as live:
+        pricer = live if search.replay is None else ReplayPricer(live, search.replay, session)
+        outcome = run_search(session, _settings(request, search.budget), runtime, top=request.top, pricer=pricer,
+                             replay=search.replay)
     recorder.finish(session, outcome.stop_reason)
     context = session.context
     shown = [outcome.best, *outcome.top] if outcome.best else outcome.nearest_misses
@@ -114,12 +142,12 @@ def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn:
                       num_trials=len(session.trials), lm=lm if runtime is not None else None,
                       harvest=harvest_plan(context.target, [t for t in shown if t is not None]),
                       stats=recorder.stats(session),
-                      num_confirmed=len(session.confirmed) if session.bounded else None, warnings=warnings)
+                      num_confirmed=len(session.confirmed) if session.bounded else None, warnings=search.warnings)
 
 
-def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store):
-    """Rebuild the session of a ledger; the ledger's question wins over new options."""
-    path = resolve_ledger(request.resume)
+def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store) -> _Search:
+    """The search of a ledger, to be replayed (:mod:`agent.resume`); the ledger's question
+    wins over new options."""
     ledger: Ledger = load_ledger(path)
     lm, warnings = _resumed_lm(request, lm, ledger)
     requested = ledger.budget if request.budget is None else _check_budget(request.budget)
@@ -131,14 +159,16 @@ def _resumed(request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, 
         precisions=",".join(ledger.precisions) if ledger.precisions else None,
         num_requests=ledger.num_requests, search_fidelity=ledger.search_fidelity is not None)
     context = build_context(question, predict_fn=predict_fn, check_fn=check_fn, store=store)
-    start = configuration_from_dict(ledger.baseline)
-    session = SearchSession(context, budget, start)
-    session.restore([trial_from_record(record, context) for record in ledger.trials])
+    session = SearchSession(context, budget, configuration_from_dict(ledger.baseline))
     session.notes = LlmNotes.from_json(ledger.llm.model_dump(mode="json"))
+    trials = [trial_from_record(record, context) for record in ledger.trials]
+    planner_calls = sum(1 for call in ledger.llm.calls if call.role == "planner")
+    replay = Replay(trials, ledger.llm.phase_end_reason, planner_calls)
     writer = LedgerWriter(path, resume_header(ledger, budget, lm),
                           [record.model_dump(mode="json") for record in ledger.trials])
-    recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s)
-    return session, recorder, budget, lm, request.no_llm or ledger.no_llm, question, warnings
+    recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s, replayed=len(trials))
+    return _Search(session, recorder, budget, lm, replace(request, no_llm=request.no_llm or ledger.no_llm),
+                   question, replay, warnings)
 
 
 def _resumed_lm(request: TuneRequest, configured: LmSettings | None,
