@@ -22,7 +22,7 @@ Kinds: `value` (needs one value), `optional` (value optional), `switch` (no valu
 Where the sources came from (regenerate with the same command and sources):
 - vLLM 0.33.0 and SGLang 0.5.23: `pip download --no-deps --only-binary :all:
   vllm==0.33.0 sglang==0.5.23` (the wheels), unzipped;
-- Dynamo 1.6.1 (`python -m dynamo.vllm|sglang|trtllm` worker flags):
+- Dynamo 1.6.1 (`python -m dynamo.frontend|vllm|sglang|trtllm` flags):
   `pip download --no-deps --only-binary :all: ai-dynamo==1.6.1`;
 - TensorRT-LLM and ATOM are not on PyPI as source (TensorRT-LLM's PyPI sdist is a
   10 kB stub): `tensorrt_llm/commands/serve.py` of NVIDIA/TensorRT-LLM at 4c05a748 and
@@ -72,7 +72,7 @@ SOURCES = {
     "dynamo": Source("dynamo", ("python3", "-m", "dynamo.<backend>"),
                      "pip download --no-deps --only-binary :all: ai-dynamo==1.6.1", "1.6.1",
                      ("dynamo/vllm/backend_args.py", "dynamo/sglang/backend_args.py", "dynamo/trtllm/backend_args.py",
-                      "dynamo/common/configuration/groups/*.py")),
+                      "dynamo/frontend/frontend_args.py", "dynamo/common/configuration/groups/*.py")),
     "trtllm": Source("trtllm", ("trtllm-serve", "serve"),
                      "NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py at 4c05a74891e4df8066f08ed4ce14b0972abe4e25 "
                      "(code-search mirror of GitHub; the click decorators of `serve`)", "4c05a748",

@@ -24,6 +24,8 @@ COMMANDS: tuple[CommandEntry, ...] = (
                  "Search for the best configuration (seed phase, then the LLM phase when an LM is configured)."),
     CommandEntry("plan-mix", "agent.cli.mix",
                  "Pick one configuration per model and tier; print a table per tier and a short list."),
+    CommandEntry("deploy", "agent.cli.deploy",
+                 "The launch command (and Dynamo / llm-d manifests) for a ledger's pick, a plan-mix slot or a --config."),
     CommandEntry("predict", "agent.cli.predict",
                  "Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."),
     CommandEntry("simulate", "agent.cli.simulate",

@@ -38,13 +38,15 @@ from agent.cli.app import (
     print_json,
 )
 from agent.cli.info import JsonOpt
-from agent.cli.render import MISSING, config_text, number, percent, say
+from agent.cli.render import MISSING, config_text, id_line, number, percent, say
+from agent.deploy.plan import DeployPlan, deploy_json, try_plan
 from agent.mix.candidates import DEFAULT_MAX_REQUESTS
 from agent.mix.config import Tier, load_mix_file
 from agent.mix.planner import plan_mix
 from agent.mix.report import MixReport, Slot
 from agent.mix.selection import Scored
 from ledgers.store import atomic_write_text
+from predictor.target import resolve_target
 
 
 MAX_REASONS = 4
@@ -67,13 +69,17 @@ def plan_mix_command(
     with _progress_bar() as progress:
         report = plan_mix(spec, seed=seed, max_requests=requests, workers=workers, progress=progress,
                           command_line=[Path(sys.argv[0]).name, *sys.argv[1:]])
+    deploys = slot_deploys(report)
     data = report.to_json()
+    for slot_json, (plan, problem) in zip(data["slots"], deploys):
+        slot_json["deploy"] = deploy_json(plan, problem)
     if out is not None:
         atomic_write_text(out, json.dumps(data, indent=2) + "\n")
     if json_out:
         print_json(data)
     else:
         render_report(report, out)
+        render_deploys(report, deploys)
     if not any(slot.choice.met for slot in report.slots):
         raise typer.Exit(1)
 
@@ -119,6 +125,34 @@ def render_report(report: MixReport, out: Path | None) -> None:
         _say(f"ledger: {path}")
     if out is not None:
         _say(f"report: {out}")
+
+
+def slot_deploys(report: MixReport) -> list[tuple[DeployPlan | None, str | None]]:
+    """Each slot's pick as launch commands (agent.deploy), or why there are none."""
+    plans = []
+    for slot in report.slots:
+        pick = slot.choice.pick
+        if pick is None:
+            plans.append((None, None))
+            continue
+        task = pick.task
+        plans.append(try_plan(resolve_target(task.model, task.cluster, task.engine), task.config))
+    return plans
+
+
+def render_deploys(report: MixReport, deploys: list[tuple[DeployPlan | None, str | None]]) -> None:
+    """The deploy line(s) of every slot's pick, whole (inferasim deploy --plan REPORT --slot MODEL/TIER
+    writes the files and manifests)."""
+    for slot, (plan, problem) in zip(report.slots, deploys):
+        if plan is None and problem is None:
+            continue
+        heading = f"Deploy {slot.entry.name}/{slot.tier.name}"
+        if plan is None:
+            _say(f"{heading}: not expressible on the engine's command line: {problem}")
+            continue
+        _say(f"{heading}:")
+        for line in plan.lines():
+            id_line(console, f"  {line}", style="")
 
 
 def _say(text: str) -> None:

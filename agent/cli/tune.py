@@ -22,6 +22,7 @@ from agent.briefing import describe
 from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, print_json, timeout_option
 from agent.cli.render import (MISSING, config_text, id_line, metric_header, number, objective_header, paragraph,
                               percent, say, table, with_interval)
+from agent.deploy.plan import DeployPlan, deploy_json, try_plan
 from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
 from agent.lm import DEFAULT_TIMEOUT_S
 from agent.trial import Trial
@@ -81,10 +82,12 @@ def tune_command(
         result = tune(request)
     else:
         result = _with_progress(request, budget)
+    winner = try_plan(result.context.target, result.best.config) if result.best else (None, None)
     if json_out:
-        print_json(result_json(result))
+        print_json({**result_json(result), "deploy": deploy_json(*winner)})
     else:
         render(result)
+        print_deploy(result.best, *winner)
     if result.best is None:
         raise typer.Exit(EXIT_NO_SLO_MEETING_TRIAL)
 
@@ -115,6 +118,18 @@ def result_json(result: TuneResult) -> dict:
         "slo_compliance_verified": not result.rank_only_best, "harvest": result.harvest,
         "stats": result.stats, "warnings": list(result.warnings),
     }
+
+
+def print_deploy(best: Trial | None, plan: DeployPlan | None, problem: str | None) -> None:
+    """The winner's deploy line(s), whole, after the table (agent.deploy)."""
+    if best is None:
+        return
+    if plan is None:
+        say(console, f"Deploy #{best.index}: not expressible on the engine's command line: {problem}")
+        return
+    say(console, f"Deploy #{best.index} (the files and manifests: inferasim deploy LEDGER):")
+    for line in plan.lines():
+        id_line(console, f"  {line}", style="")
 
 
 def shell_comment(line: str) -> None:

@@ -87,9 +87,12 @@ class EngineAdapter(Protocol):
     def tokenize_body(self, text: str, model: str) -> dict: ...
 
 
+ENDPOINT_HINT = "; or launch the engine yourself and pass --endpoint"   # a harvest's way out
+
+
 def refuse(engine: Engine, lever: str, value: object, accepted: str) -> InputError:
     return InputError(f"--config {lever}", f"{lever}={value} cannot be set on the {engine} command line",
-                      accepted + "; or launch the engine yourself and pass --endpoint")
+                      accepted + ENDPOINT_HINT)
 
 
 def ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:

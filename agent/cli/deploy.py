@@ -1,0 +1,123 @@
+"""`inferasim deploy`: the launch command of a pick, and for a disaggregated pick a
+Dynamo graph and llm-d manifests (agent.deploy).
+
+The pick is one of: a ledger (its best trial, or `--trial N`), a plan-mix report and
+`--slot MODEL/TIER`, or `--model ... --config ...`. Commands are printed whole, one per
+pool, ready to copy; `--out` (default `./deploy-MODEL-CLUSTER-ENGINE`) receives
+`deploy.json`, the engine's option files a command names (TensorRT-LLM's YAML), and for
+a split `dynamo.yaml` and `llm-d-prefill.yaml` / `llm-d-decode.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agent.cli.app import app, cli_errors, console, int_option, output_dir, print_json
+from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt
+from agent.cli.predict import target_with_default_engine
+from agent.cli.render import config_text, id_line, number, paragraph, say
+from agent.deploy.manifests import dynamo_graph, llmd_manifests
+from agent.deploy.pick import Pick, from_config, from_ledger, from_plan
+from agent.deploy.plan import DEFAULT_PORT, DeployOptions, DeployPlan, build_plan
+from levers.errors import InputError
+from predictor.files import atomic_write_text
+
+PORT = int_option("--port", 1, 65535)
+TRIAL = int_option("--trial", 0)
+SOURCES_ACCEPTED = "a LEDGER (path or search id), --plan REPORT.json --slot MODEL/TIER, or --model M [--config ...]"
+
+
+@app.command("deploy")
+@cli_errors
+def deploy_command(
+    ledger: Optional[str] = typer.Argument(None, help="Ledger path or search id: deploy its best trial."),
+    trial: Optional[int] = typer.Option(None, "--trial", parser=TRIAL, help="Deploy this trial of the ledger."),
+    plan: Optional[str] = typer.Option(None, "--plan", help="A plan-mix report (plan-mix --out)."),
+    slot: Optional[str] = typer.Option(None, "--slot", help="MODEL/TIER of the plan-mix report, e.g. kimi-k3/interactive."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Deploy --config on this model."),
+    cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt, config: Optional[list[str]] = ConfigOpt,
+    model_path: Optional[str] = typer.Option(None, "--model-path", help="Checkpoint to serve (default: the HF id)."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", parser=PORT, help="Port of the first pool (decode: +1)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container image for the manifests."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the files (default ./deploy-MODEL-CLUSTER-ENGINE)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """The launch command (and Dynamo / llm-d manifests) for a ledger's pick, a plan-mix slot or a --config."""
+    pick = resolve_pick(ledger, trial, plan, slot, model, cluster, engine, config)
+    target = pick.target
+    folder = output_dir(out or Path(f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
+    deployed = build_plan(target, pick.config, DeployOptions(model_path, port, str(folder)))
+    manifests, refused = manifests_for(deployed, image)
+    data = {**deployed.to_json(), "pick": pick.to_json(), "manifests": refused}
+    paths = write_files(folder, deployed, manifests, data)
+    data["files"] = [str(p) for p in paths]
+    if json_out:
+        return print_json(data)
+    render(pick, deployed, paths, refused)
+
+
+def resolve_pick(ledger: str | None, trial: int | None, plan: str | None, slot: str | None, model: str | None,
+                 cluster: str | None, engine: str | None, config: list[str] | None) -> Pick:
+    """Exactly one source (module docstring)."""
+    given = [name for name, value in (("LEDGER", ledger), ("--plan", plan), ("--model", model)) if value]
+    if len(given) != 1:
+        problem = "nothing to deploy" if not given else f"{' and '.join(given)} both name a pick"
+        raise InputError("deploy", problem, SOURCES_ACCEPTED)
+    if trial is not None and not ledger:
+        raise InputError("--trial", "needs a LEDGER", SOURCES_ACCEPTED)
+    if ledger:
+        return from_ledger(ledger, trial)
+    if plan:
+        return from_plan(plan, slot)
+    return from_config(target_with_default_engine(model, cluster, engine), config)
+
+
+def manifests_for(plan: DeployPlan, image: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(file name -> text, manifest kind -> why it was not written) for a split."""
+    if not plan.is_disaggregated:
+        return {}, {}
+    files, refused = {}, {}
+    try:
+        files["dynamo.yaml"] = dynamo_graph(plan, image)
+    except InputError as error:
+        refused["dynamo"] = error.problem
+    try:
+        files.update({f"llm-d-{role}.yaml": text for role, text in llmd_manifests(plan, image).items()})
+    except InputError as error:
+        refused["llm-d"] = error.problem
+    return files, refused
+
+
+def write_files(folder: Path, plan: DeployPlan, manifests: dict[str, str], data: dict) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for pool in plan.pools:
+        for path, text in pool.command.files:
+            paths.append(atomic_write_text(Path(path), text))
+    for name, text in manifests.items():
+        paths.append(atomic_write_text(folder / name, text))
+    summary = folder / "deploy.json"
+    atomic_write_text(summary, json.dumps({**data, "files": [str(p) for p in [*paths, summary]]}, indent=1) + "\n")
+    return [*paths, summary]
+
+
+def render(pick: Pick, plan: DeployPlan, paths: list[Path], refused: dict[str, str]) -> None:
+    target = plan.target
+    say(console, f"Deploy {target.card.name} on {target.cluster.spec} ({target.engine}), from {pick.origin}"
+                 + (f" ({pick.mode})" if pick.mode else ""))
+    paragraph(console, config_text(plan.config), first="configuration: ")
+    for line in plan.lines():
+        id_line(console, line, style="")
+    first = plan.pools[0].request
+    say(console, f"prefix caching {'on' if first.prefix_caching else 'off'} (the prefix_cache lever, as priced); "
+                 f"max model length {number(first.context_tokens)} tokens; {number(plan.total_gpus)} GPUs in all")
+    for kind, reason in refused.items():
+        say(console, f"no {kind} manifest: {reason}")
+    say(console, "files:")
+    for path in paths:
+        id_line(console, f"  {path}", style="")
+

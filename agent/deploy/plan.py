@@ -1,0 +1,160 @@
+"""The launch commands of one deployment: one per pool (a colocated deployment has one
+pool, `serve`; a disaggregated one `prefill` and `decode`), each run by `replicas`
+engine instances of `gpus_per_replica` GPUs.
+
+Commands come from the harvester's engine adapters (`predictor.harvest.adapters`), so a
+lever maps to a flag in one place, with two differences from a harvest: prefix caching
+follows the pick's `prefix_cache` lever (on by default, as it was priced; a harvest
+measures with it off), and each pool of a split gets its engine's KV-transfer flags
+(`LaunchRequest.pool`). The maximum model length is the model's context, halved until
+one sequence fits the pool's KV cache by the memory model (METHOD §3.9), so the engine
+does not refuse to start. A lever the engine cannot express is an `InputError`, as in a
+harvest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from levers.catalog import Engine, get_lever
+from levers.configuration import Configuration
+from levers.errors import InputError
+from predictor.feasibility import check_configuration, memory_for, pool_configs
+from predictor.harvest.adapters import adapter_for
+from predictor.harvest.launch import (
+    DECODE,
+    ENDPOINT_HINT,
+    PREFILL,
+    LaunchCommand,
+    LaunchRequest,
+    PoolRole,
+    native_dtypes,
+)
+from predictor.target import Target
+
+SERVE = "serve"
+DEFAULT_PORT = 8000
+DEPLOY_HOST = "0.0.0.0"
+DEPLOY_PYTHON = "python3"          # the serving machine's interpreter, not this one
+MIN_CONTEXT_TOKENS = 2048
+DEPLOYABLE = (Engine.VLLM, Engine.SGLANG, Engine.ATOM, Engine.TRTLLM)
+PRECISION_LEVERS = ("weight_dtype", "expert_dtype", "activation_dtype")
+CHECKPOINT_HINT = "; or --model-path CHECKPOINT that holds these precisions (the engine loads them as they are)"
+
+
+@dataclass(frozen=True, slots=True)
+class DeployOptions:
+    """What a launch needs beyond the pick: where the weights are, the port, where the
+    engine's option files go (TensorRT-LLM's YAML)."""
+
+    model_path: str | None = None      # default: the card's Hugging Face id
+    port: int = DEFAULT_PORT
+    files_dir: str = "."
+    context_tokens: int | None = None  # default: the model's, as the KV cache allows
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLaunch:
+    role: str                 # SERVE, PREFILL or DECODE
+    replicas: int
+    gpus_per_replica: int
+    config: Configuration     # the pool's replica configuration
+    request: LaunchRequest
+    command: LaunchCommand
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "replicas": self.replicas, "gpus_per_replica": self.gpus_per_replica,
+                "argv": list(self.command.argv), "env": dict(self.command.env), "display": self.command.display(),
+                "files": [{"path": path, "text": text} for path, text in self.command.files],
+                "max_model_len_tokens": self.request.context_tokens, "prefix_caching": self.request.prefix_caching}
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    target: Target
+    config: Configuration
+    pools: tuple[PoolLaunch, ...]
+    kv_transfer_backend: str | None
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return len(self.pools) > 1
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(pool.replicas * pool.gpus_per_replica for pool in self.pools)
+
+    def lines(self) -> list[str]:
+        """Per pool: a heading, then the command (whole, to copy)."""
+        out = []
+        for pool in self.pools:
+            out.append(f"{pool.role}: {pool.replicas} replica(s) x {pool.gpus_per_replica} GPU(s), each:")
+            out.append(f"  {pool.command.display()}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.target.to_json(), "configuration": self.config.describe(), "config": self.config.to_dict(),
+                "disaggregated": self.is_disaggregated, "kv_transfer_backend": self.kv_transfer_backend,
+                "total_gpus": self.total_gpus, "pools": [pool.to_json() for pool in self.pools]}
+
+
+def build_plan(target: Target, config: Configuration, options: DeployOptions = DeployOptions()) -> DeployPlan:
+    """The launch command of every pool of ``config`` on ``target`` (module docstring)."""
+    if target.engine not in DEPLOYABLE:
+        raise InputError("--engine", f"{target.engine} is a harvest-only engine here",
+                         ", ".join(str(e) for e in DEPLOYABLE))
+    feasibility = check_configuration(target.card, target.cluster, target.engine, config)
+    if not feasibility.legal:
+        raise InputError("configuration", f"{config.describe()} cannot run: " + "; ".join(feasibility.reasons),
+                         "a legal configuration (inferasim check)")
+    split = pool_configs(config)
+    backend = (config.kv_transfer_backend or get_lever("kv_transfer_backend").legal_values(target.engine)[0]
+               if split else None)
+    roles = ((SERVE, config),) if split is None else ((PREFILL, split[0]), (DECODE, split[1]))
+    pools = tuple(_pool(target, role, replica, options, backend, offset)
+                  for offset, (role, replica) in enumerate(roles))
+    return DeployPlan(target, config, pools, backend)
+
+
+def _pool(target: Target, role: str, config: Configuration, options: DeployOptions, backend: str | None,
+          port_offset: int) -> PoolLaunch:
+    card = target.card
+    request = LaunchRequest(
+        model_path=options.model_path or card.hf_id, served_name=card.name, port=options.port + port_offset,
+        context_tokens=options.context_tokens or max_context_tokens(target, config), host=DEPLOY_HOST,
+        python=DEPLOY_PYTHON,
+        files_dir=options.files_dir, checkpoint_given=options.model_path is not None,
+        prefix_caching=config.prefix_cache == "on",
+        pool=None if role == SERVE else PoolRole(role, backend))
+    try:
+        command = adapter_for(target.engine).launch(config, request, native_dtypes(card))
+    except InputError as error:   # a deployment has no endpoint to fall back on (harvest's hint)
+        precision = any(lever in error.what for lever in PRECISION_LEVERS)
+        accepted = error.accepted.removesuffix(ENDPOINT_HINT) + (CHECKPOINT_HINT if precision else "")
+        raise InputError(error.what, error.problem, accepted) from None
+    return PoolLaunch(role, config.replicas, config.replica_gpus, config, request, command)
+
+
+def try_plan(target: Target, config: Configuration) -> tuple[DeployPlan | None, str | None]:
+    """The plan, or why there is none (for `tune` and `plan-mix`, which print the
+    winner's deploy line but must not fail on a pick an engine cannot express)."""
+    try:
+        return build_plan(target, config), None
+    except InputError as error:
+        return None, error.message
+
+
+def deploy_json(plan: DeployPlan | None, problem: str | None) -> dict[str, Any] | None:
+    """A winner's launch commands for `tune --json` / `plan-mix --json`, or why none."""
+    if plan is None:
+        return None if problem is None else {"error": problem}
+    return {"disaggregated": plan.is_disaggregated, "pools": [pool.to_json() for pool in plan.pools]}
+
+
+def max_context_tokens(target: Target, config: Configuration) -> int:
+    """The model's context, halved until one sequence fits the replica's KV cache."""
+    tokens = target.card.max_context
+    while tokens > MIN_CONTEXT_TOKENS and not memory_for(target.card, target.cluster, config, tokens).fits:
+        tokens //= 2
+    return max(tokens, MIN_CONTEXT_TOKENS)

@@ -1,0 +1,116 @@
+"""`inferasim deploy` (agent/cli/deploy.py): tune -> deploy, plan-mix -> deploy, --config,
+and the winner's deploy line in `tune` and `plan-mix`; every command checked against the
+engine's own argument definitions (tests/fixtures/engine_flags)."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import agent.mix.planner
+import agent.question
+from agent.cli.main import app
+from tests.agent.deploy.flags import argv_problems
+from tests.agent.mix.test_planner import GPT_OSS_CANDIDATES, fake_predict
+from tests.agent.tune_fakes import FakePredictor
+
+runner = CliRunner()
+QWEN = ["--model", "qwen3-30b-a3b", "--workload", "1k/1k"]
+SPLIT = ("disaggregated=true,prefill_layout=TP8,decode_layout=TP8/EP8/DP8,kv_transfer_backend=nixl,"
+         "concurrency=256,router=kv_aware")
+
+
+@pytest.fixture
+def fake_tune(monkeypatch):
+    monkeypatch.setattr(agent.question, "predict", FakePredictor())
+
+
+def deploy(*args):
+    return runner.invoke(app, ["deploy", *args])
+
+
+def assert_valid(pools, engine="vllm"):
+    for pool in pools:
+        assert argv_problems(pool["argv"], engine, 3) == [], pool["display"]
+
+
+def test_tune_prints_the_winners_deploy_line_and_deploy_writes_it(fake_tune, tmp_path):
+    text = runner.invoke(app, ["tune", *QWEN, "--budget", "12"], terminal_width=200)
+    assert text.exit_code == 0, text.output
+    assert "Deploy #" in text.stdout and "vllm serve Qwen/Qwen3-30B-A3B" in text.stdout
+    tuned = json.loads(runner.invoke(app, ["tune", *QWEN, "--budget", "12", "--json"]).stdout)
+    assert_valid(tuned["deploy"]["pools"])
+    result = deploy(tuned["ledger"], "--out", str(tmp_path / "d"), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["pick"]["origin"].endswith(f"best trial #{tuned['best']['index']}")
+    assert [p["argv"] for p in data["pools"]] == [p["argv"] for p in tuned["deploy"]["pools"]]
+    assert_valid(data["pools"])
+    assert (tmp_path / "d" / "deploy.json").is_file() and data["pools"][0]["prefix_caching"] is True
+    other = json.loads(deploy(tuned["ledger"], "--trial", "0", "--out", str(tmp_path / "e"), "--json").stdout)
+    assert other["pick"]["origin"].endswith(": trial #0")
+    assert_valid(other["pools"])
+
+
+def test_a_disaggregated_config_gets_a_dynamo_graph_and_llmd_pools(tmp_path):
+    result = deploy("--model", "deepseek-r1", "--cluster", "mi355x8x2", "--engine", "vllm", "--config", SPLIT,
+                    "--out", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [p["role"] for p in data["pools"]] == ["prefill", "decode"] and data["manifests"] == {}
+    assert_valid(data["pools"])
+    (graph,) = yaml.safe_load_all((tmp_path / "dynamo.yaml").read_text())
+    frontend = graph["spec"]["services"]["Frontend"]["extraPodSpec"]["mainContainer"]
+    assert frontend["args"][-2:] == ["--router-mode", "kv"]
+    for role in ("prefill", "decode"):
+        (deployment,) = yaml.safe_load_all((tmp_path / f"llm-d-{role}.yaml").read_text())
+        assert deployment["metadata"]["labels"]["llm-d.ai/role"] == role
+    text = deploy("--model", "deepseek-r1", "--cluster", "mi355x8x2", "--engine", "vllm", "--config", SPLIT,
+                  "--out", str(tmp_path))
+    assert "prefill: 1 replica(s) x 8 GPU(s), each:" in text.stdout and "dynamo.yaml" in text.stdout
+
+
+def test_a_plan_mix_slot(monkeypatch, tmp_path):
+    monkeypatch.setattr(agent.mix.planner, "default_predict_fn", lambda: fake_predict)
+    models = tmp_path / "models.yaml"
+    models.write_text(GPT_OSS_CANDIDATES)
+    report = tmp_path / "plan.json"
+    planned = runner.invoke(app, ["plan-mix", str(models), "--workers", "1", "--out", str(report)],
+                            terminal_width=200)
+    assert planned.exit_code == 0, planned.output
+    slots = {s["tier"]: s for s in json.loads(report.read_text())["slots"]}
+    assert slots["interactive"]["pick"]["engine"] == "atom" and slots["interactive"]["pick"]["disaggregated"]
+    assert "no prefill/decode pool flags" in slots["interactive"]["deploy"]["error"]   # ATOM: no P/D flags
+    assert "Deploy gpt-oss-120b/interactive: not expressible" in planned.stdout
+    slot = slots["realtime"]
+    assert slot["deploy"]["disaggregated"] is False and "Deploy gpt-oss-120b/realtime:" in planned.stdout
+    engine = slot["pick"]["engine"]
+    result = deploy("--plan", str(report), "--slot", "gpt-oss-120b/realtime", "--out", str(tmp_path / "d"),
+                    "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [p["argv"] for p in data["pools"]] == [p["argv"] for p in slot["deploy"]["pools"]]
+    assert_valid(data["pools"], engine)
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "deploy: nothing to deploy"),
+    (["x.json", "--model", "kimi-k3"], "both name a pick"),
+    (["--model", "kimi-k3", "--trial", "3"], "--trial: needs a LEDGER"),
+    (["--model", "deepseek-r1", "--config", "tp=2"], "cannot run: memory"),
+    (["no-such-ledger"], "ledger"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    result = deploy(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_slot_that_is_not_there_gets_a_suggestion(tmp_path):
+    report = tmp_path / "plan.json"
+    report.write_text(json.dumps({"slots": [{"model": "gpt-oss-120b", "tier": "interactive", "pick": None}]}))
+    typo = deploy("--plan", str(report), "--slot", "gpt-oss-120b/interactve")
+    assert typo.exit_code == 2 and "did you mean 'gpt-oss-120b/interactive'?" in typo.stderr
+    empty = deploy("--plan", str(report), "--slot", "gpt-oss-120b/interactive")
+    assert empty.exit_code == 2 and "has no pick" in empty.stderr

@@ -1,0 +1,149 @@
+"""`agent.deploy`: launch commands per pool, Dynamo and llm-d manifests, every flag
+checked against the engine's own argument definitions (tests/fixtures/engine_flags)."""
+
+import json
+
+import pytest
+import yaml
+
+from agent.deploy.manifests import dynamo_graph, dynamo_worker_argv, llmd_manifests
+from agent.deploy.plan import DeployOptions, build_plan
+from levers.configuration import Configuration, parse_config_text
+from levers.errors import InputError
+from predictor.target import resolve_target
+from tests.agent.deploy.flags import argv_problems, engine_flags, env_problems
+
+FLAGS_START = 3  # after `vllm serve MODEL`, `python3 -m MODULE`, `trtllm-serve serve MODEL`
+
+
+def config(text: str) -> Configuration:
+    return Configuration().with_changes(parse_config_text([text]))
+
+
+def valid(engine: str, argv, start: int = FLAGS_START, extra: str | None = None) -> list[str]:
+    problems = argv_problems(argv, engine, start)
+    if extra:   # a Dynamo worker takes Dynamo's flags and the engine's
+        dynamo = set(argv_problems(argv, extra, start))
+        problems = [p for p in problems if p in dynamo]
+    return problems
+
+
+COLOCATED = [
+    ("deepseek-r1", "mi355x", "vllm", "tp=8,ep=8,attention_dp=8,all_to_all_backend=mori,max_running_requests=128,"
+                                      "max_batched_tokens=16384,kv_cache_dtype=fp8,spec_method=mtp,spec_depth=2"),
+    ("deepseek-r1", "mi355x", "sglang", "tp=8,attention_dp=8,ep=8,moe_backend=aiter,chunked_prefill_size=4096,"
+                                        "kv_block_size=64,max_running_requests=512"),
+    ("deepseek-r1", "mi355x", "atom", "tp=8,ep=8,max_running_requests=256,kv_cache_dtype=fp8,spec_method=mtp,"
+                                      "spec_depth=1"),
+    ("qwen3-235b-a22b", "b200", "trtllm", "tp=8,ep=8,attention_dp=8,max_batched_tokens=8192,moe_backend=cutlass"),
+]
+
+
+@pytest.mark.parametrize("model, cluster, engine, text", COLOCATED)
+def test_colocated_commands_are_valid_and_carry_the_picks_levers(model, cluster, engine, text):
+    target = resolve_target(model, cluster, engine)
+    chosen = config(text)
+    plan = build_plan(target, chosen)
+    (pool,) = plan.pools
+    argv = list(pool.command.argv)
+    assert valid(engine, argv) == []
+    if engine in ("vllm", "sglang"):
+        assert env_problems(pool.command.env, engine) == []
+    assert pool.role == "serve" and pool.gpus_per_replica == chosen.replica_gpus
+    limit = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests", "atom": "--max-num-seqs",
+             "trtllm": "--max_batch_size"}[engine]
+    assert argv[argv.index(limit) + 1] == str(chosen.max_running_requests)
+    caching = {"vllm": "--enable-prefix-caching" in argv, "sglang": "--disable-radix-cache" not in argv,
+               "atom": "--enable_prefix_caching" in argv}
+    if engine == "trtllm":
+        caching["trtllm"] = yaml.safe_load(pool.command.files[0][1])["kv_cache_config"]["enable_block_reuse"]
+    assert caching[engine] is True
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+
+
+def test_prefix_caching_follows_the_lever():
+    target = resolve_target("deepseek-r1", "mi355x", "vllm")
+    argv = build_plan(target, config("tp=8,prefix_cache=off")).pools[0].command.argv
+    assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
+
+
+def test_context_is_the_models_when_it_fits_else_halved_until_one_sequence_fits():
+    roomy = build_plan(resolve_target("deepseek-r1", "mi355x", "vllm"), config("tp=8")).pools[0]
+    assert roomy.request.context_tokens == 163840
+    tight = build_plan(resolve_target("kimi-k3", "mi355x", "vllm"), config("tp=8,kv_memory_fraction=0.7")).pools[0]
+    assert tight.request.context_tokens == 1048576 // 2   # at 0.7 the pool holds less than the 1M context
+    assert DeployOptions(context_tokens=4096).context_tokens == 4096
+
+
+SPLITS = [
+    ("deepseek-r1", "mi355x8x2", "vllm", "disaggregated=true,prefill_layout=TP8,decode_layout=TP8/EP8/DP8,"
+                                          "kv_transfer_backend=nixl,concurrency=256"),
+    ("deepseek-r1", "mi355x8x2", "sglang", "disaggregated=true,prefill_layout=TP8,decode_layout=TP8/EP8/DP8,"
+                                            "kv_transfer_backend=mori,concurrency=256"),
+    ("qwen3-235b-a22b", "b200x8x2", "trtllm", "disaggregated=true,prefill_layout=TP8,decode_layout=TP8/EP8/DP8,"
+                                               "kv_transfer_backend=nixl,concurrency=128"),
+]
+
+
+@pytest.mark.parametrize("model, cluster, engine, text", SPLITS)
+def test_splits_have_a_valid_command_and_worker_per_pool(model, cluster, engine, text):
+    plan = build_plan(resolve_target(model, cluster, engine), config(text))
+    assert [pool.role for pool in plan.pools] == ["prefill", "decode"]
+    for pool in plan.pools:
+        assert valid(engine, pool.command.argv) == []
+        worker = dynamo_worker_argv(plan, pool)
+        assert worker[:3] == ["python3", "-m", f"dynamo.{engine}"]
+        assert valid(engine if engine != "trtllm" else "dynamo", worker, extra="dynamo") == []
+        assert worker[worker.index("--disaggregation-mode") + 1] == pool.role
+    graph = list(yaml.safe_load_all(dynamo_graph(plan)))
+    (dgd,) = [d for d in graph if d["kind"] == "DynamoGraphDeployment"]
+    services = dgd["spec"]["services"]
+    assert set(services) == {"Frontend", "PrefillWorker", "DecodeWorker"}
+    frontend = services["Frontend"]["extraPodSpec"]["mainContainer"]
+    assert valid("dynamo", frontend["command"] + frontend["args"]) == []
+    for pool in plan.pools:
+        service = services[f"{pool.role.capitalize()}Worker"]
+        assert service["subComponentType"] == pool.role and service["replicas"] == pool.replicas
+        assert service["resources"]["limits"]["gpu"] == str(pool.gpus_per_replica)
+
+
+def test_vllm_split_connectors_and_llmd_pools():
+    plan = build_plan(resolve_target("deepseek-r1", "mi355x8x2", "vllm"), config(SPLITS[0][3]))
+    prefill, decode = (list(pool.command.argv) for pool in plan.pools)
+    roles = [json.loads(argv[argv.index("--kv-transfer-config") + 1]) for argv in (prefill, decode)]
+    assert roles == [{"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
+                     {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}]
+    manifests = llmd_manifests(plan)
+    assert set(manifests) == {"prefill", "decode"}
+    for role, text in manifests.items():
+        (deployment,) = yaml.safe_load_all(text)
+        pod = deployment["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert deployment["metadata"]["labels"]["llm-d.ai/role"] == role
+        assert container["command"] == ["vllm", "serve"]
+        assert valid("vllm", container["command"] + container["args"]) == []
+        assert container["resources"]["limits"]["amd.com/gpu"] == "8"
+        assert ("initContainers" in pod) is (role == "decode")
+    assert "&id" not in manifests["decode"]
+
+
+def test_what_cannot_be_deployed_is_refused_with_the_reason():
+    with pytest.raises(InputError, match="cannot run: memory"):
+        build_plan(resolve_target("deepseek-r1", "mi355x", "vllm"), config("tp=2"))
+    with pytest.raises(InputError, match="--model-path CHECKPOINT that holds these precisions") as caught:
+        build_plan(resolve_target("deepseek-r1", "mi355x", "sglang"), config("tp=8,expert_dtype=fp4"))
+    assert "--endpoint" not in caught.value.message
+    atom = resolve_target("deepseek-r1", "mi355x8x2", "atom")
+    with pytest.raises(InputError, match="no prefill/decode pool flags"):
+        build_plan(atom, config("disaggregated=true,prefill_layout=TP8,decode_layout=TP8,kv_transfer_backend=mori"))
+    mooncake = build_plan(resolve_target("deepseek-r1", "mi355x8x2", "vllm"), config(
+        "disaggregated=true,prefill_layout=TP8,decode_layout=TP8,kv_transfer_backend=mooncake"))
+    with pytest.raises(InputError, match="does not speak mooncake"):
+        llmd_manifests(mooncake)
+
+
+def test_fixtures_record_where_the_flags_came_from():
+    for engine in ("vllm", "sglang", "dynamo", "trtllm", "atom"):
+        provenance = engine_flags(engine)["provenance"]
+        assert provenance["origin"] and provenance["version"] and provenance["files"]
+        assert all(len(f["sha256"]) == 64 for f in provenance["files"])
