@@ -19,7 +19,7 @@ SCHEMA = Path(__file__).resolve().parents[2] / "ledgers" / "ledger.schema.json"
 BUDGET = 12         # round 0 up to 32 clients: SLO-meeting trials at low load, bounded ones above
 AGENTIC_PER_CLIENT = 40   # the simulator's default requests per agentic client
 JSON_KEYS = {"best", "top", "nearest_misses", "ties", "ledger", "num_trials", "stop_reason", "lm", "lm_note",
-             "rank_only", "slo_compliance_verified", "harvest", "stats", "warnings"}
+             "rank_only", "slo_compliance_verified", "harvest", "stats", "warnings", "deploy"}
 
 
 def test_default_tune_on_the_real_predictor(monkeypatch):
