@@ -8,6 +8,12 @@ whose docstring is what the model reads. Only ``evaluate_config`` spends budget,
 goes through the guards and the predictor (:meth:`SearchSession.propose`): the agent
 can waste trials but never price anything itself.
 
+With ``--lm-json-schema`` (a small model under constrained decoding, :mod:`agent.menu`)
+every field the model writes is bounded by the schema sent to the server: the tool
+arguments admit only menu moves for ``evaluate_config`` (one lever of the incumbent to
+a legal, unpriced value) and short text elsewhere; the closing best configuration is a
+menu move too. Without it, such a model writes unbounded JSON until ``max_tokens``.
+
 When the budget is spent or a stop rule fires, ``evaluate_config`` raises
 :class:`agent.lm.StopAgent`, which ends the ReAct loop at once (a normal ending, not a
 failure). The agent's closing ``best_config`` is evaluated like any proposal when it is
@@ -23,7 +29,8 @@ import dspy
 
 from agent import briefing
 from agent.guards import guard_proposal
-from agent.lm import LmRuntime, StopAgent
+from agent.lm import RESPONSE_SCHEMA_KEY, LmRuntime, StopAgent
+from agent.menu import MAX_NOTE_CHARS, MAX_RATIONALE_CHARS, build_menu, changes_schema, text_schema
 from levers.redact import redact
 from agent.session import SearchSession
 from agent.trial import Phase
@@ -126,12 +133,46 @@ def plan_text(plan: Any) -> str:
                        "polish_plan": plan.polish_plan})
 
 
+def _tool_args_schema(changes: dict[str, Any]) -> dict[str, Any]:
+    """Arguments of any one tool: a menu move for evaluate_config, short text or nothing
+    for the others (the tool name is already an enum)."""
+    def args(properties: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "properties": properties, "required": list(properties),
+                "additionalProperties": False}
+    return {"anyOf": [args({"changes": changes}), args({"note": text_schema(MAX_RATIONALE_CHARS)}),
+                      args({"question": text_schema(MAX_RATIONALE_CHARS)}),
+                      args({"last": {"type": "integer", "minimum": 1, "maximum": 40}}), args({})]}
+
+
+def constrain(agent: dspy.ReAct, session: SearchSession) -> dspy.ReAct:
+    """Bound every field of a ReAct agent by a schema (module docstring)."""
+    center = session.incumbent_config() or session.baseline
+    menu = build_menu(session.context, center, session.has_seen) if center is not None else {}
+    if not menu:
+        return agent
+    changes = changes_schema(menu)
+    short = text_schema(MAX_RATIONALE_CHARS)
+    agent.react.signature = agent.react.signature.with_updated_fields(
+        "next_thought", **{RESPONSE_SCHEMA_KEY: short}).with_updated_fields(
+        "next_tool_args", **{RESPONSE_SCHEMA_KEY: _tool_args_schema(changes)})
+    fields = {"reasoning": short, "best_config": changes, "what_worked": short,
+              "follow_ups": {"type": "array", "items": text_schema(MAX_NOTE_CHARS), "maxItems": 2}}
+    signature = agent.extract.predict.signature
+    for name, schema in fields.items():
+        if name in signature.output_fields:
+            signature = signature.with_updated_fields(name, **{RESPONSE_SCHEMA_KEY: schema})
+    agent.extract.predict.signature = signature
+    return agent
+
+
 def run_investigator(session: SearchSession, runtime: LmRuntime, plan: Any,
                      max_steps: int = DEFAULT_MAX_STEPS) -> dict[str, Any]:
     """One ReAct episode; returns its call record (outcome ok, stopped or a failure)."""
     tools = InvestigatorTools(session, runtime)
     agent = dspy.ReAct(Investigate.with_instructions(load_prompt("investigator")), tools=tools.all(),
                        max_iters=max(1, min(max_steps, 2 * session.remaining + 4)))
+    if runtime.settings is not None and runtime.settings.json_schema:
+        agent = constrain(agent, session)
     inputs = {"objective": briefing.objective(session), "plan": plan_text(plan),
               "incumbent": briefing.incumbent(session), "budget": briefing.budget(session)}
     result, record = runtime.run("investigator", lambda: agent(**inputs))

@@ -43,8 +43,10 @@ LM_API_KEY_ENV = "INFERASIM_LM_API_KEY"
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_NUM_RETRIES = 3
 DEFAULT_MAX_TOKENS = 2048
+SCHEMA_MAX_TOKENS = 768      # constrained decoding bounds every field; this only stops a runaway
 PLACEHOLDER_API_KEY = "no-key"  # OpenAI-compatible local servers need some key; not a secret
 MAX_MESSAGE_CHARS = 600
+RESPONSE_SCHEMA_KEY = "response_schema"   # an output field's own schema (output_schema)
 
 T = TypeVar("T")
 
@@ -108,12 +110,22 @@ class SchemaJSONAdapter(dspy.JSONAdapter):
 
 
 def output_schema(signature) -> dict[str, Any]:
-    """JSON Schema of a signature's output fields (all required)."""
-    fields = {name: (field.annotation, ...) for name, field in signature.output_fields.items()
-              if field.annotation is not ToolCalls}
-    model = pydantic.create_model("Outputs", **fields)
-    schema = model.model_json_schema()
-    schema["required"] = list(fields)
+    """JSON Schema of a signature's output fields (all required). A field may carry its
+    own schema (``response_schema`` in its extras: a schema sent to the server but kept
+    out of the prompt, which then stays short for a small model); the others are
+    derived from their type."""
+    properties: dict[str, Any] = {}
+    definitions: dict[str, Any] = {}
+    for name, field in signature.output_fields.items():
+        if field.annotation is ToolCalls:
+            continue
+        explicit = (field.json_schema_extra or {}).get(RESPONSE_SCHEMA_KEY)
+        schema = dict(explicit) if explicit else pydantic.TypeAdapter(field.annotation).json_schema()
+        definitions.update(schema.pop("$defs", {}))
+        properties[name] = schema
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    if definitions:
+        schema["$defs"] = definitions
     return schema
 
 
@@ -121,7 +133,9 @@ def build_lm(settings: LmSettings) -> dspy.LM:
     """A DSPy LM over LiteLLM with caching off, timeouts and retries."""
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     kwargs: dict[str, Any] = {"engine": "litellm", "cache": False, "timeout": settings.timeout_s,
-                              "num_retries": settings.num_retries, "max_tokens": settings.max_tokens}
+                              "num_retries": settings.num_retries,
+                              "max_tokens": min(settings.max_tokens, SCHEMA_MAX_TOKENS) if settings.json_schema
+                              else settings.max_tokens}
     if settings.base_url:
         kwargs["api_base"] = settings.base_url
     api_key = os.environ.get(LM_API_KEY_ENV) if settings.use_env_key else None

@@ -17,10 +17,18 @@ from levers.errors import InputError
 from predictor.feasibility import check_configuration
 from tests.agent.tune_fakes import FakePredictor
 
-PLAN = {"rationale": "KV precision limits the batch", "hypotheses": ["fp8 KV helps"],
-        "configs": [{"kv_cache_dtype": "fp8"}, {"concurrency": 128}, {"concurrency": 256},
-                    {"max_running_requests": 512}, {"prefix_cache": "off"}],
-        "polish_plan": "sweep concurrency"}
+def plan_from_schema(schema: dict) -> dict:
+    """What constrained decoding could emit: five moves, one per lever of the menu, each
+    the first value the schema allows (`agent.menu`)."""
+    moves = []
+    for name, definition in sorted(schema.get("$defs", {}).items()):
+        if name.startswith("Move_") and len(moves) < 5:
+            properties = definition["properties"]
+            value = properties["value"].get("enum", [properties["value"].get("const")])[0]
+            moves.append({"lever": properties["lever"]["const"], "value": value})
+    moves += moves[:1] * (5 - len(moves))
+    return {"rationale": "KV precision limits the batch", "hypotheses": ["fp8 KV helps"], "moves": moves,
+            "polish_plan": "sweep concurrency"}
 
 
 def test_settings_come_from_the_flag_or_the_environment(monkeypatch):
@@ -59,7 +67,7 @@ class SchemaServer(BaseHTTPRequestHandler):
         self.requests.append(body)
         properties = body.get("response_format", {}).get("schema", {}).get("properties", {})
         if "plan" in properties:
-            content = {"plan": PLAN}
+            content = {"plan": plan_from_schema(body["response_format"]["schema"])}
         elif "next_tool_name" in properties:
             content = {"next_thought": "try fp8 weights", "next_tool_name": "evaluate_config",
                        "next_tool_args": {"changes": {"weight_dtype": "fp8", "bogus": 1}}}
@@ -100,12 +108,17 @@ def test_tune_over_litellm_with_the_schema_sent(tmp_path, schema_server):
     ledger = load_ledger(result.ledger_path)
     formats = [r["response_format"] for r in requests]
     assert all(f["type"] == "json_object" and f["schema"]["required"] for f in formats)
-    assert "configs" in json.dumps(formats[0]["schema"])           # the Plan model is sent
+    assert "Move_concurrency" in json.dumps(formats[0]["schema"])  # the menu is sent as the schema
+    react = [f["schema"]["properties"] for f in formats if "next_tool_name" in f["schema"]["properties"]]
+    assert react and react[0]["next_thought"]["maxLength"] and "anyOf" in react[0]["next_tool_args"]
+    moves = react[0]["next_tool_args"]["anyOf"][0]["properties"]["changes"]["anyOf"]
+    assert all(len(m["required"]) == 1 and "enum" in next(iter(m["properties"].values())) for m in moves)
     assert [(c.role, c.outcome) for c in ledger.llm.calls] == [("planner", "ok"), ("investigator", "ok")]
     assert ledger.lm.model == "openai/smollm2" and ledger.lm.json_schema
     investigator = [t for t in ledger.trials if t.phase == "investigator"]
     assert investigator[0].reason == "unknown lever 'bogus'" and investigator[0].rejected_by == "guard"
-    assert [t.phase for t in ledger.trials].count("planner") == 5
+    planned = [t for t in ledger.trials if t.phase == "planner"]
+    assert len(planned) == 5 and all(t.legal and t.metrics and t.duplicate_of is None for t in planned)
     assert result.best is not None and result.best.legal
 
 
