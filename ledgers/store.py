@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ledgers.model import Ledger
+from levers.configuration import configuration_from_dict
 from levers.errors import InputError
 from levers.inputs import load_json, quote
 from levers.redact import redact
@@ -93,12 +94,27 @@ def load_ledger(reference: str | Path) -> Ledger:
     path = resolve_ledger(str(reference))
     data = load_json(path, "ledger", expected="a ledger JSON written by tune")
     try:
-        return Ledger.model_validate(data)
+        ledger = Ledger.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise InputError(f"ledger {quote(str(path))}", f"is not a valid ledger: {quote(where)}: {first['msg']}",
                          "a ledger JSON written by tune (schema ledgers/ledger.schema.json)") from None
+    _check_configurations(ledger, path)
+    return ledger
+
+
+def _check_configurations(ledger: Ledger, path: Path) -> None:
+    """Every recorded configuration is one of the 36 levers' legal values (the schema
+    leaves them as plain mappings): a hand-edited value is refused here, not later."""
+    configurations = [("baseline", ledger.baseline)]
+    configurations += [(f"trials[{t.index}].configuration", t.configuration) for t in ledger.trials if t.configuration]
+    for where, configuration in configurations:
+        try:
+            configuration_from_dict(configuration)
+        except InputError as error:
+            raise InputError(f"ledger {quote(str(path))}", f"{where}: {error.what}: {error.problem}",
+                             error.accepted or "a ledger JSON written by tune") from None
 
 
 def list_ledgers() -> list[Path]:

@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Literal
 
 from levers.errors import InputError
+from levers.inputs import quote
 from objectives.objectives import LATENCY_STATS, MEAN_STAT, latency_key, metric_value
 
 Op = Literal["<=", ">="]
@@ -56,7 +57,7 @@ ACCEPTED_FORMS = (
 )
 
 _OPERATOR = re.compile(r"[<>=]+")
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?", re.ASCII)
 
 
 def _bound_of(metric: str) -> Op:
@@ -142,7 +143,7 @@ class SloCheck:
 
 
 def _fail(text: str, reason: str) -> InputError:
-    return InputError("--slo", f"cannot parse '{text}': {reason}", ACCEPTED_FORMS)
+    return InputError("--slo", f"cannot parse {quote(text)}: {reason}", ACCEPTED_FORMS)
 
 
 def _parse_subject(text: str, left: str) -> tuple[str, str]:
@@ -179,15 +180,15 @@ def _parse_value(text: str, metric: str, right: str) -> float:
     """``VALUE[UNIT]`` -> the value in ms (latencies) or tok/s (interactivity)."""
     number = _NUMBER.match(right)
     if number is None:
-        raise _fail(text, f"value '{right}' is not a number")
+        raise _fail(text, f"value {quote(right)} is not a number")
     unit = re.sub(r"\s+", "", right[number.end():])
     units = _units_of(metric)
     if unit not in units:
         allowed = " or ".join(u for u in units if u)
-        raise _fail(text, f"unit '{unit}' does not apply to {metric} (use {allowed})")
+        raise _fail(text, f"unit {quote(unit)} does not apply to {metric} (use {allowed})")
     value = float(Decimal(number.group()) * units[unit])  # exact: '0.7s' is 700 ms
     if not (math.isfinite(value) and value > 0):
-        raise _fail(text, f"value '{right}' must be a positive, finite number")
+        raise _fail(text, f"value {quote(right)} must be a positive, finite number")
     return value
 
 

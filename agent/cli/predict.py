@@ -17,7 +17,7 @@ from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, 
 from levers.configuration import Configuration
 from predictor.predict import default_store, predict
 from predictor.prediction import Prediction
-from predictor.target import Target, resolve_target
+from predictor.target import Target, check_workload_context, resolve_target
 from predictor.units import US_PER_MS
 from predictor.workload import parse_workload
 
@@ -68,6 +68,7 @@ def predict_command(
     target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency)
     spec = parse_workload(workload)
+    check_workload_context(target.card, spec.context_tokens, spec.name)
     result = predict(target, configuration, spec, seed=seed, replications=replications)
     if json_out:
         print_json({**target.to_json(), "workload": spec.name, "config": configuration.to_dict(),

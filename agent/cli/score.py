@@ -14,7 +14,7 @@ from dataclasses import replace
 from agent.cli.app import app, cli_errors, console, print_json
 from agent.cli.render import number, table
 from levers.errors import InputError
-from levers.inputs import check_input_file, quote
+from levers.inputs import quote, read_text
 from predictor.corpus.read import CorpusRead, filter_rows, read_corpus
 from predictor.corpus.score import score_corpus
 from predictor.corpus.where import ACCEPTED as WHERE_ACCEPTED
@@ -80,6 +80,9 @@ def _targets_table(data: dict) -> Table:
     return grid
 
 
+CORPUS_EXPECTED = "a UTF-8 CSV corpus with InferenceX, AIConfigurator or native columns (see --format)"
+
+
 def check_scorable(read: CorpusRead, anchor_where: str | None) -> None:
     """Before any pricing: the corpus has rows, some of them usable, and ``--anchor-where``
     (when given) selects at least one of them."""
@@ -106,8 +109,11 @@ def score(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Score the predictor on a measured corpus: anchors from its rows, predictions for the rest."""
-    check_input_file(corpus, "corpus", expected="a corpus CSV file")
-    read = read_corpus(corpus, fmt)
+    read_text(corpus, "corpus", expected=CORPUS_EXPECTED)   # bounded, UTF-8: before the reader streams it
+    try:
+        read = read_corpus(corpus, fmt)
+    except InputError as error:
+        raise InputError(error.what, error.problem, error.accepted or CORPUS_EXPECTED) from None
     check_scorable(read, anchor_where)
     report = replace(score_corpus(read.rows, failures=read.failures, anchor_where=anchor_where),
                      source=read.path, format=read.format)

@@ -73,7 +73,8 @@ class BadLines:
 
     def report(self, where: str, reason: str) -> None:
         if not self.skip:
-            raise InputError("--trace", f"{quote(self.path.name)[1:-1]} {where}: {reason.removeprefix('is ')}",
+            raise InputError("--trace", f"{' '.join(filter(None, (quote(self.path.name)[1:-1], where)))}: "
+                             f"{reason.removeprefix('is ')}",
                              "fix the record, or pass --skip-bad-lines to skip and count bad lines")
         self.count += 1
 
@@ -126,8 +127,9 @@ def infer_block_tokens(pairs: Sequence[tuple[int, int]], what: str) -> int:
     return best
 
 
-def empty_trace(path: Path) -> InputError:
-    return InputError(f"--trace {quote(path.name)}", "the trace has no requests", TRACE_EXPECTED)
+def empty_trace(path: Path, bad_lines: int = 0) -> InputError:
+    skipped = f" ({bad_lines:,} bad lines skipped)" if bad_lines else ""
+    return InputError(f"--trace {quote(path.name)}", f"the trace has no requests{skipped}", TRACE_EXPECTED)
 
 
 def read_trace_text(path: Path, max_bytes: int | None) -> str:
@@ -163,5 +165,5 @@ def read_length_csv(path: Path, skip_bad_lines: bool, max_bytes: int | None = No
         raise InputError(f"--trace {quote(path.name)}", f"is not a readable CSV ({quote(str(error))})",
                          TRACE_EXPECTED) from None
     if not sessions:
-        raise empty_trace(path)
+        raise empty_trace(path, bad.count)
     return TraceWorkload(path.name, ArrivalMode.OPEN, CANDIDATE_BLOCK_TOKENS[2], tuple(sessions), bad.count)

@@ -197,5 +197,5 @@ def read_mooncake(path: Path, skip_bad_lines: bool = False, max_bytes: int | Non
         if problem:
             bad.report(where, problem)
     if not builder.sessions:
-        raise empty_trace(path)
+        raise empty_trace(path, bad.count)
     return builder.workload(path, bad.count)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from levers.errors import InputError
 from levers.inputs import MAX_DEPTH, check_depth, check_input_file, parse_json, quote
@@ -75,11 +75,22 @@ class SubagentEntry(_Loose):
     requests: list[TraceRequest] = Field(min_length=1)
 
 
+def _entry_kind(entry: object) -> str:
+    """A subagent entry says so in ``type``; anything else is read as a request (so a bad
+    request is reported with the request's own errors)."""
+    kind = entry.get("type") if isinstance(entry, dict) else getattr(entry, "type", None)
+    return "subagent" if kind == "subagent" else "request"
+
+
+Entry = Annotated[Annotated[SubagentEntry, Tag("subagent")] | Annotated[TraceRequest, Tag("request")],
+                  Discriminator(_entry_kind)]
+
+
 class SessionTrace(_Loose):
     id: Annotated[str, Field(max_length=256)] | int = ""
     block_size: int = Field(64, ge=1, le=1 << 20)
     hash_id_scope: Literal["local", "global"] = "local"
-    requests: list[SubagentEntry | TraceRequest] = Field(min_length=1)
+    requests: list[Entry] = Field(min_length=1)
 
 
 def looks_like_sessions(path: Path) -> bool:
@@ -93,6 +104,8 @@ def _session_files(path: Path, max_bytes: int | None) -> list[Path]:
     if not path.is_dir():
         return [path]
     files = sorted(p for p in path.iterdir() if p.suffix == ".json")
+    if not files:
+        raise InputError(f"--trace {quote(str(path))}", "is a folder with no session files (*.json)", TRACE_EXPECTED)
     if len(files) > MAX_SESSION_FILES:
         raise InputError(f"--trace {quote(str(path))}", f"holds {len(files):,} session files",
                          f"at most {MAX_SESSION_FILES:,} per folder")
@@ -110,8 +123,9 @@ def _parsed(text: str, where: str) -> object:
 def _raw_sessions(path: Path, bad: BadLines, max_bytes: int | None) -> Iterator[tuple[str, object]]:
     for file in _session_files(path, max_bytes):
         text = read_trace_text(file, max_bytes)
+        where = file.name if path.is_dir() else ""
         try:
-            yield file.name, _parsed(text, file.name)
+            yield where, _parsed(text, file.name)
             continue
         except InputError:
             pass
@@ -123,7 +137,7 @@ def _raw_sessions(path: Path, bad: BadLines, max_bytes: int | None) -> Iterator[
             except InputError as error:
                 bad.report(f"line {number}", error.problem)
                 continue
-            yield f"{file.name} line {number}", value
+            yield f"{where} line {number}".strip(), value
 
 
 class _SessionBuilder:
@@ -203,7 +217,7 @@ def read_sessions(path: Path, skip_bad_lines: bool = False, max_bytes: int | Non
         block_sizes.add(trace.block_size)
         sessions.append(session)
     if not sessions:
-        raise empty_trace(path)
+        raise empty_trace(path, bad.count)
     if len(block_sizes) > 1:
         raise InputError(f"--trace {quote(path.name)}", f"sessions use different block sizes {sorted(block_sizes)[:8]}",
                          "one block size per trace")
