@@ -1,8 +1,8 @@
 """Test isolation: every test gets its own INFERASIM_HOME (user cards, anchors,
 ledgers), no LM configured, and LiteLLM kept offline (STYLE.md rule 10).
 
-Real-component tests (markers `llm`, `engine`, `ray`) may skip locally with a reason
-(no server built, no model file, no Ray); in CI (`CI` set to true) a skip of one of
+Real-component tests (markers `llm`, `engine`, `ray`, `browser`) may skip locally with a
+reason (no server built, no model file, no Ray, no headless Chromium); in CI (`CI` set to true) a skip of one of
 them is turned into a failure that keeps the reason, so a green CI run means each of
 them really ran.
 """
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-REAL_MARKERS = ("llm", "engine", "ray")
+REAL_MARKERS = ("llm", "engine", "ray", "browser")
 
 
 def in_ci() -> bool:

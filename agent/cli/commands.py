@@ -26,6 +26,8 @@ COMMANDS: tuple[CommandEntry, ...] = (
                  "Pick one configuration per model and tier; print a table per tier and a short list."),
     CommandEntry("deploy", "agent.cli.deploy",
                  "The launch command (and Dynamo / llm-d manifests) for a ledger's pick, a plan-mix slot or a --config."),
+    CommandEntry("report", "agent.cli.report",
+                 "One self-contained HTML page for a search ledger or a plan-mix report."),
     CommandEntry("predict", "agent.cli.predict",
                  "Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."),
     CommandEntry("simulate", "agent.cli.simulate",

@@ -78,7 +78,7 @@ def from_plan(path: str, slot: str | None) -> Pick:
         raise InputError("--slot", f"{wanted} has no pick (nothing met the tier)",
                          accepted_list(n for s, n in zip(slots, names) if isinstance(s.get("pick"), dict)))
     target = resolve_target(chosen["model"], pick.get("cluster"), pick.get("engine"))
-    metrics = {key: pick.get(key) for key in ("throughput_per_gpu", "interactivity", "ttft_s")}
+    metrics = {key: pick.get(key) for key in ("output_throughput_per_gpu", "interactivity", "ttft_s")}
     return Pick(target, configuration_from_dict(pick.get("config") or {}), f"{path}: {wanted}", pick.get("mode"),
                 metrics)
 

@@ -64,6 +64,7 @@ def metrics_for(config) -> dict[str, float]:
     return {"throughput_per_gpu": throughput, "output_throughput_per_gpu": throughput / 2,
             "tpot_ms_mean": tpot, "itl_ms_mean": tpot, "itl_ms_p90": 1.3 * tpot,
             "ttft_ms_mean": 100.0 + load, "interactivity_mean": 1000.0 / tpot,
+            "tpot_ms_p50": tpot, "interactivity_p50": 1000.0 / tpot,   # fixed-length: one value per request
             "max_concurrency": 512.0}
 
 

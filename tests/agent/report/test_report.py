@@ -1,0 +1,119 @@
+"""`inferasim report` (agent/report, agent/cli/report.py): one self-contained page for a
+search or a plan-mix run; what the page holds, that it loads nothing from a network,
+and that ledger text is escaped."""
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import agent.mix.planner
+import agent.question
+from agent.cli.main import app
+from tests.agent.mix.test_planner import GPT_OSS_CANDIDATES, fake_predict
+from tests.agent.tune_fakes import FakePredictor
+
+runner = CliRunner()
+QWEN = ["--model", "qwen3-30b-a3b", "--workload", "1k/1k"]
+HOSTILE = "<script>alert('x')</script>"
+EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//|@import|url\(\s*["']?https?:""", re.I)
+
+
+class Outline(HTMLParser):
+    """Counts of the page's structure: sections, table rows per table, svgs, scripts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headings, self.rows, self.svgs, self.scripts, self._in_h2 = [], [], 0, 0, False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "h2":
+            self._in_h2 = True
+        elif tag == "table":
+            self.rows.append(0)
+        elif tag == "tr" and self.rows:
+            self.rows[-1] += 1
+        elif tag == "svg":
+            self.svgs += 1
+        elif tag == "script":
+            self.scripts += 1
+
+    def handle_endtag(self, tag):
+        if tag == "h2":
+            self._in_h2 = False
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self.headings.append(data)
+
+
+def outline(text: str) -> Outline:
+    parsed = Outline()
+    parsed.feed(text)
+    return parsed
+
+
+@pytest.fixture
+def ledger(monkeypatch):
+    monkeypatch.setattr(agent.question, "predict", FakePredictor())
+    result = runner.invoke(app, ["tune", *QWEN, "--budget", "24", "--slo", "tpot<=13", "--json"])
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)
+
+
+def with_hostile_llm_notes(path: str) -> None:
+    """LLM text is untrusted: put markup where the page shows the LLM's notes."""
+    data = json.loads(Path(path).read_text())
+    data["llm"]["rationale"] = HOSTILE
+    data["llm"]["hypotheses"] = [HOSTILE]
+    data["llm"]["calls"] = [{"role": "planner", "outcome": "ok", "message": HOSTILE, "started_at": "2026-01-01T00:00",
+                             "wall_ms": 1200.0, "num_requests": 1}]
+    Path(path).write_text(json.dumps(data))
+
+
+def test_a_search_page_has_every_part_and_loads_nothing(ledger, tmp_path):
+    with_hostile_llm_notes(ledger["ledger"])
+    out = tmp_path / "r.html"
+    result = runner.invoke(app, ["report", ledger["ledger"], "-o", str(out), "--top", "10", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["report"] == str(out)
+    text = out.read_text()
+    page = outline(text)
+    assert page.headings == ["The question", "The outcome", f"Best trials (top 10 of {ledger['num_trials']})",
+                             "Deploy the best",
+                             "Pareto frontier of the priced trials", "Trials over time", "Rejections by reason",
+                             "Harvest hints", "LLM notes"]
+    assert page.rows[0] == 1 + 10          # header + the ten best
+    assert page.svgs >= 2 and page.scripts == 1
+    assert not EXTERNAL.search(text)
+    escaped = "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"
+    assert HOSTILE not in text and text.count(escaped) == 4   # rationale, hypothesis, message (text, sort key)
+    assert "vllm serve Qwen/Qwen3-30B-A3B" in text
+
+
+def test_a_plan_mix_page(monkeypatch, tmp_path):
+    monkeypatch.setattr(agent.mix.planner, "default_predict_fn", lambda: fake_predict)
+    models = tmp_path / "models.yaml"
+    models.write_text(GPT_OSS_CANDIDATES)
+    report = tmp_path / "plan.json"
+    assert runner.invoke(app, ["plan-mix", str(models), "--workers", "1", "--out", str(report)]).exit_code == 0
+    out = tmp_path / "mix.html"
+    result = runner.invoke(app, ["report", str(report), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    page = outline(text)
+    assert page.headings == ["The plan", "Tier realtime", "Tier interactive", "Tier responsive", "Tier bulk",
+                             "Illegal candidates", "Deploy the picks"]
+    assert page.svgs == 4 and not EXTERNAL.search(text)
+    assert "gpt-oss-120b/interactive" in text and "not expressible" in text
+
+
+def test_a_source_that_is_neither_is_exit_2(tmp_path):
+    other = tmp_path / "x.json"
+    other.write_text(json.dumps({"hello": 1}))
+    result = runner.invoke(app, ["report", str(other)])
+    assert result.exit_code == 2 and "ledger" in result.stderr
+    assert runner.invoke(app, ["report", "no-such-search"]).exit_code == 2
