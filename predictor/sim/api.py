@@ -59,12 +59,16 @@ class SimOptions:
     eviction: EvictionPolicy = EvictionPolicy.LEAF_FIRST
     keep_rows: bool = False
     exact_prices: bool = False
+    warm_start: bool = True         # session traces: the AgentX warm start (trace_base.skip_into)
 
 
-def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target: Target | None) -> Workload:
+def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target: Target | None,
+                warm_start: bool = True) -> Workload:
     """Turn a named workload into a replayable one; pass richer workloads through."""
     if isinstance(workload, TraceWorkload):
-        return workload.retimed(config.arrival_rate) if workload.mode is ArrivalMode.OPEN else workload
+        if workload.mode is ArrivalMode.OPEN:
+            return workload.retimed(config.arrival_rate)
+        return workload.warm_started(config.concurrency) if warm_start else workload
     if not isinstance(workload, WorkloadSpec):
         return workload
     if workload.is_fixed:
@@ -94,7 +98,7 @@ def simulate(target: Target, config: Configuration, workload: WorkloadSpec | Wor
     bound (`predictor.sim.stop`).
     """
     options = options or SimOptions()
-    replayable = as_workload(workload, config, target)
+    replayable = as_workload(workload, config, target, options.warm_start)
     requests = num_requests if num_requests is not None else replayable.default_num_requests(config.concurrency)
     if requests < 1:
         raise InputError("--requests", f"{requests} requests", "at least 1")

@@ -4,7 +4,10 @@ Block ids must name whole prefixes (a block's hash covers its whole prefix): an 
 after a different predecessor is rejected as out of order (`PrefixChecker`). The block
 size is inferred from the records (`infer_block_tokens`). A set ``config.arrival_rate``
 re-times an open-loop trace's session roots as a Poisson process (lengths from the
-trace, arrivals synthetic: `TraceWorkload.retimed`).
+trace, arrivals synthetic: `TraceWorkload.retimed`). A closed-loop (session) trace is
+replayed by the AgentX rules: concurrency = live session trees, idle gaps capped at
+300 s (the session reader), and each client's first session warm-started 25-75% of the
+way in (`TraceWorkload.warm_started`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ROOT = -1
 CANDIDATE_BLOCK_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 BLOCK_SIZE_AGREEMENT = 0.99      # share of records a candidate block size must explain
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+WARM_START_FRACTION = (0.25, 0.75)   # AgentX: warm-up starts sessions 25-75% of the way in
 TRACE_EXPECTED = "a Mooncake JSONL/JSON trace, an agentic session file or folder, or a request-length CSV"
 # Bounds of every trace field: what a served request can physically be.
 MAX_TRACE_TOKENS = 16_777_216        # prompt or output tokens of one request (no model holds more)
@@ -43,6 +47,8 @@ class TraceWorkload:
     bad_lines: int = 0
     poisson_rate: float = 0.0
     warmup_sessions_per_slot: int = 0
+    warm_start_sessions: int = 0                 # closed loop: the first N start mid-way (AgentX rule)
+    warm_start_fraction: tuple[float, float] = WARM_START_FRACTION
 
     @property
     def num_requests(self) -> int:
@@ -54,15 +60,40 @@ class TraceWorkload:
     def retimed(self, rate_per_s: float) -> TraceWorkload:
         return replace(self, mode=ArrivalMode.OPEN, poisson_rate=rate_per_s) if rate_per_s > 0 else self
 
+    def warm_started(self, concurrency: int) -> TraceWorkload:
+        """The AgentX replay rule for a closed loop of ``concurrency`` live sessions: each
+        client's first session starts 25-75% of the way in (`skip_into`)."""
+        return replace(self, warm_start_sessions=concurrency) if self.mode is ArrivalMode.CLOSED else self
+
     def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
         if self.poisson_rate <= 0:
-            yield from self.trace_sessions
+            base = int(rng.integers(1 << 62))
+            for index, session in enumerate(self.trace_sessions):
+                if index < self.warm_start_sessions:
+                    fraction = np.random.default_rng([base, index]).uniform(*self.warm_start_fraction)
+                    session = skip_into(session, fraction)
+                if session.requests:
+                    yield session
             return
         clock_us = 0.0
         for session in self.trace_sessions:
             clock_us += float(rng.exponential(US_PER_S / self.poisson_rate))
             yield Session(tuple(replace(spec, arrival_us=clock_us) if not spec.deps else spec
                                 for spec in session.requests), session.label)
+
+
+def skip_into(session: Session, fraction: float) -> Session:
+    """The session from ``fraction`` of its requests on (in trace order): earlier requests
+    are taken as done, so a kept request's dependencies on them are dropped and the first
+    kept turn, whose context is already long, arrives uncached (its blocks are scoped to
+    its session: the replay's first turn is unique)."""
+    cut = int(len(session.requests) * fraction)
+    if cut <= 0:
+        return session
+    kept = tuple(replace(spec, deps=tuple(d - cut for d in spec.deps if d >= cut),
+                         think_us=spec.think_us if any(d >= cut for d in spec.deps) else 0.0)
+                 for spec in session.requests[cut:])
+    return Session(kept, session.label)
 
 
 class BadLines:

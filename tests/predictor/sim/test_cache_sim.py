@@ -114,7 +114,7 @@ def test_a_load_does_not_stall_other_requests(target):
 def test_session_turns_wait_for_their_dependency_and_hit_its_prefix(target):
     trace = load_trace(resources.files("predictor") / "data" / "traces" / "agentic_trace_0277.json")
     result = simulate(target, Configuration(concurrency=1), trace, step_model_factory=fake_factory(),
-                      capacity_model=fixed_capacity(2_000_000), options=SimOptions(keep_rows=True))
+                      capacity_model=fixed_capacity(2_000_000), options=SimOptions(keep_rows=True, warm_start=False))
     specs = trace.trace_sessions[0].requests
     rows = {int(r["label"].rsplit("#", 1)[1]): r for r in result.rows}
     assert len(rows) == len(specs)
