@@ -68,6 +68,8 @@ def legal_sets(session: "SearchSession") -> str:
         if lever.is_ranged:
             low, high = lever.bounds
             values = f"{format_value(float(low))}..{format_value(float(high))}"
+            if lever.name == "host_kv_tier_gb":
+                values += " GB per GPU, or N:shared (one pool over the deployment's nodes)"
         elif lever.values is not None:
             values = ", ".join(format_value(v) for v in allowed_values(session.context, lever.name))
             if lever.optional:

@@ -45,6 +45,8 @@ FUSIONS: tuple[str, ...] = (
 QUANT_FED_FUSIONS = frozenset({"norm_quant", "act_quant"})
 MOE_FUSIONS = frozenset({"moe_expert", "moe_routing"})
 DTYPES = ("bf16", "fp8", "fp4")
+HOST_TIER_LEVER = "host_kv_tier_gb"
+SHARED_SUFFIX = ":shared"     # host_kv_tier_gb=N:shared: one host KV pool across the deployment's nodes
 AUTO = "auto"
 MAX_WIDTH = 4096   # a layout width beyond any cluster (legality then says why)
 
@@ -75,6 +77,11 @@ class Lever:
         return self.values.get(Engine(engine), ())
 
     def accepted_text(self, engine: Engine | str | None = None) -> str:
+        if self.name == HOST_TIER_LEVER:
+            low, high = self.bounds
+            return (f"GB per GPU from {_fmt(low)} to {_fmt(high)}: a private tier per scheduler rank; or "
+                    f"N{SHARED_SUFFIX} for N GB per GPU pooled across every node of the deployment, which every "
+                    "prefill rank reaches over the NIC (e.g. 256:shared)")
         if self.is_ranged:
             low, high = self.bounds
             kind = "integer" if self.number is int else "number"
@@ -92,6 +99,8 @@ class Lever:
             if self.optional:
                 return None
             raise InputError(self.name, "a value is required", self.accepted_text())
+        if self.name == HOST_TIER_LEVER:
+            return self._parse_host_tier(raw)
         if self.is_ranged:
             return self._parse_number(raw)
         if self.name == "fusions":
@@ -110,6 +119,20 @@ class Lever:
             problem = error.problem if "out of range" in error.problem else f"{quote(raw)} is not a valid value"
             raise InputError(self.name, problem, self.accepted_text()) from None
         return float(value) if self.number is float else value
+
+    def _parse_host_tier(self, raw: Any) -> float | str:
+        """``N`` (a float: a private tier) or ``N:shared`` (kept as canonical text)."""
+        text = str(raw).strip().lower() if isinstance(raw, str) else raw
+        if isinstance(text, str) and text.endswith(SHARED_SUFFIX):
+            try:
+                value = self._parse_number(text[: -len(SHARED_SUFFIX)])
+            except InputError:
+                raise InputError(self.name, f"{quote(raw)} is not a valid value", self.accepted_text()) from None
+            return f"{_fmt(value)}{SHARED_SUFFIX}" if value > 0 else 0.0
+        try:
+            return self._parse_number(raw)
+        except InputError as error:
+            raise InputError(self.name, error.problem, self.accepted_text()) from None
 
     def _parse_choice(self, raw: Any) -> Any:
         for value in _union(self.values):
@@ -264,7 +287,8 @@ LEVERS: tuple[Lever, ...] = (
           _per(vllm=("none", "mtp", "eagle3", "dspark", "ngram"), sglang=("none", "mtp", "eagle3", "ngram"),
                atom=("none", "mtp"), trtllm=("none", "mtp", "eagle3", "ngram"), llamacpp=("none",))),
     Lever(29, "spec_depth", _T, "draft tokens per verify step (Eq. 2)", bounds=(0, 8), number=int),
-    Lever(30, "host_kv_tier_gb", _D, "host DRAM KV tier per GPU, GB (0 = off)", bounds=(0, 4096), number=float),
+    Lever(30, "host_kv_tier_gb", _D, "host DRAM KV tier per GPU, GB (0 = off; N:shared = one pool over the "
+          "deployment's nodes, reached over the NIC)", bounds=(0, 4096), number=float),
     Lever(31, "prefix_cache", _D, "content-addressed prefix cache", _each(("on", "off"))),
     Lever(32, "eplb_replicas", _T, "redundant hot-expert copies (Eq. 3)", bounds=(0, 4096), number=int),
     Lever(33, "fusions", _P, "named kernel fusions or generic (METHOD §3.13)"),

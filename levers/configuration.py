@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Mapping
 
-from levers.catalog import get_lever, parse_layout
+from levers.catalog import SHARED_SUFFIX, get_lever, parse_layout
 from levers.errors import InputError
 from levers.inputs import quote
 
@@ -50,7 +50,7 @@ class Configuration:
     kv_block_size: int | None = None
     spec_method: str = "none"
     spec_depth: int = 0
-    host_kv_tier_gb: float = 0.0
+    host_kv_tier_gb: float | str = 0.0      # GB per GPU, or "N:shared" (levers.catalog.SHARED_SUFFIX)
     prefix_cache: str = "on"
     eplb_replicas: int = 0
     fusions: tuple[str, ...] = ()
@@ -58,7 +58,18 @@ class Configuration:
     arrival_rate: float = 0.0
     router: str = "least_loaded"
 
-    # --- derived layout facts -------------------------------------------------------
+    # --- derived facts ---------------------------------------------------------------
+    @property
+    def host_tier_gb_per_gpu(self) -> float:
+        """Host DRAM for KV per GPU, private or shared."""
+        value = self.host_kv_tier_gb
+        return float(value[: -len(SHARED_SUFFIX)]) if isinstance(value, str) else float(value)
+
+    @property
+    def is_host_tier_shared(self) -> bool:
+        """One host KV pool over every node of the deployment (``N:shared``)."""
+        return isinstance(self.host_kv_tier_gb, str) and self.host_kv_tier_gb.endswith(SHARED_SUFFIX)
+
     @property
     def replica_gpus(self) -> int:
         """GPUs of one colocated replica: ``tp * pp`` (SGLang convention)."""

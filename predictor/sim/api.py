@@ -125,11 +125,12 @@ def _replay(target: Target, config: Configuration, replayable: Workload, request
     recorder = Recorder()
     cluster = target.cluster
     inputs = BuildInputs(target.engine, step_model_factory, capacity, replayable.block_tokens, options.eviction,
-                         cluster.gpu.host_link_gbps, recorder, options.exact_prices)
+                         cluster.gpu.host_link_gbps, recorder, options.exact_prices, cluster.gpu.nic_bw_gbps)
     deployment = build_deployment(config, inputs, scale_up_gpus=cluster.scale_up_gpus(),
                                   fabric_gbps=cluster.gpu.intra_node_bw_gbps, nic_gbps=cluster.gpu.nic_bw_gbps)
     source = SessionSource(replayable, requests, config.concurrency, workload_rng)
-    simulation = Simulation(deployment, source, Router(config.router, router_rng), recorder, progress,
+    router = Router(config.router, router_rng, by_prefill_work=deployment.decode is not None)
+    simulation = Simulation(deployment, source, router, recorder, progress,
                             keep_rows=options.keep_rows, stop_rules=stop_rules)
     result = simulation.run()
     if isinstance(replayable, TraceWorkload):

@@ -3,7 +3,9 @@
 Colocated: ``config.replicas`` replicas of the configuration's layout. Disaggregated
 (METHOD §3.11): the pools of `predictor.feasibility.pool_configs`, each with its own
 step model (from the caller's factory), its own KV budget per attention-DP rank and its
-own running cap; prefill ranks keep a prefix cache, decode ranks do not. Host time
+own running cap; prefill ranks keep a prefix cache, decode ranks do not. A shared host
+pool (``host_kv_tier_gb=N:shared``, `host_pool`) replaces the per-rank host tiers: one
+store over the deployment's GPUs that every entry-pool rank reaches over its NIC. Host time
 (METHOD §3.12) is added to a colocated request's TTFT and end-to-end; on a split, half
 of the prefill host time is billed on the prefill step that admits the prompt (later
 prompts queue behind it) and half of the decode side's is added to TTFT.
@@ -20,6 +22,7 @@ from predictor.analytical import host_time_ms
 from predictor.feasibility import pool_configs
 from predictor.sim.capacity import CapacityModel, PoolCapacity
 from predictor.sim.handoff import HandoffLaw, HandoffLinks
+from predictor.sim.host_pool import NetworkLink, SharedHostPool, pool_size
 from predictor.sim.host_tier import HostLink, dram_capacity_blocks
 from predictor.sim.kv_pool import KvPool, PoolShape
 from predictor.sim.prefix_cache import CACHES, EvictionPolicy
@@ -70,6 +73,7 @@ class Deployment:
     decode: Pool | None          # disaggregated decode pool
     links: HandoffLinks | None
     total_gpus: int
+    shared_pool: SharedHostPool | None = None   # host_kv_tier_gb=N:shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +86,19 @@ class BuildInputs:
     host_link_gbps: float
     recorder: Recorder
     exact_prices: bool = False      # no price rounding or merged runs (predictor.sim.pricing)
+    nic_gbps: float = 0.0           # per GPU, toward a shared host pool
 
 
 def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpus: int,
                      fabric_gbps: float, nic_gbps: float) -> Deployment:
     pools = pool_configs(config)
+    entry_config = config if pools is None else pools[0]
+    shared = _shared_pool(config, inputs, entry_config)
     if pools is None:
-        entry = _pool("colocated", config, inputs)
-        return Deployment(entry, None, None, config.total_gpus)
+        entry = _pool("colocated", config, inputs, shared=shared)
+        return Deployment(entry, None, None, config.total_gpus, shared)
     prefill_config, decode_config = pools
-    prefill = _pool("prefill", prefill_config, inputs, bill_host_on_prefill=True)
+    prefill = _pool("prefill", prefill_config, inputs, bill_host_on_prefill=True, shared=shared)
     decode = _pool("decode", decode_config, inputs)
     decode.ttft_host_share = 0.5
     decode.host = HostTimes(decode.host.fixed_us, 0.0)
@@ -99,7 +106,17 @@ def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpu
     law = HandoffLaw(backend, link_gbps(config.total_gpus, scale_up_gpus, fabric_gbps, nic_gbps),
                      prefill.capacity.kv_bytes_per_token, prefill.capacity.state_bytes_per_sequence,
                      prefill.capacity.num_layers)
-    return Deployment(prefill, decode, HandoffLinks(law, len(prefill.units)), config.total_gpus)
+    return Deployment(prefill, decode, HandoffLinks(law, len(prefill.units)), config.total_gpus, shared)
+
+
+def _shared_pool(config: Configuration, inputs: BuildInputs, entry_config: Configuration) -> SharedHostPool | None:
+    """``host_kv_tier_gb=N:shared``: N GB per GPU over every GPU of the deployment, one copy
+    of each prefix (and its state checkpoint) for every rank of the entry pool."""
+    if not config.is_host_tier_shared or config.prefix_cache != "on" or config.host_tier_gb_per_gpu <= 0:
+        return None
+    capacity = inputs.capacity_model(entry_config)
+    return SharedHostPool(pool_size(config.host_tier_gb_per_gpu, config.total_gpus, capacity.copy_kv_bytes_per_token,
+                                    capacity.copy_state_bytes, inputs.block_tokens))
 
 
 def _limits(config: Configuration, engine: Engine, role: str) -> Limits:
@@ -112,14 +129,16 @@ def _limits(config: Configuration, engine: Engine, role: str) -> Limits:
                   1 + (config.spec_depth if speculating else 0))
 
 
-def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_prefill: bool = False) -> Pool:
+def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_prefill: bool = False,
+          shared: SharedHostPool | None = None) -> Pool:
     model = inputs.step_model_factory(config)
     capacity = inputs.capacity_model(config)
     profile = PROFILES[inputs.engine]
     shape = PoolShape(capacity.kv_capacity_tokens, config.kv_block_size or profile.default_page_tokens,
                       inputs.block_tokens, capacity.state_tokens)
     caching = config.prefix_cache == "on" and role != "decode"
-    dram_blocks = dram_capacity_blocks(config.host_kv_tier_gb, capacity.kv_bytes_per_token, inputs.block_tokens)
+    private_gb = 0.0 if config.is_host_tier_shared else config.host_tier_gb_per_gpu
+    dram_blocks = dram_capacity_blocks(private_gb, capacity.kv_bytes_per_token, inputs.block_tokens)
     limits = _limits(config, inputs.engine, role)
     host = HostTimes.of(model)
     pricer = StepPricer(model, exact=inputs.exact_prices)
@@ -130,7 +149,9 @@ def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_pr
         for _ in range(max(1, config.attention_dp)):
             cache = CACHES[inputs.eviction](dram_blocks) if caching else None
             link = HostLink(inputs.host_link_gbps) if caching and dram_blocks else None
-            rank = Rank(len(units), r, KvPool(shape, cache), link, tokens_per_step)
+            net = NetworkLink(inputs.nic_gbps) if caching and shared is not None else None
+            pool = KvPool(shape, cache, holds_output=role != "prefill", shared=shared if caching else None)
+            rank = Rank(len(units), r, pool, link, tokens_per_step, net)
             ranks.append(rank)
             units.append(rank)
         billed = (0.5 * host.fixed_us, 0.5 * host.per_token_us) if bill_host_on_prefill else (0.0, 0.0)

@@ -11,13 +11,16 @@ state; vLLM's optimistic admission with recompute is a known gap).
 Order of one admission: match, pin the HBM hit (so making room cannot evict it), evict
 cached leaves until the reservation fits, or give up and leave the request waiting.
 After prefill the prompt's blocks move from private pages into the cache (duplicates
-inserted meanwhile by another request are freed).
+inserted meanwhile by another request are freed) and, with a shared host pool, are
+written through to it. A disaggregated decode rank reserves a request's KV before it
+arrives (`reserve`); a prefill pool holds prompts only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from predictor.sim.host_pool import SharedHostPool
 from predictor.sim.prefix_cache import PrefixCache
 from predictor.sim.request import Request
 
@@ -38,9 +41,12 @@ def pages(tokens: int, page_tokens: int) -> int:
 
 
 class KvPool:
-    def __init__(self, shape: PoolShape, cache: PrefixCache | None) -> None:
+    def __init__(self, shape: PoolShape, cache: PrefixCache | None, holds_output: bool = True,
+                 shared: SharedHostPool | None = None) -> None:
         self.shape = shape
         self.cache = cache
+        self.holds_output = holds_output    # False on a disaggregated prefill pool (its requests leave)
+        self.shared = shared                # the deployment's shared host pool: written through
         self.private_tokens = 0
 
     @property
@@ -91,9 +97,18 @@ class KvPool:
             request.cached_tokens = hit_tokens
         return True
 
+    def reserve(self, request: Request) -> bool:
+        """A disaggregated decode rank reserves the request's whole KV before it arrives."""
+        need = self._private_need(request, 0)
+        if need > self.free_tokens():
+            return False
+        self.private_tokens += need
+        request.reserved_tokens = need
+        return True
+
     def _private_need(self, request: Request, cached_tokens: int) -> int:
         prompt = max(request.prompt_tokens, request.num_blocks * self.shape.block_tokens)
-        total = prompt + (request.output_tokens if request.decodes_here else 0)
+        total = prompt + (request.output_tokens if self.holds_output else 0)
         uncached = max(0, total - cached_tokens)
         return pages(uncached, self.shape.page_tokens) + self.shape.state_tokens
 
@@ -103,6 +118,8 @@ class KvPool:
         cache = self.cache
         if cache is None or not request.num_blocks or request.is_kv_ready:
             return
+        if self.shared is not None:
+            self.shared.store(request)
         start, stop = request.hit_blocks, request.num_blocks
         cache.insert(request.block_ids, start, stop)
         moved = min(request.private_tokens, (stop - start) * self.shape.block_tokens)
@@ -119,7 +136,26 @@ class KvPool:
             self.cache.unpin(request.block_ids, request.pinned_blocks)
             request.pinned_blocks = 0
 
-    # -- host tier -------------------------------------------------------------------
+    # -- host tiers -------------------------------------------------------------------
+    def load_from_host(self, request: Request, stop: int) -> int:
+        """Blocks ids[:stop] fetched from the shared host pool into HBM (those not resident
+        any more or yet), making room; returns how many were added."""
+        cache = self.cache
+        start = self.match(request)[0]
+        if cache is None or stop <= start:
+            return 0
+        if start:
+            cache.pin(request.block_ids, start)
+        added = cache.insert(request.block_ids, start, stop)
+        cache.pin(request.block_ids, stop)
+        overflow = -self.free_tokens()
+        if overflow > 0:
+            cache.evict(-(-overflow // self.shape.block_tokens))
+        cache.unpin(request.block_ids, stop)
+        if start:
+            cache.unpin(request.block_ids, start)
+        return added
+
     def promote(self, request: Request, start: int, stop: int) -> int:
         """Load ids[start:stop] from the host tier into HBM, making room (METHOD §3.10)."""
         cache = self.cache

@@ -14,6 +14,7 @@ import heapq
 import math
 from collections import deque
 
+from predictor.sim.host_pool import NetworkLink
 from predictor.sim.host_tier import HostLink
 from predictor.sim.kv_pool import KvPool
 from predictor.sim.request import Request
@@ -21,11 +22,12 @@ from predictor.sim.request import Request
 
 class Rank:
     def __init__(self, index: int, replica_index: int, pool: KvPool, host_link: HostLink | None,
-                 tokens_per_step: float) -> None:
+                 tokens_per_step: float, net_link: NetworkLink | None = None) -> None:
         self.index = index                  # unit index across the pool (router's view)
         self.replica_index = replica_index
         self.pool = pool
         self.host_link = host_link
+        self.net_link = net_link            # toward the shared host pool (its NIC)
         self.tokens_per_step = tokens_per_step
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
@@ -38,6 +40,10 @@ class Rank:
         self.fresh: list[Request] = []      # decoders that have not run a decode step yet
         self.last_decode_end_us = 0.0
         self.outstanding_tokens = 0         # prompt + output of every request routed here
+        self.outstanding_prefill_tokens = 0  # tokens still to compute of the prompts routed here
+        self.reserving: deque[Request] = deque()   # decode rank: requests waiting for a KV reservation
+        self.admitted: list[Request] = []   # prefill rank: admitted since the simulator last looked
+        self.num_reserved = 0               # ... reserved, KV not arrived yet
         self.prompt_tokens = 0              # admitted prompt tokens (hit-rate denominator)
         self.cached_tokens = 0
         self.dram_tokens = 0
@@ -49,7 +55,7 @@ class Rank:
 
     @property
     def num_requests(self) -> int:
-        return len(self.waiting) + self.num_running + self.num_loading
+        return len(self.waiting) + self.num_running + self.num_loading + len(self.reserving) + self.num_reserved
 
     # -- decode bookkeeping ----------------------------------------------------------------
     def add_decoder(self, request: Request, now_us: float) -> None:

@@ -96,4 +96,5 @@ def _hit_rates(results: Sequence[SimResult]) -> dict:
     replicas = [round(sum(column) / len(column), 6) for column in zip(*(r.hit_rate["per_replica"] for r in results))]
     found = {"overall": overall_interval, **{tier: interval for tier, (_, interval) in tiers.items()}}
     return {"overall": overall, "per_replica": replicas, "per_tier": {t: v for t, (v, _) in tiers.items()},
+            "host_tier": results[0].hit_rate.get("host_tier", "none"),
             "intervals": {k: [round(v[0], 6), round(v[1], 6)] for k, v in found.items() if v is not None}}

@@ -50,24 +50,31 @@ class Request:
         "arrival_us",
         "block_ids",
         "cached_tokens",
+        "decode_rank",
         "decodes_here",
         "dram_tokens",
+        "entry_unit",
         "finish_step",
         "finish_us",
         "first_token_us",
         "hit_blocks",
         "host_us",
         "is_kv_ready",
+        "is_prefilled",
+        "is_reserved",
         "is_warmup",
+        "load_target",
         "loaded_blocks",
         "local_index",
         "num_blocks",
         "output_tokens",
         "pinned_blocks",
         "prefill_target",
+        "prefill_work",
         "prefilled",
         "private_tokens",
         "prompt_tokens",
+        "reserved_tokens",
         "rank",
         "rid",
         "route_hbm_blocks",
@@ -96,7 +103,7 @@ class Request:
         self.first_token_us = -1.0
         self.finish_us = -1.0
         self.unit = -1
-        self.hit_blocks = 0          # leading blocks resident in HBM at admission
+        self.entry_unit = -1         # the colocated or prefill rank it was routed to        self.hit_blocks = 0          # leading blocks resident in HBM at admission
         self.route_hbm_blocks = 0    # HBM-resident leading blocks when routed (before loads)
         self.loaded_blocks = 0       # blocks promoted from the host tier for this request
         self.cached_tokens = 0
@@ -112,6 +119,12 @@ class Request:
         self.decodes_here = True     # False on a prefill pool
         self.host_us = 0.0
         self.rank = None             # the scheduler rank holding it (set when routed)
+        self.decode_rank = None      # disaggregated: the decode rank reserving its KV (set on arrival)
+        self.is_reserved = False     # ... whose KV that rank has reserved
+        self.reserved_tokens = 0     # ... that many (held apart from the prefill rank's pages)
+        self.is_prefilled = False    # ... and its prompt is computed (the hand-off waits for both)
+        self.prefill_work = 0        # tokens to compute, as routed (the prefill router's load)
+        self.load_target = 0         # leading blocks a load from the shared host pool brings
 
     def __repr__(self) -> str:
         return f"Request({self.rid}, isl={self.prompt_tokens}, osl={self.output_tokens})"

@@ -150,7 +150,7 @@ class SimResult:
             writer.writerows(self.rows)
 
 
-ROW_FIELDS = ("rid", "session", "index_in_session", "label", "unit", "is_warmup", "is_measured", "prompt_tokens",
+ROW_FIELDS = ("rid", "session", "index_in_session", "label", "unit", "entry_unit", "is_warmup", "is_measured", "prompt_tokens",
               "output_tokens", "cached_tokens", "dram_tokens", "arrival_ms", "admit_ms",
               "first_token_ms", "finish_ms", "ttft_ms", "ttft_admission_ms", "tpot_ms", "e2e_ms")
 
@@ -165,7 +165,7 @@ def request_rows(requests: list[Request], measured: set[int]) -> tuple[dict, ...
         tpot = (r.finish_us - r.first_token_us) / (r.output_tokens - 1) / US_PER_MS if r.output_tokens > 1 else ""
         rows.append({
             "rid": r.rid, "session": r.session, "index_in_session": r.local_index, "label": r.spec.label,
-            "unit": r.unit,
+            "unit": r.unit, "entry_unit": r.entry_unit,
             "is_warmup": r.is_warmup, "is_measured": r.rid in measured,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
             "cached_tokens": r.cached_tokens, "dram_tokens": r.dram_tokens,

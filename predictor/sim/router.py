@@ -4,7 +4,9 @@ The units are every (replica, attention-DP rank) of a pool: the replica router a
 replica's DP load balancer use the same policy. Five policies (`config.router`):
 
 - ``least_loaded``: fewest requests queued or running; ties by outstanding tokens, then
-  index (SGLang's shortest-queue balancing).
+  index (SGLang's shortest-queue balancing). On a disaggregated prefill pool it is the
+  least outstanding prefill work: tokens still to compute of the prompts routed there
+  (prompt minus the hit expected when routed); the decode pool balances by load.
 - ``kv_aware``: minimise tokens to prefill plus tokens already outstanding, i.e. prefix
   overlap traded against load (the cost function of Dynamo's KV router with unit
   overlap weight).
@@ -45,15 +47,16 @@ class RouterPolicy(StrEnum):
 class Router:
     """Picks a unit index for each request; stateful only for round robin."""
 
-    def __init__(self, policy: RouterPolicy | str, rng: np.random.Generator) -> None:
+    def __init__(self, policy: RouterPolicy | str, rng: np.random.Generator, by_prefill_work: bool = False) -> None:
         try:
             self.policy = RouterPolicy(policy)
         except ValueError:
             raise InputError("router", f"unknown policy '{policy}'", accepted_list(RouterPolicy)) from None
         self.rng = rng
+        self.by_prefill_work = by_prefill_work
         self._next = 0
         self._choose: Callable[[Request, Sequence[Rank]], int] = {
-            RouterPolicy.LEAST_LOADED: self._least_loaded,
+            RouterPolicy.LEAST_LOADED: self._least_work if by_prefill_work else self._least_loaded,
             RouterPolicy.KV_AWARE: self._kv_aware,
             RouterPolicy.PREFIX_HASH: self._prefix_hash,
             RouterPolicy.ROUND_ROBIN: self._round_robin,
@@ -66,6 +69,10 @@ class Router:
     @staticmethod
     def _least_loaded(request: Request, units: Sequence[Rank]) -> int:
         return min(range(len(units)), key=lambda i: (units[i].num_requests, units[i].outstanding_tokens, i))
+
+    @staticmethod
+    def _least_work(request: Request, units: Sequence[Rank]) -> int:
+        return min(range(len(units)), key=lambda i: (units[i].outstanding_prefill_tokens, units[i].num_requests, i))
 
     @staticmethod
     def _kv_aware(request: Request, units: Sequence[Rank]) -> int:

@@ -149,7 +149,7 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
                 break
             if not profile.chunks_prefill and chunks and rank.pool.prefill_need(request) > budget:
                 break
-        if not rank.pool.try_admit(request):
+        if not request.is_kv_ready and not rank.pool.try_admit(request):
             break
         admit(rank, request, now_us)
         if request.is_kv_ready:
@@ -162,7 +162,8 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
 
 
 def admit(rank: Rank, request: Request, now_us: float) -> None:
-    """Waiting -> running. A disaggregated decode admission stamps the first token."""
+    """Waiting -> running. A disaggregated decode admission (its KV reserved and arrived)
+    stamps the first token."""
     rank.waiting.remove(request)
     if request.is_kv_ready:
         rank.add_decoder(request, now_us)
@@ -175,6 +176,8 @@ def admit(rank: Rank, request: Request, now_us: float) -> None:
     request.prefill_target = request.prompt_tokens - request.cached_tokens
     request.prefilled = 0
     rank.prefilling.append(request)
+    if not request.decodes_here:
+        rank.admitted.append(request)       # a prefill pool's admission: its decode side may reserve
 
 
 def _batch(work: list[RankWork], merges_runs: bool) -> Batch | None:
@@ -257,6 +260,7 @@ def advance(work: tuple[RankWork, ...], start_us: float, first_step_us: float,
             if request.prefilled < request.prefill_target:
                 continue
             rank.prefilling.remove(request)
+            rank.outstanding_prefill_tokens -= request.prefill_work
             rank.pool.commit_prompt(request)
             recorder.count_tokens(request.prompt_tokens, 0.0)
             if not request.decodes_here:

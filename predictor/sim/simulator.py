@@ -2,11 +2,15 @@
 
 The simulator owns the virtual clock (microseconds), the heap and the seeded
 generators; handlers return new events. A request arrives, is routed to a scheduler
-rank (`router`), waits for its DRAM-resident prefix to load if it has one (`host_tier`),
-queues, is admitted and prefilled and decoded by its replica's engine steps
-(`replica`: schedule -> price -> advance), and on completion tells its workload source,
-which may release the next turn. Under disaggregation a prefilled request's KV is
-handed off (`handoff`) to the least-loaded decode rank. A replay that has clearly missed
+rank (`router`), waits for its host-resident prefix to load if it has one (`host_tier`,
+or over the NIC from a shared pool: `host_pool`), queues, is admitted and prefilled and
+decoded by its replica's engine steps (`replica`: schedule -> price -> advance), and on
+completion tells its workload source, which may release the next turn. Under
+disaggregation the two sides are admitted independently: once a prefill rank admits the
+prompt, it is routed to a decode rank by load, which reserves its KV when it fits; the
+prefill runs meanwhile, and the KV hand-off (`handoff`) starts once both the prompt is
+computed and the reservation is made (SGLang's pre-allocated decode queue, Dynamo's
+bootstrap). A replay that has clearly missed
 a latency bound it was given stops early (`stop`).
 """
 
@@ -28,6 +32,7 @@ from predictor.sim.events import (
     StepEnd,
 )
 from predictor.sim.rank import Rank
+from predictor.sim.replica import Replica
 from predictor.sim.request import Request
 from predictor.sim.results import (
     Recorder,
@@ -109,38 +114,97 @@ class Simulation:
 
     # -- handlers ----------------------------------------------------------------------------
     def _on_arrival(self, event: Arrival) -> list[tuple[float, Event]]:
-        request, pool = event.request, self.deployment.entry
-        request.decodes_here = self.deployment.decode is None
-        request.host_us = pool.host_us(request)
-        if self.deployment.decode is not None:
-            request.host_us += self.deployment.decode.host_us(request)
+        request, deployment = event.request, self.deployment
+        pool, decode = deployment.entry, deployment.decode
+        request.decodes_here = decode is None
+        request.host_us = pool.host_us(request) + (decode.host_us(request) if decode is not None else 0.0)
         rank = pool.units[self.router.choose(request, pool.units)]
         self._check_fits(request, rank, pool)
         self._assign(request, rank)
+        request.entry_unit = rank.index
+        out: list[tuple[float, Event]] = []
         hbm, resident = rank.pool.match(request)
         request.route_hbm_blocks = hbm
+        stored = deployment.shared_pool.usable_blocks(request) if deployment.shared_pool is not None else 0
+        request.prefill_work = request.prompt_tokens - max(hbm, stored, resident) * rank.pool.shape.block_tokens
+        rank.outstanding_prefill_tokens += request.prefill_work
+        if stored > hbm and rank.net_link is not None:
+            return out + [(self._network_load(request, rank, pool, hbm, stored), LoadDone(request, rank))]
         if resident > hbm and rank.host_link is not None:
             num_bytes = (resident - hbm) * rank.pool.shape.block_tokens * pool.capacity.kv_bytes_per_token
             rank.num_loading += 1
-            return [(rank.host_link.load(self.now_us, num_bytes), LoadDone(request, rank))]
-        return self._enqueue(request, rank, pool)
+            return out + [(rank.host_link.load(self.now_us, num_bytes), LoadDone(request, rank))]
+        return out + self._enqueue(request, rank, pool)
+
+    def _network_load(self, request: Request, rank: Rank, pool: Pool, hbm: int, stored: int) -> float:
+        """Queue a load of ids[hbm:stored] (and the state checkpoint) from the shared host
+        pool; return when the request may be scheduled (layer-by-layer overlap, `host_pool`)."""
+        block_tokens, capacity = rank.pool.shape.block_tokens, pool.capacity
+        per_gpu = (stored - hbm) * block_tokens * capacity.kv_bytes_per_token
+        per_gpu += capacity.state_bytes_per_sequence if self.deployment.shared_pool.checkpoint_blocks else 0.0
+        cached = stored * block_tokens
+        hidden_us = pool.model.prefill_us(max(1, request.prompt_tokens - cached), 1, cached)
+        request.load_target = stored
+        rank.num_loading += 1
+        return rank.net_link.load(self.now_us, per_gpu, hidden_us, capacity.num_layers)
 
     def _on_load_done(self, event: LoadDone) -> list[tuple[float, Event]]:
         request, rank = event.request, event.rank
         rank.num_loading -= 1
-        hbm, resident = rank.pool.match(request)
-        request.loaded_blocks = rank.pool.promote(request, hbm, resident)
+        if request.load_target:
+            request.loaded_blocks = rank.pool.load_from_host(request, request.load_target)
+        else:
+            hbm, resident = rank.pool.match(request)
+            request.loaded_blocks = rank.pool.promote(request, hbm, resident)
         return self._enqueue(request, rank, self.deployment.entry)
+
+    # -- disaggregated admission: the prefill and the decode reservation are independent ----
+    def _reserve_admitted(self, replica: Replica) -> list[tuple[float, Event]]:
+        out: list[tuple[float, Event]] = []
+        for rank in replica.ranks:
+            for request in rank.admitted:
+                out.extend(self._reserve(request))
+            rank.admitted.clear()
+        return out
+
+    def _reserve(self, request: Request) -> list[tuple[float, Event]]:
+        """Route a prompt the prefill pool has admitted to a decode rank by load and queue its
+        KV reservation (METHOD §3.11). Reserving only for admitted prompts keeps the two
+        sides from waiting on each other: every reservation's prompt is being computed."""
+        decode = self.deployment.decode
+        rank = decode.units[self.decode_router.choose(request, decode.units)]
+        self._check_fits(request, rank, decode)
+        request.decode_rank = rank
+        rank.outstanding_tokens += request.prompt_tokens + request.output_tokens
+        rank.reserving.append(request)
+        return self._grant(rank)
+
+    def _grant(self, rank: Rank) -> list[tuple[float, Event]]:
+        """Reserve KV for the decode rank's queue in order while it fits; a reserved request
+        whose prompt is computed starts its hand-off."""
+        out: list[tuple[float, Event]] = []
+        while rank.reserving and rank.pool.reserve(rank.reserving[0]):
+            request = rank.reserving.popleft()
+            request.is_reserved = True
+            rank.num_reserved += 1
+            if request.is_prefilled:
+                out.append(self._handoff(request))
+        return out
+
+    def _handoff(self, request: Request) -> tuple[float, Event]:
+        """Both sides ready: the KV crosses (`handoff`)."""
+        return self.deployment.links.schedule(request.rank.index, self.now_us, request.prompt_tokens), \
+            HandoffDone(request)
 
     def _on_handoff_done(self, event: HandoffDone) -> list[tuple[float, Event]]:
         request, decode = event.request, self.deployment.decode
-        prefill_rank = request.rank
+        prefill_rank, rank = request.rank, request.decode_rank
         prefill_rank.forget(request)
+        request.private_tokens, request.reserved_tokens = request.reserved_tokens, 0   # the decode rank's now
         request.is_kv_ready = True
         request.decodes_here = True
-        rank = decode.units[self.decode_router.choose(request, decode.units)]
-        self._check_fits(request, rank, decode)
-        self._assign(request, rank)
+        request.rank, request.unit = rank, rank.index
+        rank.num_reserved -= 1
         return self._enqueue(request, rank, decode) + self._wake(prefill_rank, self.deployment.entry)
 
     def _on_kick(self, event: Kick) -> list[tuple[float, Event]]:
@@ -149,7 +213,8 @@ class Simulation:
         if replica.plan is not None:
             return []
         plan = replica.begin_step(self.now_us)
-        return [] if plan is None else [(plan.end_us, StepEnd(replica, replica.stamp))]
+        out = self._reserve_admitted(replica) if self.deployment.decode is not None else []
+        return out if plan is None else out + [(plan.end_us, StepEnd(replica, replica.stamp))]
 
     def _on_step_end(self, event: StepEnd) -> list[tuple[float, Event]]:
         replica = event.replica
@@ -159,10 +224,10 @@ class Simulation:
         out: list[tuple[float, Event]] = []
         for request in outcome.finished:
             out.extend(self._finish(request))
-        links = self.deployment.links
         for request in outcome.prefilled:
-            out.append((links.schedule(request.rank.index, self.now_us, request.prompt_tokens),
-                        HandoffDone(request)))
+            request.is_prefilled = True
+            if request.is_reserved:
+                out.append(self._handoff(request))
         replica.kick_pending = True
         out.append((self.now_us, Kick(replica)))
         return out
@@ -201,8 +266,10 @@ class Simulation:
         return [] if plan is None else [(plan.end_us, StepEnd(replica, replica.stamp))]
 
     def _finish(self, request: Request) -> list[tuple[float, Event]]:
-        request.rank.forget(request)
+        rank = request.rank
+        rank.forget(request)
         self.finished.append(request)
+        granted = self._grant(rank) if rank.reserving else []
         if request.is_warmup:
             self._warmup_left -= 1
             if self._warmup_left == 0:
@@ -216,7 +283,7 @@ class Simulation:
                 self.progress(done, total)
         if self.stop_rules:
             self._check_stop()
-        return [(at_us, Arrival(new)) for at_us, new in releases]
+        return granted + [(at_us, Arrival(new)) for at_us, new in releases]
 
     def _check_fits(self, request: Request, rank: Rank, pool: Pool) -> None:
         need = rank.pool.footprint_tokens(request)
@@ -262,7 +329,9 @@ class Simulation:
 
 
 def hit_rates(deployment: Deployment) -> dict:
-    """Token-weighted prefix hit rate: overall, per replica of the entry pool, per tier."""
+    """Token-weighted prefix hit rate: overall, per replica of the entry pool, per tier
+    (``dram``: loaded from host memory, the rank's own tier or the shared pool, as
+    ``host_tier`` says)."""
     units = deployment.entry.units
     prompt = sum(u.prompt_tokens for u in units)
     cached = sum(u.cached_tokens for u in units)
@@ -273,6 +342,8 @@ def hit_rates(deployment: Deployment) -> dict:
         tally[0] += unit.cached_tokens
         tally[1] += unit.prompt_tokens
     ratio = lambda a, b: round(a / b, 6) if b else 0.0
+    tier = "shared" if deployment.shared_pool is not None else \
+        "per-rank" if any(u.host_link is not None for u in units) else "none"
     return {"overall": ratio(cached, prompt),
             "per_replica": [ratio(c, p) for _, (c, p) in sorted(per_replica.items())],
-            "per_tier": {"hbm": ratio(cached - dram, prompt), "dram": ratio(dram, prompt)}}
+            "per_tier": {"hbm": ratio(cached - dram, prompt), "dram": ratio(dram, prompt)}, "host_tier": tier}

@@ -32,7 +32,7 @@ def test_json_has_the_distributions_and_rates():
         assert data[name]["p99"] >= data[name]["p50"] > 0
     for key in ("throughput_per_gpu", "output_throughput_per_gpu", "num_requests", "sim_wall_s"):
         assert data[key] > 0
-    assert set(data["hit_rate"]) == {"overall", "per_replica", "per_tier"}
+    assert set(data["hit_rate"]) == {"overall", "per_replica", "per_tier", "host_tier"}
     assert data["config"] == "concurrency=8" and data["mode"] == ["rank-only"]
 
 
