@@ -69,9 +69,9 @@ class LedgerLock:
 
     def acquire(self) -> "LedgerLock":
         mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _start_time(os.getpid())})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(ATTEMPTS):
             try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 holder = _read_holder(self.path)

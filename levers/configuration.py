@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from levers.catalog import SHARED_SUFFIX, get_lever, parse_layout
 from levers.errors import InputError
-from levers.inputs import quote
+from levers.inputs import parse_yaml, quote, read_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,23 +162,49 @@ def parse_partial(items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> dict[
     return partial
 
 
+CONFIG_FILE_EXPECTED = "a YAML or JSON mapping of lever: value (or lines of lever=value)"
+
+
 def parse_config_text(texts: str | Iterable[str] | None) -> dict[str, Any]:
-    """``k=v,k=v`` (may repeat; merged left to right, later keys win)."""
+    """``k=v,k=v`` (may repeat; merged left to right, later keys win); ``@FILE`` reads
+    the pairs from a file through the input layer (:func:`config_file_pairs`)."""
     if texts is None:
         return {}
     if isinstance(texts, str):
         texts = [texts]
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str, Any]] = []
     for text in texts:
-        for item in _split_items(text):
-            if "=" not in item:
-                raise InputError("--config", f"{quote(item)} is not k=v",
-                                 "comma-separated lever=value pairs, e.g. tp=4,ep=4,kv_cache_dtype=fp8")
-            name, _, value = item.partition("=")
-            if not name.strip():
-                raise InputError("--config", f"{quote(item)} has no lever name", "lever=value")
-            pairs.append((name.strip(), value.strip()))
+        text = str(text)
+        pairs += config_file_pairs(text.strip()[1:]) if text.strip().startswith("@") else _text_pairs(text)
     return parse_partial(pairs)
+
+
+def _text_pairs(text: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in _split_items(text):
+        if "=" not in item:
+            raise InputError("--config", f"{quote(item)} is not k=v",
+                             "comma-separated lever=value pairs, e.g. tp=4,ep=4,kv_cache_dtype=fp8, or @FILE")
+        name, _, value = item.partition("=")
+        if not name.strip():
+            raise InputError("--config", f"{quote(item)} has no lever name", "lever=value")
+        pairs.append((name.strip(), value.strip()))
+    return pairs
+
+
+def config_file_pairs(path: str) -> list[tuple[str, Any]]:
+    """``--config @FILE``: a YAML/JSON mapping (``tp: 8``) or ``lever=value`` lines
+    (``#`` starts a comment line), read through the input layer."""
+    what = f"--config @{path}"
+    text = read_text(path, "--config", expected=CONFIG_FILE_EXPECTED)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if lines and all("=" in line and ":" not in line.split("=", 1)[0] for line in lines):
+        return _text_pairs(",".join(lines))
+    data = parse_yaml(text, what, expected=CONFIG_FILE_EXPECTED)
+    if not isinstance(data, dict):
+        raise InputError(what, f"holds {'nothing' if data is None else 'a ' + type(data).__name__}, not a mapping",
+                         CONFIG_FILE_EXPECTED)
+    return [(str(name), value) for name, value in data.items()]
 
 
 def _split_items(text: str) -> list[str]:

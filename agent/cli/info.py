@@ -23,7 +23,7 @@ MAX_CONTEXT_TOKENS = 1 << 27  # 134M tokens: beyond every model card
 ModelOpt = typer.Option(..., "--model", "-m", help="Model name or alias, e.g. kimi-k3.")
 ClusterOpt = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]], default mi355x.")
 EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom or trtllm.")
-ConfigOpt = typer.Option(None, "--config", help="lever=value pairs, comma-separated; may repeat.")
+ConfigOpt = typer.Option(None, "--config", help="lever=value pairs, comma-separated; may repeat; @FILE reads a YAML/JSON mapping.")
 
 
 def _card_row(card) -> dict:

@@ -77,6 +77,10 @@ def from_plan(path: str, slot: str | None) -> Pick:
     if not isinstance(pick, dict):
         raise InputError("--slot", f"{wanted} has no pick (nothing met the tier)",
                          accepted_list(n for s, n in zip(slots, names) if isinstance(s.get("pick"), dict)))
+    for key, kind in (("cluster", str), ("engine", str), ("config", dict)):
+        if pick.get(key) is not None and not isinstance(pick[key], kind):
+            raise InputError(f"--plan {path}", f"{wanted}: pick.{key} is a {type(pick[key]).__name__}",
+                             f"{PLAN_EXPECTED} ({key}: {'a mapping of lever: value' if kind is dict else 'text'})")
     target = resolve_target(chosen["model"], pick.get("cluster"), pick.get("engine"))
     metrics = {key: pick.get(key) for key in ("output_throughput_per_gpu", "interactivity", "ttft_s")}
     return Pick(target, configuration_from_dict(pick.get("config") or {}), f"{path}: {wanted}", pick.get("mode"),

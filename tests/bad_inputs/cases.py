@@ -420,9 +420,60 @@ def output_cases() -> list[Case]:
                  files=(("x", "file"),))]
 
 
+def config_file_cases() -> list[Case]:
+    """``--config @FILE`` on every command that takes a configuration."""
+    cases = []
+    for command in (("predict", *SMALL), ("check", *SMALL), ("simulate", *SMALL), ("memory", *SMALL),
+                    ("deploy", *SMALL), ("harvest", "--engine", "vllm", *SMALL, "--dry-run")):
+        head = command[0]
+        cases += _common_file_faults(f"config-file-{head}", (*command, "--config", "@{file}"), "--config", "c.yaml")
+        for label, text, what in (("list", "- tp\n", "--config"), ("bomb", BOMB, "--config"),
+                                  ("deep", "tp: " + "[" * 5000, "--config"), ("unknown-lever", "tpp: 2\n", "tpp"),
+                                  ("unicode", "tp: '١٦'\n", "tp"), ("inf", "kv_memory_fraction: .inf\n", "--config"),
+                                  ("lines-bad", "tp=1\nconcurrency=lots\n", "concurrency")):
+            cases.append(Case(f"config-file-{head}-{label}", (*command, "--config", "@{f:c.yaml}"), what,
+                              files=(("c.yaml", text),)))
+    return cases
+
+
+def deploy_cases() -> list[Case]:
+    """`deploy`: a hostile plan-mix report, ledger or trial number."""
+    plan = {"slots": [{"model": "Qwen3-30B-A3B", "tier": "bulk", "pick": {"cluster": "h100x1", "engine": "vllm",
+                                                                          "config": {"tp": 1}}}]}
+    bad_plans = {"not-json": "{", "no-slots": "{}", "slots-not-list": '{"slots": 3}',
+                 "cluster-number": json.dumps({"slots": [{**plan["slots"][0], "pick": {"cluster": 5, "engine": 7,
+                                                                                       "config": {"tp": 1}}}]}),
+                 "config-unicode": json.dumps({"slots": [{**plan["slots"][0], "pick": {"cluster": "h100x1",
+                                                                                       "config": {"tp": "١٦"}}}]}),
+                 "config-list": json.dumps({"slots": [{**plan["slots"][0], "pick": {"cluster": "h100x1",
+                                                                                    "config": [1, 2]}}]}),
+                 "model-missing": json.dumps({"slots": [{"tier": "bulk", "pick": {"config": {}}}]}),
+                 "nan": '{"slots": NaN}', "deep": '{"slots": ' + _nested(500) + "}"}
+    cases = _common_file_faults("deploy-plan", ("deploy", "--plan", "{file}", "--slot", "qwen3-30b-a3b/bulk"),
+                                "--plan", "p.json")
+    for label, text in bad_plans.items():
+        cases.append(Case(f"deploy-plan-{label}", ("deploy", "--plan", "{f:p.json}", "--slot", "qwen3-30b-a3b/bulk"),
+                          "" if label in ("cluster-number", "config-unicode", "config-list", "model-missing") else
+                          "--plan", files=(("p.json", text),)))
+    cases += [Case("deploy-slot-missing", ("deploy", "--plan", "{f:p.json}"), "--slot", files=(("p.json", json.dumps(plan)),)),
+              Case("deploy-slot-unknown", ("deploy", "--plan", "{f:p.json}", "--slot", "kimi-k3/gold"), "--slot",
+                   files=(("p.json", json.dumps(plan)),)),
+              Case("deploy-trial-out-of-range", ("deploy", "{f:l.json}", "--trial", "999"), "--trial",
+                   files=(("l.json", _ledger()),)),
+              Case("deploy-port-zero", ("deploy", *SMALL, "--port", "0"), "--port"),
+              Case("deploy-port-unicode", ("deploy", *SMALL, "--port", "٨٠٨٠"), "--port"),
+              Case("deploy-out-file", ("deploy", *SMALL, "--out", "{f:x}"), "--out", files=(("x", "file"),)),
+              Case("deploy-nothing", ("deploy",), "deploy", "LEDGER")]
+    cases += [Case(f"deploy-ledger-{label}", ("deploy", "{f:l.json}"), "ledger", files=(("l.json", text),))
+              for label, text in (("nan", _ledger().replace('"seed": 0', '"seed": NaN')), ("latin1", "latin1"),
+                                  ("bad-config", _ledger(trial0__configuration={"router": ESCAPES})))]
+    return cases
+
+
 def all_cases() -> list[Case]:
     cases = [*numeric_cases(), *text_option_cases(), *trace_cases(), *corpus_cases(), *mix_cases(),
-             *ledger_cases(), *anchor_cases(), *card_cases(), *output_cases()]
+             *ledger_cases(), *anchor_cases(), *card_cases(), *output_cases(), *config_file_cases(),
+             *deploy_cases()]
     ids = [case.id for case in cases]
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
     return cases

@@ -164,3 +164,16 @@ def test_every_lever_explains_itself():
     for lever in LEVERS:
         assert lever.description and lever.accepted_text()
         assert get_lever(lever.name.replace("_", "-")) is lever
+
+
+def test_config_files_are_read_through_the_input_layer(tmp_path):
+    mapping = tmp_path / "c.yaml"
+    mapping.write_text("tp: 4\nkv_cache_dtype: fp8\n")
+    lines = tmp_path / "c.txt"
+    lines.write_text("# a comment\ntp=2\nconcurrency=8\n")
+    assert parse_config_text([f"@{mapping}", "ep=4"]) == {"tp": 4, "kv_cache_dtype": "fp8", "ep": 4}
+    assert parse_config_text(f"@{lines}") == {"tp": 2, "concurrency": 8}
+    (tmp_path / "list.yaml").write_text("- tp\n")
+    for name, problem in (("list.yaml", "not a mapping"), ("missing", "cannot be read")):
+        with pytest.raises(InputError, match=problem):
+            parse_config_text(f"@{tmp_path / name}")
