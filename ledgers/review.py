@@ -48,7 +48,7 @@ def row(path: Path) -> dict[str, Any]:
         "objective": ledger.objective, "slos": ledger.slos, "workload": ledger.workload,
         "num_trials": len(ledger.trials), "budget": ledger.budget, "status": ledger.status,
         "best_objective": best.objective_value if best else None, "stop_reason": ledger.stop_reason,
-        "lm": ledger.lm.model if ledger.lm else None,
+        "lm": ledger.lm.model_dump() if ledger.lm else None,
     }
 
 
@@ -64,7 +64,7 @@ def overview(ledger: Ledger, top: int) -> dict[str, Any]:
     return {
         "question": {key: getattr(ledger, key) for key in QUESTION_FIELDS},
         "search_id": ledger.search_id, "status": ledger.status, "stop_reason": ledger.stop_reason,
-        "lm": ledger.lm.model if ledger.lm else None, "trials_by_phase": phases,
+        "lm": ledger.lm.model_dump() if ledger.lm else None, "trials_by_phase": phases,
         "stats": ledger.stats.model_dump(), "best": ledger.best.model_dump() if ledger.best else None,
         "nearest_misses": [m.model_dump() for m in ledger.nearest_misses],
         "top": [t.model_dump() for t in ranked(ledger)[:top]],

@@ -54,7 +54,7 @@ def deploy_command(
     manifests, refused = manifests_for(deployed, image)
     data = {**deployed.to_json(), "pick": pick.to_json(), "manifests": refused}
     paths = write_files(folder, deployed, manifests, data)
-    data["files"] = [str(p) for p in paths]
+    data["files"] = {p.name: str(p) for p in paths}
     if json_out:
         return print_json(data)
     render(pick, deployed, paths, refused)
@@ -101,7 +101,8 @@ def write_files(folder: Path, plan: DeployPlan, manifests: dict[str, str], data:
     for name, text in manifests.items():
         paths.append(atomic_write_text(folder / name, text))
     summary = folder / "deploy.json"
-    atomic_write_text(summary, json.dumps({**data, "files": [str(p) for p in [*paths, summary]]}, indent=1) + "\n")
+    files = {p.name: str(p) for p in [*paths, summary]}
+    atomic_write_text(summary, json.dumps({**data, "files": files}, indent=1) + "\n")
     return [*paths, summary]
 
 

@@ -41,7 +41,7 @@ def _ints(text: str | None, what: str, high: int) -> tuple[int, ...] | None:
 def _render_plan(plan: HarvestPlan) -> None:
     data = plan.to_json()
     console.print(f"[bold]harvest plan[/bold] {data['engine']} / {data['model']} / {data['cluster']}")
-    console.print(f"configuration: {data['configuration']}", markup=False)
+    console.print(f"configuration: {data['configuration_text']}", markup=False)
     for note in data["notes"]:
         console.print(f"note: {note}", markup=False)
     console.print("launch: " + (data["launch"] or f"(endpoint {data['endpoint']})"), markup=False, soft_wrap=True)

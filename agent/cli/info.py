@@ -33,7 +33,7 @@ def _card_row(card) -> dict:
         "active_params_b": round(card.active_params() / 1e9, 2),
         "layers": card.num_layers, "routed_experts": card.num_experts, "top_k": card.top_k,
         "max_context": card.max_context, "native_dtypes": card.native_dtypes.model_dump(),
-        "source": card.source.model_dump() if hasattr(card.source, "model_dump") else card.source,
+        "provenance": card.source.model_dump() if hasattr(card.source, "model_dump") else card.source,
     }
 
 
@@ -136,7 +136,8 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
     configuration = configuration_from_options(config)
     result = check_configuration(target.card, target.cluster, target.engine, configuration)
     if json_out:
-        print_json({**target.to_json(), "config": configuration.to_dict(), **result.to_json()})
+        print_json({**target.to_json(), "configuration": configuration.to_dict(),
+                    "configuration_text": configuration.describe(), **result.to_json()})
     elif result.legal:
         console.print(f"[green]legal[/green]: {configuration.describe()} on {target.cluster.spec} ({target.engine})")
     else:

@@ -199,7 +199,7 @@ def _row(model: str, rank: str, scored: Scored, tier: Tier, tie: bool = False) -
     intervals = data["intervals"]
     return [
         rank, f"{heading}{data['engine']} ({data['mode'] or MISSING}{', ties 1' if tie else ''}): "
-              f"{config_text(data['configuration'])}",
+              f"{config_text(data['configuration_text'])}",
         str(data["total_gpus"]), _stacked(data["output_throughput_per_gpu"], intervals.get("output_throughput_per_gpu")),
         _stacked(data["interactivity"], intervals.get("interactivity")),
         _stacked(data["ttft_s"], intervals.get("ttft_s")), percent(data["headroom"], signed=True),

@@ -71,7 +71,8 @@ def predict_command(
     check_workload_context(target.card, spec.context_tokens, spec.name)
     result = predict(target, configuration, spec, seed=seed, replications=replications)
     if json_out:
-        print_json({**target.to_json(), "workload": spec.name, "config": configuration.to_dict(),
+        print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
+                    "configuration_text": configuration.describe(),
                     **result.to_json()})
     else:
         render_prediction(target, configuration, spec.name, result)

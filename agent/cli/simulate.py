@@ -105,7 +105,8 @@ def simulate_command(
         result.write_csv(csv)
     models = list(factory.models.values())
     info = {**target.to_json(), "workload": replay.name,
-            "config": configuration.describe(), "mode": sorted({str(m.mode) for m in models}),
+            "configuration": configuration.to_dict(), "configuration_text": configuration.describe(),
+            "modes": sorted({str(m.mode) for m in models}),
             "flags": sorted({f for m in models for f in m.flags})}
     if json_out:
         return print_json({**info, **result.to_json()})
@@ -138,7 +139,7 @@ class _progress:
 def _render(info: dict, result: SimResult) -> None:
     data = result.to_json()
     paragraph(console, f"DES: {info['model']} on {info['cluster']} ({info['engine']}), {info['workload']}, "
-                       f"{config_text(info['config'])}", indent=0)
+                       f"{config_text(info['configuration_text'])}", indent=0)
     grid = table("over requests (ITL over steps)", [("metric", "left"), ("unit", "left"),
                                                      *((stat, "right") for stat in JSON_STATS)])
     for name, label, unit in LATENCIES:
@@ -149,6 +150,6 @@ def _render(info: dict, result: SimResult) -> None:
                  f"{number(data['output_throughput_per_gpu'])}); prefix hit rate {percent(hit['overall'])} "
                  f"(HBM {percent(hit['per_tier']['hbm'])}, DRAM {percent(hit['per_tier']['dram'])}); "
                  f"{number(data['num_requests'])} requests measured; {number(data['sim_wall_s'])} s wall; "
-                 f"mode {', '.join(info['mode'])}")
+                 f"mode {', '.join(info['modes'])}")
     if data.get("bad_lines_skipped"):
         say(console, f"skipped {number(data['bad_lines_skipped'])} bad trace lines")

@@ -83,7 +83,7 @@ def from_plan(path: str, slot: str | None) -> Pick:
                              f"{PLAN_EXPECTED} ({key}: {'a mapping of lever: value' if kind is dict else 'text'})")
     target = resolve_target(chosen["model"], pick.get("cluster"), pick.get("engine"))
     metrics = {key: pick.get(key) for key in ("output_throughput_per_gpu", "interactivity", "ttft_s")}
-    return Pick(target, configuration_from_dict(pick.get("config") or {}), f"{path}: {wanted}", pick.get("mode"),
+    return Pick(target, configuration_from_dict(pick.get("configuration") or {}), f"{path}: {wanted}", pick.get("mode"),
                 metrics)
 
 

@@ -66,7 +66,7 @@ class PoolLaunch:
     def to_json(self) -> dict[str, Any]:
         return {"role": self.role, "replicas": self.replicas, "gpus_per_replica": self.gpus_per_replica,
                 "argv": list(self.command.argv), "env": dict(self.command.env), "display": self.command.display(),
-                "files": [{"path": path, "text": text} for path, text in self.command.files],
+                "launch_files": {path: text for path, text in self.command.files},
                 "max_model_len_tokens": self.request.context_tokens, "prefix_caching": self.request.prefix_caching}
 
 
@@ -94,7 +94,8 @@ class DeployPlan:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.target.to_json(), "configuration": self.config.describe(), "config": self.config.to_dict(),
+        return {**self.target.to_json(), "configuration": self.config.to_dict(),
+                "configuration_text": self.config.describe(),
                 "disaggregated": self.is_disaggregated, "kv_transfer_backend": self.kv_transfer_backend,
                 "total_gpus": self.total_gpus, "pools": [pool.to_json() for pool in self.pools]}
 

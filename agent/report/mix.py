@@ -78,7 +78,7 @@ def _tier(tier: dict, slots: list[dict]) -> list[str]:
 
 def _row(model: str, rank: str, c: dict) -> list:
     intervals = c.get("intervals") or {}
-    return [model, rank, f"{c.get('engine')}: {config_text(c.get('configuration') or '')}",
+    return [model, rank, f"{c.get('engine')}: {config_text(c.get('configuration_text') or '')}",
             Cell.of(c.get("total_gpus")),
             Cell.of(c.get("output_throughput_per_gpu"), with_interval(c.get("output_throughput_per_gpu"),
                                                                      intervals.get("output_throughput_per_gpu"))),

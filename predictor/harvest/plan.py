@@ -146,8 +146,8 @@ class HarvestPlan:
     def to_json(self) -> dict:
         return {
             "engine": str(self.engine), "model": self.card.name, "cluster": self.cluster.spec,
-            "configuration": self.config.describe(), "engine_defaults": {k: format_value(v) for k, v in
-                                                                         self.engine_defaults.items()},
+            "configuration": self.config.to_dict(), "configuration_text": self.config.describe(),
+            "engine_defaults": {k: format_value(v) for k, v in self.engine_defaults.items()},
             "endpoint": self.request.endpoint, "launch": self.launch.display() if self.launch else None,
             "launch_argv": list(self.launch.argv) if self.launch else None,
             "launch_files": {path: text for path, text in self.launch.files} if self.launch else {},

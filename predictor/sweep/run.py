@@ -70,7 +70,7 @@ class SweepPoint:
             "throughput_per_gpu": _rounded(self.throughput_per_gpu),
             "interactivity": _rounded(self.interactivity),
             "mode": str(self.mode), "source": self.source, "eligible": self.is_eligible,
-            "configuration": self.config.describe(), "config": self.config.to_dict(),
+            "configuration": self.config.to_dict(), "configuration_text": self.config.describe(),
             "metrics": {k: _rounded(v) for k, v in self.metrics.items()},
         }
 

@@ -34,7 +34,7 @@ def test_json_output_files_and_frontier(runner, tmp_path):
     frontier = [(p["throughput_per_gpu"], p["interactivity"]) for p in data["frontier"]]
     assert len(frontier) >= 3
     for point in data["frontier"]:
-        assert point["mode"] in ("anchored", "rank-only") and point["configuration"] and point["config"]["tp"] >= 1
+        assert point["mode"] in ("anchored", "rank-only") and point["configuration_text"] and point["configuration"]["tp"] >= 1
     for xy in frontier:   # rounded to 4 decimals in JSON: compare with a stated tolerance
         assert not any(dominates(p, (xy[0] * (1 + 1e-6), xy[1] * (1 + 1e-6))) for p in points)
     interactivity = [xy[1] for xy in frontier]

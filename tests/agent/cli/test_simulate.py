@@ -33,15 +33,15 @@ def test_json_has_the_distributions_and_rates():
     for key in ("throughput_per_gpu", "output_throughput_per_gpu", "num_requests", "sim_wall_s"):
         assert data[key] > 0
     assert set(data["hit_rate"]) == {"overall", "per_replica", "per_tier", "host_tier"}
-    assert data["config"] == "concurrency=8" and data["mode"] == ["rank-only"]
+    assert data["configuration_text"] == "concurrency=8" and data["modes"] == ["rank-only"]
 
 
 def test_config_repeats_merge_left_to_right_and_flags_override():
     result = invoke("--config", "concurrency=16,max_running_requests=64", "--config", "concurrency=8",
                     "--requests", "16", "--json")
-    assert json.loads(result.stdout)["config"] == "max_running_requests=64,concurrency=8"
+    assert json.loads(result.stdout)["configuration_text"] == "max_running_requests=64,concurrency=8"
     result = invoke("--config", "concurrency=16", "--concurrency", "4", "--workload", "256/16", "--json")
-    assert json.loads(result.stdout)["config"] == "concurrency=4"
+    assert json.loads(result.stdout)["configuration_text"] == "concurrency=4"
 
 
 def test_a_bad_trace_line_exits_2_with_its_line_number(tmp_path):

@@ -208,7 +208,7 @@ def test_report_json_and_ledgers(isolated_home):
         ("gpt-oss-120b", "responsive", True), ("gpt-oss-120b", "bulk", True)]
     realtime = data["slots"][0]
     # two colocated qualifiers at 400 tok/s/GPU tie on headroom too: the first listed wins
-    assert realtime["pick"]["configuration"] == "tp=2,replicas=4,concurrency=4"
+    assert realtime["pick"]["configuration_text"] == "tp=2,replicas=4,concurrency=4"
     assert realtime["pick"]["ttft_s"] == pytest.approx(0.3, abs=TOLERANCE)
     assert realtime["pick"]["headroom"] == pytest.approx(0.2, abs=TOLERANCE)
     (path,) = report.ledger_paths
