@@ -85,9 +85,12 @@ def compare(first: Ledger, second: Ledger) -> dict[str, Any]:
         "ledgers": [first.search_id, second.search_id],
         "question": {key: [getattr(first, key), getattr(second, key)] for key in QUESTION_FIELDS},
         "same_question": all(getattr(first, k) == getattr(second, k) for k in QUESTION_FIELDS if k != "budget"),
-        "num_trials": [len(first.trials), len(second.trials)],
-        "best_objective": [best_a.objective_value if best_a else None, best_b.objective_value if best_b else None],
-        "best_mode": [best_a.mode if best_a else None, best_b.mode if best_b else None],
-        "stop_reason": [first.stop_reason, second.stop_reason],
+        "sides": [_side(ledger, best) for ledger, best in ((first, best_a), (second, best_b))],
         "best_configuration_differences": differing,
     }
+
+
+def _side(ledger: Ledger, best: TrialRecord | None) -> dict[str, Any]:
+    """One ledger's outcome in a comparison (the same names as everywhere else)."""
+    return {"search_id": ledger.search_id, "num_trials": len(ledger.trials), "stop_reason": ledger.stop_reason,
+            "best_objective": best.objective_value if best else None, "mode": best.mode if best else None}

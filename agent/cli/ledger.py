@@ -148,9 +148,9 @@ def compare_command(first: str = typer.Argument(..., help="First ledger."),
     grid = table("Ledger comparison", [("", "left"), ("A", "left"), ("B", "left")], wrap=(1, 2))
     for key, (a, b) in data["question"].items():
         grid.add_row(key, _cell(a), _cell(b))
-    for key in ("num_trials", "best_objective", "best_mode", "stop_reason"):
-        a, b = data[key]
-        grid.add_row(key, _cell(a), _cell(b))
+    for key in ("num_trials", "best_objective", "mode", "stop_reason"):
+        a, b = (side[key] for side in data["sides"])
+        grid.add_row("best mode" if key == "mode" else key, _cell(a), _cell(b))
     for lever, (a, b) in data["best_configuration_differences"].items():
         grid.add_row(f"best: {lever}", _cell(a), _cell(b))
     console.print(grid)

@@ -72,12 +72,19 @@ def predict_command(
     result = predict(target, configuration, spec, seed=seed, replications=replications)
     if json_out:
         print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
-                    "configuration_text": configuration.describe(),
-                    **result.to_json()})
+                    "configuration_text": configuration.describe(), **prediction_json(result)})
     else:
         render_prediction(target, configuration, spec.name, result)
     if result.metrics is None:
         raise typer.Exit(1)
+
+
+def prediction_json(result: Prediction) -> dict:
+    """The prediction's record with the CLI's names (the anchor's id is `anchor_id`, as in
+    ledgers; `anchor` is a whole anchor in `anchors show`)."""
+    data = result.to_json()
+    data["anchor_id"] = data.pop("anchor")
+    return data
 
 
 def render_prediction(target: Target, configuration: Configuration, workload: str, result: Prediction) -> None:

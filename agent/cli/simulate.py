@@ -43,7 +43,7 @@ TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sess
 CsvOpt = typer.Option(None, "--csv", help="Write one row per request to this CSV file.")
 LATENCIES = (("ttft_ms", "TTFT from arrival", "ms"), ("ttft_admission_ms", "TTFT from admission", "ms"),
              ("itl_ms", "ITL", "ms"), ("tpot_ms", "TPOT", "ms"),
-             ("interactivity", "1/TPOT per request", "tok/s/user"), ("e2e_ms", "E2E", "ms"))
+             ("interactivity_tok_s", "1/TPOT per request", "tok/s/user"), ("e2e_ms", "E2E", "ms"))
 
 
 def step_model_factory_for(target: Target) -> Callable[[Configuration], StepModel]:
@@ -109,7 +109,7 @@ def simulate_command(
             "modes": sorted({str(m.mode) for m in models}),
             "flags": sorted({f for m in models for f in m.flags})}
     if json_out:
-        return print_json({**info, **result.to_json()})
+        return print_json({**info, **simulation_json(result)})
     _render(info, result)
 
 
@@ -136,8 +136,18 @@ class _progress:
             self.bar.__exit__(*exc)
 
 
-def _render(info: dict, result: SimResult) -> None:
+def simulation_json(result: SimResult) -> dict:
+    """The result with the CLI's names: every distribution's key carries its unit, so
+    the per-request 1/TPOT distribution is `interactivity_tok_s` (`interactivity` is one
+    number everywhere else)."""
     data = result.to_json()
+    if "interactivity" in data:
+        data["interactivity_tok_s"] = data.pop("interactivity")
+    return data
+
+
+def _render(info: dict, result: SimResult) -> None:
+    data = simulation_json(result)
     paragraph(console, f"DES: {info['model']} on {info['cluster']} ({info['engine']}), {info['workload']}, "
                        f"{config_text(info['configuration_text'])}", indent=0)
     grid = table("over requests (ITL over steps)", [("metric", "left"), ("unit", "left"),

@@ -84,7 +84,7 @@ class Scored:
             "ties_pick": pick is not None and pick is not self and self.ties(pick),
             "headroom": self.headroom, "qualifies": self.qualifies, "miss_distance": self.miss,
             "misses": [str(c) for c in self.checks if c.met is not True],
-            "mode": self.trial.mode, "anchor": self.trial.anchor_id, "flags": list(self.trial.flags),
+            "mode": self.trial.mode, "anchor_id": self.trial.anchor_id, "flags": list(self.trial.flags),
             "source": self.trial.source,
         }
 

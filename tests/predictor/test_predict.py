@@ -85,7 +85,7 @@ def test_predict_json_contract_and_flags():
     assert data["mode"] == "rank-only" and "rank-only" in data["flags"]
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "throughput_per_gpu", "output_throughput_per_gpu", "interactivity"):
         assert data["metrics"][key] > 0
-    for key in ("anchor", "memory", "breakdown", "fusion_opportunities"):
+    for key in ("anchor_id", "memory", "breakdown", "fusion_opportunities"):
         assert key in data
 
 
