@@ -77,7 +77,7 @@ def from_plan(path: str, slot: str | None) -> Pick:
     if not isinstance(pick, dict):
         raise InputError("--slot", f"{wanted} has no pick (nothing met the tier)",
                          accepted_list(n for s, n in zip(slots, names) if isinstance(s.get("pick"), dict)))
-    for key, kind in (("cluster", str), ("engine", str), ("config", dict)):
+    for key, kind in (("cluster", str), ("engine", str), ("configuration", dict)):
         if pick.get(key) is not None and not isinstance(pick[key], kind):
             raise InputError(f"--plan {path}", f"{wanted}: pick.{key} is a {type(pick[key]).__name__}",
                              f"{PLAN_EXPECTED} ({key}: {'a mapping of lever: value' if kind is dict else 'text'})")

@@ -439,15 +439,15 @@ def config_file_cases() -> list[Case]:
 def deploy_cases() -> list[Case]:
     """`deploy`: a hostile plan-mix report, ledger or trial number."""
     plan = {"slots": [{"model": "Qwen3-30B-A3B", "tier": "bulk", "pick": {"cluster": "h100x1", "engine": "vllm",
-                                                                          "config": {"tp": 1}}}]}
+                                                                          "configuration": {"tp": 1}}}]}
     bad_plans = {"not-json": "{", "no-slots": "{}", "slots-not-list": '{"slots": 3}',
                  "cluster-number": json.dumps({"slots": [{**plan["slots"][0], "pick": {"cluster": 5, "engine": 7,
-                                                                                       "config": {"tp": 1}}}]}),
+                                                                                       "configuration": {"tp": 1}}}]}),
                  "config-unicode": json.dumps({"slots": [{**plan["slots"][0], "pick": {"cluster": "h100x1",
-                                                                                       "config": {"tp": "١٦"}}}]}),
+                                                                                       "configuration": {"tp": "١٦"}}}]}),
                  "config-list": json.dumps({"slots": [{**plan["slots"][0], "pick": {"cluster": "h100x1",
-                                                                                    "config": [1, 2]}}]}),
-                 "model-missing": json.dumps({"slots": [{"tier": "bulk", "pick": {"config": {}}}]}),
+                                                                                    "configuration": [1, 2]}}]}),
+                 "model-missing": json.dumps({"slots": [{"tier": "bulk", "pick": {"configuration": {}}}]}),
                  "nan": '{"slots": NaN}', "deep": '{"slots": ' + _nested(500) + "}"}
     cases = _common_file_faults("deploy-plan", ("deploy", "--plan", "{file}", "--slot", "qwen3-30b-a3b/bulk"),
                                 "--plan", "p.json")
