@@ -4,12 +4,11 @@ predict every other row, report error, error factor, ranking fidelity and fronti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import typer
 from rich.table import Table
-
-from dataclasses import replace
 
 from agent.cli.app import app, cli_errors, console, print_json
 from agent.cli.render import number, table

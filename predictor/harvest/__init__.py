@@ -3,8 +3,10 @@ anchor cache.
 
 - `adapters`: per-engine launch argument lists and request details (vllm, sglang, atom,
   trtllm via --endpoint, llamacpp), a registry keyed by `levers.catalog.Engine`;
-- `process`: the engine process group, readiness wait, always stopped;
-- `client`: streaming OpenAI-compatible client timestamping every token; `prompts`:
+- `process`: the engine process group, readiness wait, always stopped (and, through
+  `watchdog`, stopped even when the harvester is killed with SIGKILL);
+- `client`: streaming OpenAI-compatible client timestamping every token, every wait
+  bounded (the harvest's `Deadline`), every reply validated (`replies`); `prompts`:
   unique prompts of a known token length;
 - `sweeps`: decode single waves, prefill TTFT sweep and fit, packed-prefill probe, host
   time; `checks`: what refuses or flags;

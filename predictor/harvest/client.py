@@ -15,15 +15,12 @@ from sending to its last byte, and nothing runs past the harvest's `Deadline`: h
 connect/read timeouts cover the wait for the first byte, and a timer shuts the socket
 down when the whole request is over time (an open SSE stream that only sends
 keep-alives, or trickles bytes, cannot hold the harvest). Every engine reply is
-validated (`CompletionChunk`, `TokenizeReply`): a malformed chunk fails its request with
-the chunk quoted; a malformed `/tokenize` reply is an error naming the endpoint. The
-models ignore fields they do not use (`extra="ignore"`): engines add fields release by
-release, and only the ones read here are checked.
+validated (`predictor.harvest.replies`): a malformed chunk fails its request with the
+chunk quoted; a malformed `/tokenize` reply is an error naming the endpoint.
 """
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -32,11 +29,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from levers.errors import InputError
 from levers.inputs import quote
+from predictor.harvest.replies import (
+    ChunkChoice,
+    ChunkUsage,
+    CompletionChunk,
+    TokenizeReply,
+)
 from predictor.units import S_PER_MS
 
 REQUEST_TIMEOUT_S = 600.0
@@ -47,7 +50,6 @@ METADATA_ATTEMPTS = 3
 METADATA_WAIT_S = 0.5
 MAX_CONNECTIONS = 2048
 MAX_LINE_CHARS = 1 << 20        # one SSE line; a bigger one is not a completion chunk
-MAX_TOKEN_COUNT = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -83,44 +85,6 @@ class DeadlineError(InputError):
 
 
 NO_DEADLINE = Deadline(float("inf"))
-
-
-class _Reply(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
-
-
-class ChunkDelta(_Reply):
-    content: str | None = None
-
-
-class ChunkChoice(_Reply):
-    text: str | None = None
-    delta: ChunkDelta | None = None
-    finish_reason: str | None = None
-
-
-class ChunkUsage(_Reply):
-    prompt_tokens: int | None = Field(None, ge=0, le=MAX_TOKEN_COUNT)
-    completion_tokens: int | None = Field(None, ge=0, le=MAX_TOKEN_COUNT)
-
-
-class CompletionChunk(_Reply):
-    """One `data:` event of a streamed `/v1/completions` (or chat) reply."""
-
-    choices: list[ChunkChoice] = []
-    usage: ChunkUsage | None = None
-
-
-class TokenizeReply(_Reply):
-    """An engine's tokenize reply: vLLM/SGLang `{count, tokens}`, llama.cpp `{tokens}`."""
-
-    count: int | None = Field(None, ge=0, le=MAX_TOKEN_COUNT)
-    tokens: list | None = None
-
-    def num_tokens(self) -> int | None:
-        if self.count is not None:
-            return self.count
-        return len(self.tokens) if self.tokens is not None else None
 
 
 def _first_problem(error: ValidationError) -> str:
@@ -408,7 +372,7 @@ class ReplayClient:
 
     @classmethod
     def from_records(cls, records: Sequence[dict], token_counts: Callable[[str], int | None] | None = None
-                     ) -> "ReplayClient":
+                     ) -> ReplayClient:
         keys = [(r["prompt_words"], r["max_tokens"]) if "prompt_words" in r else None for r in records]
         return cls([RequestTrace.from_json(r) for r in records], token_counts, keys)
 

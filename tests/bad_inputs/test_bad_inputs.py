@@ -12,7 +12,7 @@ def test_the_corpus_is_large_and_covers_every_command():
     assert len(CASES) >= 300
     commands = {case.args[0] for case in CASES}
     assert commands >= {"tune", "plan-mix", "predict", "simulate", "pareto", "harvest", "score", "ledger",
-                        "anchors", "levers", "models", "check", "memory"}
+                        "anchors", "levers", "models", "check", "memory", "deploy"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
