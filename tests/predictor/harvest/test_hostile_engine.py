@@ -94,7 +94,7 @@ def harvest(*args: str) -> tuple[int, str, float]:
 def test_an_endpoint_that_never_answers_honours_ready_timeout(black_hole):
     code, output, wall_s = harvest("--endpoint", black_hole, "--ready-timeout", "1.5")
     assert code == 2 and "did not answer within 1.5 s (--ready-timeout)" in output, output
-    assert wall_s < 6
+    assert wall_s < 15   # bounded: an unbounded wait here was 600 s
     assert "Traceback" not in output
 
 
@@ -103,7 +103,7 @@ def test_the_overall_deadline_bounds_a_request_that_never_answers(engine):
     handler.mode = "silent"
     code, output, wall_s = harvest("--endpoint", url, "--deadline", "2")
     assert code == 2 and "the harvest --deadline of 2 s passed" in output, output
-    assert wall_s < 6
+    assert wall_s < 15   # bounded: an unbounded wait here was 600 s
 
 
 def test_a_stream_of_keepalives_is_cut_at_the_request_timeout(engine):
@@ -111,7 +111,7 @@ def test_a_stream_of_keepalives_is_cut_at_the_request_timeout(engine):
     handler.mode = "keepalive"
     code, output, wall_s = harvest("--endpoint", url, "--request-timeout", "1.5")
     assert code == 2 and "took longer than 1.5 s (--request-timeout)" in output, output
-    assert wall_s < 6
+    assert wall_s < 15   # bounded: an unbounded wait here was 600 s
 
 
 @pytest.mark.parametrize("mode, message", [
@@ -124,4 +124,4 @@ def test_malformed_engine_replies_are_one_line_errors(engine, mode, message):
     handler.mode = mode
     code, output, wall_s = harvest("--endpoint", url, "--deadline", "20")
     assert code == 2 and message in output, output
-    assert output.count("\n") <= 3 and wall_s < 10
+    assert output.count("\n") <= 3 and wall_s < 20
