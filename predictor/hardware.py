@@ -66,6 +66,9 @@ class GpuProfile(BaseModel):
     kernel_launch_us: float = Field(gt=0)
     pp_hop_overhead_us: float = Field(ge=0)
     custom_allreduce_switch_bytes: int = Field(gt=0)
+    # Rows a GEMM's compute tile holds (tensor-core tiles: 64; a CPU's SIMD GEMM: 1): compute
+    # efficiency at M rows is M / (M + tile) of the peak (predictor.step.operators).
+    gemm_tile_rows: float = Field(default=64.0, gt=0)
     large_collective_eta: dict[str, float]
     """Efficiency eta of large in-node collectives (bus bandwidth / link bandwidth)."""
     collectives: dict[str, dict[int, CollectiveFit]]

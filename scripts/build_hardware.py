@@ -312,6 +312,8 @@ def spec_fields(name: str, spec: dict) -> tuple[dict, dict]:
         "kernel_launch_us": (3.0, NVIDIA_LAUNCH) if is_nvidia else (4.98, f"{METHOD_315}, §3.7"),
         "pp_hop_overhead_us": (970.0, "METHOD §3.6 (fitted at one client on MI355X; engine "
                                "overhead, applied to every GPU: ASSUMPTION off MI355X)"),
+        "gemm_tile_rows": (64.0, "ASSUMPTION: tensor-core GEMM tiles of 64 rows (predictor/step/operators.py "
+                           "efficiency by shape, M / (M + 64)); anchors calibrate the compute factor"),
     }
     if name == "MI355X":
         values["intra_node_bw_gbps"] = (MI355X_B_NODE_GBPS, f"{METHOD_315}: B_node = 600 GB/s")

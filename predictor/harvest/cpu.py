@@ -151,6 +151,9 @@ def _memory_copy_collectives(bandwidth_gbps: float) -> dict[str, dict[int, Colle
     return {c.value: {2: fit} for c in Collective}
 
 
+CPU_GEMM_TILE_ROWS = 1.0   # SIMD GEMMs: no tensor-core tile to fill
+
+
 def cpu_profile(facts: CpuFacts | None = None, *, bandwidth_gbps: float | None = None,
                 peak_tflops: float | None = None) -> GpuProfile:
     """The `cpu` profile (module docstring); given numbers beat the environment, which
@@ -167,7 +170,7 @@ def cpu_profile(facts: CpuFacts | None = None, *, bandwidth_gbps: float | None =
         bf16_tflops=tflops, fp8_tflops=tflops, fp4_tflops=None, gpus_per_node=1, scale_up_domain=1,
         fabric="switched", intra_node_bw_gbps=bandwidth, nic_bw_gbps=CPU_NIC_GBPS, host_link_gbps=bandwidth,
         host_dram_per_gpu_gb=facts.memory_gb, kernel_launch_us=CPU_KERNEL_LAUNCH_US, pp_hop_overhead_us=0.0,
-        custom_allreduce_switch_bytes=1, large_collective_eta={},
+        custom_allreduce_switch_bytes=1, gemm_tile_rows=CPU_GEMM_TILE_ROWS, large_collective_eta={},
         collectives=_memory_copy_collectives(bandwidth),
         sources={"cpu": facts.describe(), "memory_bandwidth": bandwidth_source, "peak_tflops": tflops_source,
                  "memory": "/proc/meminfo MemTotal"},

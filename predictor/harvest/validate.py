@@ -2,11 +2,11 @@
 did not use (METHOD §2: anchored numbers are predictions with an error bar).
 
 `predict_point` prices one request of `prompt_tokens` in / `output_tokens` out through
-the anchored step model (`predictor.step.anchored.AnchoredStepModel`): TTFT is the carried
-prefill plus host time (METHOD §3.12: `host_time_ms + host_us_per_prompt_token * n`),
-TPOT the batch-1 decode step at the mean context `n + osl / 2` (METHOD §3.4: the
-anchor's two prompt lengths give the context slope). This is exactly what the
-analytical predictor does for one request at a time (concurrency 1).
+the step model calibrated by the anchor (`predictor.step.anchored.anchored_model`): TTFT
+is the prefill plus host time (METHOD §3.12: `host_ms + host_us_per_token * n`, fitted
+with the other factors), TPOT the batch-1 decode step at the mean context `n + osl / 2`.
+This is exactly what the analytical predictor does for one request at a time
+(concurrency 1).
 `measure_point` measures the same on the server: median TTFT and median ITL over
 `repeats` unique prompts sent one after another.
 """
@@ -25,7 +25,8 @@ from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
 from predictor.harvest.client import StreamClient, failed
 from predictor.harvest.prompts import PromptFactory
-from predictor.step.anchored import AnchoredStepModel
+from predictor.step.anchored import anchored_model
+from predictor.step.calibration import PHYSICS
 from predictor.units import S_PER_MS, US_PER_MS
 
 
@@ -44,7 +45,7 @@ class PointFigures:
 def predict_point(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
                   prompt_tokens: int, output_tokens: int) -> tuple[PointFigures, tuple[str, ...]]:
     """(prediction, the step model's flags) for one request at a time (module docstring)."""
-    model = AnchoredStepModel(anchor, card, cluster, engine, config, flags=anchor.flags)
+    model = anchored_model(anchor, card, cluster, engine, config, PHYSICS, flags=anchor.flags)
     ttft = model.prefill_us(prompt_tokens) / US_PER_MS + host_time_ms(model, prompt_tokens)
     tpot = model.decode_us(1, prompt_tokens + output_tokens / 2.0) / US_PER_MS
     return PointFigures(prompt_tokens, output_tokens, ttft, tpot), model.flags

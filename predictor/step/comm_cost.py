@@ -1,8 +1,12 @@
 """Per-step communication of one replica layout (METHOD §3.7, §3.6, §3.15).
 
 Every collective costs ``t = alpha + m / B`` on its tier (fits in the GPU profile,
-`predictor.step.comm`). Inside a step only ``m / B`` is charged: ``alpha`` is the per-kernel
-launch/occupancy cost the step model already pays for every kernel, collectives included.
+`predictor.step.comm`). Inside a step a collective's kernel already pays the per-kernel
+launch cost (the step model counts it), so the step is charged ``m / B`` plus the part of
+``alpha`` above that launch cost: ``max(0, alpha - kernel_launch_us)`` (METHOD §3.7: on
+MI355X the custom all-reduce's alpha is the launch cost, 4.9-6.4 us against 4.98 us; on
+NVIDIA parts a one-shot all-reduce measures 4-7 us against a 3 us launch, a two-shot
+8-25 us, an all-to-all 13-18 us: that latency is real and grows with the group).
 
 What a step exchanges (PRODUCT.md §3 parallel semantics):
 - per layer, the attention output all-reduce over the attention-TP group;
@@ -69,6 +73,14 @@ def _us_per_byte(gpu: GpuProfile, name: str, group: int) -> float:
     return gpu.collective_us(name, group, 1.0, include_alpha=False)
 
 
+def _latency_us(gpu: GpuProfile, name: str, group: int) -> float:
+    """The part of a collective's ``alpha`` above the per-kernel launch cost (module
+    docstring); 0 for a group of one."""
+    if group <= 1:
+        return 0.0
+    return max(0.0, gpu.collective_us(name, group, 0.0) - gpu.kernel_launch_us)
+
+
 @dataclass(frozen=True, slots=True)
 class AllReduceTier:
     """An all-reduce over one group: the tiers its message size can select."""
@@ -79,6 +91,7 @@ class AllReduceTier:
     library: float
     switch_bytes: float
     algorithm: str | None
+    latency: tuple[float, float, float] = (0.0, 0.0, 0.0)   # one-shot, two-shot, library: alpha - launch
 
     @classmethod
     def build(cls, gpu: GpuProfile, group: int, algorithm: str | None, crosses_nodes: bool) -> AllReduceTier:
@@ -86,28 +99,39 @@ class AllReduceTier:
             return cls(group, 0.0, 0.0, 0.0, 0.0, algorithm)
         if crosses_nodes:
             inter = _us_per_byte(gpu, Collective.ALLREDUCE_INTER, group)
-            return cls(group, inter, inter, inter, 0.0, "library")
-        one = _us_per_byte(gpu, Collective.ALLREDUCE_ONE_SHOT, group)
+            wait = _latency_us(gpu, Collective.ALLREDUCE_INTER, group)
+            return cls(group, inter, inter, inter, 0.0, "library", (wait, wait, wait))
         two_fits = gpu.collectives.get(Collective.ALLREDUCE_TWO_SHOT, {})
-        two = _us_per_byte(gpu, Collective.ALLREDUCE_TWO_SHOT, group) if two_fits and max(two_fits) >= group >= min(two_fits) else one
+        has_two = bool(two_fits) and max(two_fits) >= group >= min(two_fits)
+        one = _us_per_byte(gpu, Collective.ALLREDUCE_ONE_SHOT, group)
+        one_wait = _latency_us(gpu, Collective.ALLREDUCE_ONE_SHOT, group)
+        two = _us_per_byte(gpu, Collective.ALLREDUCE_TWO_SHOT, group) if has_two else one
+        two_wait = _latency_us(gpu, Collective.ALLREDUCE_TWO_SHOT, group) if has_two else one_wait
         return cls(group, one, two, _us_per_byte(gpu, Collective.ALLREDUCE, group),
-                   float(gpu.custom_allreduce_switch_bytes), algorithm)
+                   float(gpu.custom_allreduce_switch_bytes), algorithm,
+                   (one_wait, two_wait, _latency_us(gpu, Collective.ALLREDUCE, group)))
 
-    def us(self, message_bytes: float) -> float:
-        """``m / B`` of one all-reduce of ``message_bytes`` on the selected tier."""
-        if self.group <= 1 or message_bytes <= 0:
-            return 0.0
+    def _tier(self, message_bytes: float) -> int:
+        """0 one-shot, 1 two-shot, 2 library (and the quick-reduce payload on two-shot)."""
         algorithm = self.algorithm
         if algorithm == "library" or message_bytes > CUSTOM_ALLREDUCE_MAX_BYTES:
-            return message_bytes * self.library
+            return 2
         if algorithm == "custom_one_shot":
-            return message_bytes * self.one_shot
-        if algorithm == "custom_two_shot":
-            return message_bytes * self.two_shot
-        if algorithm == "quick_reduce":
-            return message_bytes * QUICK_REDUCE_PAYLOAD_FRACTION * self.two_shot
-        per_byte = self.one_shot if message_bytes <= self.switch_bytes else self.two_shot
-        return message_bytes * per_byte
+            return 0
+        if algorithm in ("custom_two_shot", "quick_reduce"):
+            return 1
+        return 0 if message_bytes <= self.switch_bytes else 1
+
+    def us(self, message_bytes: float) -> float:
+        """One all-reduce of ``message_bytes`` on the selected tier: ``m / B`` plus its
+        latency above the kernel launch."""
+        if self.group <= 1 or message_bytes <= 0:
+            return 0.0
+        tier = self._tier(message_bytes)
+        per_byte = (self.one_shot, self.two_shot, self.library)[tier]
+        if self.algorithm == "quick_reduce" and tier == 1:
+            message_bytes *= QUICK_REDUCE_PAYLOAD_FRACTION
+        return message_bytes * per_byte + self.latency[tier]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +160,9 @@ class CommModel:
     p2p_us_per_byte: float
     p2p_inter_us_per_byte: float
     domains_spanned: int
+    a2a_latency_us: float = 0.0           # one dispatch or combine: alpha above the launch
+    gather_latency_us: float = 0.0        # one all-gather + one reduce-scatter (attention DP)
+    logits_latency_us: float = 0.0
 
     def step(self, rank_tokens: float, stage_tokens: float) -> CommTerms:
         """Communication of one full-depth forward: ``rank_tokens`` per attention rank,
@@ -149,9 +176,9 @@ class CommModel:
             sent = stage_tokens * self.tokens_per_sending_gpu
             a2a = sent * (self.dispatch_bytes_per_token + self.combine_bytes_per_token) * self.a2a_us_per_byte
             gathered = stage_tokens * hidden * (self.allgather_us_per_byte + self.reduce_scatter_us_per_byte)
-            moe_us = self.moe_layers * (a2a + gathered)
+            moe_us = self.moe_layers * (a2a + gathered + 2 * self.a2a_latency_us + self.gather_latency_us)
         other = self.softmax_layers * self.dcp_ar.us(rank_tokens * self.dcp_bytes_per_rank_token)
-        other += stage_tokens * self.logits_bytes_per_token * self.logits_us_per_byte
+        other += stage_tokens * self.logits_bytes_per_token * self.logits_us_per_byte + self.logits_latency_us
         return CommTerms(tp_us, moe_us, other)
 
     def step_us(self, rank_tokens: float, stage_tokens: float) -> float:
@@ -176,6 +203,13 @@ def _collective_or_inter(gpu: GpuProfile, name: str, inter: str, group: int, cro
     if crosses:
         return inter_share * _us_per_byte(gpu, inter, group)
     return _us_per_byte(gpu, name, group)
+
+
+def _latency_or_inter(gpu: GpuProfile, name: str, inter: str, group: int, crosses: bool,
+                      inter_share: float = 1.0) -> float:
+    if group <= 1:
+        return 0.0
+    return inter_share * _latency_us(gpu, inter, group) if crosses else _latency_us(gpu, name, group)
 
 
 def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -> CommModel:
@@ -221,4 +255,11 @@ def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -
         p2p_us_per_byte=_us_per_byte(gpu, Collective.P2P, 2),
         p2p_inter_us_per_byte=_us_per_byte(gpu, Collective.P2P_INTER, 2),
         domains_spanned=-(-total // scale_up),
+        a2a_latency_us=_latency_or_inter(gpu, Collective.ALL_TO_ALL, Collective.ALL_TO_ALL_INTER, ep,
+                                         ep > scale_up) if backend else 0.0,
+        gather_latency_us=(_latency_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, gather_group,
+                                             crosses, 0.5)
+                           + _latency_or_inter(gpu, Collective.REDUCE_SCATTER, Collective.ALLREDUCE_INTER,
+                                               gather_group, crosses, 0.5)),
+        logits_latency_us=_latency_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, tp, crosses, 0.5),
     )

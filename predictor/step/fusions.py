@@ -1,8 +1,8 @@
 """Kernel fusions: what each saves and which are worth offering (METHOD §3.13).
 
 A fusion's ideal saving is the launch cost of the kernels it removes (``kernel_launch_us``
-each) plus the intermediate bytes no longer written to HBM and read back, over HBM
-bandwidth. Named fusions realise 0.875 of it (the middle of METHOD's 75-100%: hand-written
+each) plus the intermediate bytes no longer written to HBM and read back, at the rate the
+elementwise kernels that moved them reach (0.7 of HBM bandwidth, `predictor.step.operators`). Named fusions realise 0.875 of it (the middle of METHOD's 75-100%: hand-written
 fused kernels still pay some extra register pressure and tail effects).
 
 Per forward (full depth), with ``h`` the hidden width and ``I`` a per-GPU intermediate:
@@ -44,7 +44,12 @@ from levers.configuration import Configuration
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import GpuProfile
 from predictor.memory import heads_per_rank
-from predictor.step.operators import GB_PER_S_TO_BYTES_PER_US, Precisions, resolve_precisions
+from predictor.step.operators import (
+    ELEMENTWISE_BW_EFFICIENCY,
+    GB_PER_S_TO_BYTES_PER_US,
+    Precisions,
+    resolve_precisions,
+)
 
 NAMED_REALISED_FRACTION = 0.875
 GENERIC_REALISED_FRACTION = 0.75
@@ -176,13 +181,16 @@ def _rows(card: ModelCard, config: Configuration, tokens: float) -> tuple[float,
     return rank_rows, moe_rows
 
 
+def _elementwise_bytes_per_us(gpu: GpuProfile) -> float:
+    return gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US * ELEMENTWISE_BW_EFFICIENCY
+
+
 def fusion_savings_us(card: ModelCard, gpu: GpuProfile, config: Configuration, tokens: float) -> float:
     """Microseconds the fusions enabled in ``config`` remove from a step of ``tokens``
     replica tokens (realised fraction included)."""
     rank_rows, moe_rows = _rows(card, config, tokens)
     plan = fusion_plan(card, config, gpu.vendor)
-    return sum(plan.saved_us(gpu.kernel_launch_us, gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US,
-                             rank_rows, moe_rows))
+    return sum(plan.saved_us(gpu.kernel_launch_us, _elementwise_bytes_per_us(gpu), rank_rows, moe_rows))
 
 
 def fusion_opportunities(card: ModelCard, gpu: GpuProfile, config: Configuration, decode_step_us: float,
@@ -192,7 +200,7 @@ def fusion_opportunities(card: ModelCard, gpu: GpuProfile, config: Configuration
     if decode_step_us <= 0:
         return []
     rank_rows, moe_rows = _rows(card, config, tokens)
-    bytes_per_us = gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US
+    bytes_per_us = _elementwise_bytes_per_us(gpu)
     found = []
     for saving in fusion_plan(card, config, gpu.vendor).available:
         launch, moved = saving.ideal_us(gpu.kernel_launch_us, bytes_per_us, rank_rows, moe_rows)

@@ -54,26 +54,37 @@ GB_PER_S_TO_BYTES_PER_US = 1e3
 TFLOPS_TO_FLOPS_PER_US = 1e6
 
 
-def compute_efficiency(rows: float) -> float:
-    """``eff_c(M) = 0.80 * M / (M + 64)``: GEMM compute efficiency at ``M`` rows."""
-    return GEMM_PEAK_EFFICIENCY * rows / (rows + GEMM_HALF_EFFICIENCY_ROWS)
+def compute_efficiency(rows: float, tile_rows: float = GEMM_HALF_EFFICIENCY_ROWS) -> float:
+    """``eff_c(M) = 0.80 * M / (M + tile)``: GEMM compute efficiency at ``M`` rows (tile 64
+    on a GPU's tensor cores, `GpuProfile.gemm_tile_rows`)."""
+    return GEMM_PEAK_EFFICIENCY * rows / (rows + tile_rows)
 
 
-def gemm_us(rows: float, params: float, weight_bytes: float, act_bytes_per_row: float,
-            flops_per_us: float, bytes_per_us: float, bw_fraction: float = 1.0,
-            rows_per_weight: float | None = None) -> float:
-    """Roofline time of GEMMs with ``params`` weights over ``rows`` rows.
+def gemm_parts(rows: float, params: float, weight_bytes: float, act_bytes_per_row: float,
+               flops_per_us: float, bytes_per_us: float, bw_fraction: float = 1.0,
+               rows_per_weight: float | None = None,
+               tile_rows: float = GEMM_HALF_EFFICIENCY_ROWS) -> tuple[float, float]:
+    """(memory, compute) time of GEMMs with ``params`` weights over ``rows`` rows at the
+    prior efficiencies; the roofline is their max (a calibration scales each side).
 
     ``weight_bytes`` is the bytes of all weights read; ``act_bytes_per_row`` the
     activation bytes read and written per row; ``rows_per_weight`` the rows each weight
     is reused for (``rows`` unless the GEMM is grouped over experts).
     """
     if rows <= 0 or params <= 0:
-        return 0.0
+        return 0.0, 0.0
     reuse = rows if rows_per_weight is None else rows_per_weight
-    compute = 2.0 * rows * params / (flops_per_us * compute_efficiency(reuse))
+    compute = 2.0 * rows * params / (flops_per_us * compute_efficiency(reuse, tile_rows))
     memory = (weight_bytes + rows * act_bytes_per_row) / (bytes_per_us * GEMM_BW_EFFICIENCY * bw_fraction)
-    return max(memory, compute)
+    return memory, compute
+
+
+def gemm_us(rows: float, params: float, weight_bytes: float, act_bytes_per_row: float,
+            flops_per_us: float, bytes_per_us: float, bw_fraction: float = 1.0,
+            rows_per_weight: float | None = None) -> float:
+    """Roofline time of GEMMs at the prior efficiencies (:func:`gemm_parts`)."""
+    return max(gemm_parts(rows, params, weight_bytes, act_bytes_per_row, flops_per_us, bytes_per_us,
+                          bw_fraction, rows_per_weight))
 
 
 def elementwise_us(num_bytes: float, bytes_per_us: float) -> float:
@@ -113,11 +124,12 @@ class AttentionOp:
     def indexed(self, context: float) -> float:
         return context / self.main_ratio if self.has_index and self.main_ratio else 0.0
 
-    def decode_us(self, requests: float, context: float, queries: float, flops_per_us: float,
-                  bytes_per_us: float) -> float:
-        """All layers of the group: ``requests`` requests at ``context``, ``queries`` each."""
+    def decode_parts(self, requests: float, context: float, queries: float, flops_per_us: float,
+                     bytes_per_us: float) -> tuple[float, float]:
+        """(memory, compute) of all layers of the group: ``requests`` requests at
+        ``context``, ``queries`` each, at the prior efficiencies."""
         if requests <= 0:
-            return 0.0
+            return 0.0, 0.0
         if self.is_linear:
             num_bytes, flops = requests * self.state_bytes, requests * queries * self.state_flops
         else:
@@ -126,14 +138,19 @@ class AttentionOp:
             flops = requests * queries * (attended * self.decode_entry_flops + indexed * self.index_flops)
         memory = num_bytes / (bytes_per_us * ATTENTION_DECODE_BW_EFFICIENCY)
         compute = flops / (flops_per_us * ATTENTION_DECODE_COMPUTE_EFFICIENCY)
-        return self.num_layers * max(memory, compute)
+        return self.num_layers * memory, self.num_layers * compute
 
-    def prefill_us(self, tokens: float, seqs: float, context: float, flops_per_us: float,
-                   bytes_per_us: float) -> float:
-        """All layers: ``tokens`` new tokens in ``seqs`` sequences after ``context`` cached
-        tokens each (causal: a query attends ``context + n/2`` tokens on average)."""
+    def decode_us(self, requests: float, context: float, queries: float, flops_per_us: float,
+                  bytes_per_us: float) -> float:
+        return max(self.decode_parts(requests, context, queries, flops_per_us, bytes_per_us))
+
+    def prefill_parts(self, tokens: float, seqs: float, context: float, flops_per_us: float,
+                      bytes_per_us: float) -> tuple[float, float]:
+        """(memory, compute) of all layers: ``tokens`` new tokens in ``seqs`` sequences
+        after ``context`` cached tokens each (causal: a query attends ``context + n/2``
+        tokens on average)."""
         if tokens <= 0:
-            return 0.0
+            return 0.0, 0.0
         seqs = max(1.0, seqs)
         if self.is_linear:
             flops, num_bytes = tokens * self.prefill_state_flops, seqs * self.state_bytes
@@ -144,7 +161,11 @@ class AttentionOp:
             num_bytes = seqs * (self.attended(full) * self.entry_bytes + self.indexed(full) * self.index_key_bytes)
         compute = flops / (flops_per_us * ATTENTION_PREFILL_COMPUTE_EFFICIENCY)
         memory = num_bytes / (bytes_per_us * ATTENTION_DECODE_BW_EFFICIENCY)
-        return self.num_layers * max(compute, memory)
+        return self.num_layers * memory, self.num_layers * compute
+
+    def prefill_us(self, tokens: float, seqs: float, context: float, flops_per_us: float,
+                   bytes_per_us: float) -> float:
+        return max(self.prefill_parts(tokens, seqs, context, flops_per_us, bytes_per_us))
 
 
 def attention_op(group: AttentionGroup, attention_tp: int, dcp: int, kv_bytes: float) -> AttentionOp:

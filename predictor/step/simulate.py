@@ -1,62 +1,74 @@
-"""Simulate mode: the step rebuilt per operator from the model card and GPU profile
-(METHOD §2). Every number it produces is flagged ``rank-only``: the fixed per-step cost is
-shared by candidates on one engine and mostly cancels, so it ranks, it does not promise.
+"""The step model: a step rebuilt per operator from the model card and GPU profile
+(METHOD §2), priced under a calibration (`predictor.step.calibration`).
+
+With the prior calibration this is simulate mode (rank-only unless the prior's measured
+error says otherwise); with factors fitted to an anchor it is anchored mode
+(`predictor.step.fit`). Both are the same structure: a calibration never replaces the
+physics, it scales its terms.
 
 A step is a full-depth forward of the replica's batch (the worst rank of each layer):
 - ``gemm``: attention projections (MLA low-rank included), dense MLP, shared experts
-  (with latent-MoE projections), router and LM head on a roofline with efficiency by
-  shape (`predictor.step.operators`);
-- ``attention``: per attention type (`operators.AttentionOp`);
+  (with latent-MoE projections), router and LM head, rooflines with efficiency by shape
+  (`predictor.step.operators`);
+- ``attention``: per attention type (`operators.AttentionOp`), at the real batch;
 - ``moe``: routed-expert GEMMs on the busiest EP rank, ``I_n * mean(n)`` rows over
   ``I_d * mean(d)`` experts (METHOD §3.5, `predictor.step.imbalance`), with the few-expert
-  bandwidth shortfall, plus token permutation and expert activations scaled by ``I_n``.
-  Anchored mode scales exactly this term by the imbalance ratios (:func:`moe_share`);
-- ``communication``: `predictor.step.comm_cost` (``m / B`` only);
-- ``launch``: kernels per forward x ``kernel_launch_us`` (+ eager dispatch), and
-  ``other``: bandwidth-bound elementwise passes (`predictor.step.kernels`); enabled
-  fusions subtract their savings from ``launch``, ``other`` and ``moe`` (`predictor.step.fusions`);
+  bandwidth shortfall, plus token permutation and expert activations scaled by ``I_n``:
+  imbalance is evaluated at the layout's own EP, so a calibration fitted at one EP carries
+  to another through the physics (both widths evaluated);
+- ``communication``: `predictor.step.comm_cost` (``m / B``);
+- ``launch``: kernels per forward x the per-kernel cost (+ eager issue), ``other``:
+  bandwidth-bound elementwise passes (`predictor.step.kernels`); enabled fusions subtract
+  their savings (`predictor.step.fusions`); ``fixed``: the calibration's per-step cost;
 - ``speculation``: the drafter (`speculation.DrafterPlan`); a verify step processes
   ``b * (k + 1)`` tokens, which the other terms already price;
 - ``pipeline``: under PP, Eq. 4's hops and host time (METHOD §3.6): the forward is priced
   at the micro-batch ``ceil(b / p)``; prefill pays the hops but no host time.
 
+Graph capture (METHOD §3.3): under full or piecewise capture a decode step's GEMMs, MoE,
+collectives and elementwise passes run at the padded batch (the next captured size, up to
+``max_captured_batch``); attention runs at the real batch (padded requests attend nothing).
 Under attention DP attention runs per rank on ``ceil(b / dp)`` requests with attention-TP
 ``tp / dp``; the MoE sees every token of the stage; dense MLP follows the attention ranks.
 
-Speed: everything that depends only on the rows of a step is cached per row count at first
-use; a decode call then evaluates the attention groups at the requested context.
+Speed: raw parts and their price depend only on the rows of a step and are cached per row
+count at first use; a decode call then prices the attention groups at its context.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.hardware import Cluster
+from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.comm_cost import CommModel, build_comm_model
 from predictor.step.cost import Mode, StepCost
 from predictor.step.fusions import fusion_plan
 from predictor.step.imbalance import distinct_experts, few_expert_bw_fraction, imbalance_factors
 from predictor.step.kernels import count_kernels, elementwise_bytes
 from predictor.step.operators import (
+    ELEMENTWISE_BW_EFFICIENCY,
     GB_PER_S_TO_BYTES_PER_US,
     TFLOPS_TO_FLOPS_PER_US,
     attention_op,
-    elementwise_us,
-    gemm_us,
+    gemm_parts,
     resolve_precisions,
 )
-from predictor.step.speculation import SpecMethod, acceptance_curve, drafter_plan
+from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price
+from predictor.step.speculation import NGRAM_DEFAULT_SOURCE, SpecMethod, acceptance_curve, drafter_plan
 from predictor.step.transfer import pipeline_overhead_us
 
-TERMS = ("gemm", "attention", "moe", "communication", "launch", "other", "speculation", "pipeline")
+TERMS = ("gemm", "attention", "moe", "communication", "launch", "other", "fixed", "speculation", "pipeline")
 ROWS_CACHE_LIMIT = 65_536
 BF16_BYTES, FP32_BYTES = 2, 4
 EAGLE3_HEAD_DIM, EAGLE3_KV_HEADS = 128, 8
 EAGLE3_KERNELS_PER_LAYER = 14
 DRAFT_HEAD_KERNELS = 4   # LM head + 3 sampling kernels per draft token
+CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4) + tuple(range(8, 1025, 8))   # engines' default ladder
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +79,12 @@ class _Gemm:
     weight_bytes: float
     act_bytes_per_row: float
     flops_per_us: float
+    tile_rows: float = 64.0
 
-    def us(self, rows: float, bytes_per_us: float) -> float:
-        return gemm_us(rows, self.params, self.weight_bytes, self.act_bytes_per_row, self.flops_per_us, bytes_per_us)
+    def roofline(self, rows: float, bytes_per_us: float, term: int = GEMM) -> Roofline:
+        memory, compute = gemm_parts(rows, self.params, self.weight_bytes, self.act_bytes_per_row,
+                                     self.flops_per_us, bytes_per_us, tile_rows=self.tile_rows)
+        return Roofline(term, memory, compute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,23 +108,33 @@ def moe_share(step: StepCost) -> float:
     return step.get("moe") / total if total > 0 else 0.0
 
 
-class SimulateStepModel:
-    """The StepModel of simulate mode (rank-only) for one replica layout."""
+def padded_rows(rows: int, captured: tuple[int, ...]) -> int:
+    """The captured size ``rows`` is padded to (METHOD §3.3); ``rows`` above the largest."""
+    index = bisect_left(captured, rows)
+    return captured[index] if index < len(captured) else rows
 
-    mode = Mode.RANK_ONLY
-    anchor_id = None
-    flags = ("rank-only",)
+
+class SimulateStepModel:
+    """The step model of one replica layout under one calibration (module docstring)."""
 
     def __init__(self, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
-                 acceptance: tuple[float, ...] | None = None, entropy: str = "low") -> None:
+                 acceptance: tuple[float, ...] | None = None, entropy: str = "low", *,
+                 calibration: Calibration = PHYSICS, mode: Mode = Mode.RANK_ONLY, anchor_id: str | None = None,
+                 flags: tuple[str, ...] = ("rank-only",), captured_sizes: tuple[int, ...] | None = None,
+                 first_wave_stall_ms: float = 0.0) -> None:
         self.card, self.cluster, self.engine, self.config = card, cluster, engine, config
+        self.calibration, self.mode, self.anchor_id = calibration, mode, anchor_id
+        self.first_wave_stall_ms = first_wave_stall_ms
+        self._flags = tuple(flags)
         gpu = cluster.gpu
         self._precisions = p = resolve_precisions(card, config, gpu.vendor)
         self._bytes_per_us = gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US
         self._act_flops = gpu.peak_flops(p.activation) / TFLOPS_TO_FLOPS_PER_US
         self._bf16_flops = gpu.peak_flops("bf16") / TFLOPS_TO_FLOPS_PER_US
         self._dp, self._pp, self._tp, self._atp = config.attention_dp, config.pp, config.tp, config.attention_tp
-        self._launch_us, self._hop_us = gpu.kernel_launch_us, gpu.pp_hop_overhead_us
+        self._launch_us = gpu.kernel_launch_us if calibration.launch_us is None else calibration.launch_us
+        self._tile = gpu.gemm_tile_rows
+        self._hop_us = gpu.pp_hop_overhead_us
         self._gemms = self._build_gemms()
         self._lm_head = self._head_gemm(card.vocab_size)
         self._attention = tuple(attention_op(g, self._atp, config.dcp, p.kv_bytes) for g in card.attention)
@@ -125,19 +150,43 @@ class SimulateStepModel:
         self.curve = acceptance_curve(card.name, self._spec, entropy, override=acceptance)
         self.tokens_per_step = self.curve.length(self._depth)
         self._eagle = self._build_eagle() if self._plan.dense_layers_per_draft else None
-        self._body_cache: dict[tuple[int, int], tuple[float, float, float, float, float]] = {}
+        sizes = CAPTURE_SIZES if captured_sizes is None else tuple(sorted(captured_sizes))
+        self._captured = tuple(s for s in sizes if s <= config.max_captured_batch)
+        self._pads = config.graph_capture != "none"
+        self._body_cache: dict[tuple[int, int], tuple[float, ...]] = {}
         self._head_cache: dict[float, tuple[float, float]] = {}
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        if self._depth and self.curve.source == NGRAM_DEFAULT_SOURCE:
+            return (*self._flags, "acceptance: n-gram default (pass --acceptance)")
+        return self._flags
+
+    @property
+    def host_time_ms(self) -> float:
+        """Per-request host time on TTFT and end-to-end (METHOD §3.12), fixed part."""
+        return self.calibration.host_ms
+
+    @property
+    def host_us_per_prompt_token(self) -> float:
+        return self.calibration.host_us_per_token
 
     @property
     def comm_model(self) -> CommModel:
         """The layout's communication model (METHOD §3.7)."""
         return self._comm
 
+    def with_calibration(self, calibration: Calibration) -> SimulateStepModel:
+        """The same layout under other factors (for the fit; caches start empty)."""
+        return SimulateStepModel(self.card, self.cluster, self.engine, self.config, calibration=calibration,
+                                 mode=self.mode, anchor_id=self.anchor_id, flags=self._flags,
+                                 captured_sizes=self._captured, first_wave_stall_ms=self.first_wave_stall_ms)
+
     # -- construction ------------------------------------------------------------------
     def _dense_gemm(self, params: float, inner: float, layers: int) -> _Gemm:
         p, hidden = self._precisions, self.card.hidden_size
         act = hidden * p.activation_bytes + 2 * inner * BF16_BYTES + inner * p.activation_bytes + hidden * BF16_BYTES
-        return _Gemm(layers * params, layers * params * p.weight_bytes, layers * act, self._act_flops)
+        return _Gemm(layers * params, layers * params * p.weight_bytes, layers * act, self._act_flops, self._tile)
 
     def _build_gemms(self) -> tuple[_Gemm, ...]:
         card, p, atp = self.card, self._precisions, self._atp
@@ -148,7 +197,7 @@ class SimulateStepModel:
             params = group.replicated_params_per_layer + (group.params_per_layer - group.replicated_params_per_layer) / atp
             act = 2 * hidden * (p.activation_bytes + BF16_BYTES)
             gemms.append(_Gemm(group.num_layers * params, group.num_layers * params * p.weight_bytes,
-                               group.num_layers * act, self._act_flops))
+                               group.num_layers * act, self._act_flops, self._tile))
         moe_layers = card.moe_layers if card.is_moe else 0
         dense_layers = card.num_layers - moe_layers
         if dense_layers and card.dense_intermediate_size:
@@ -161,13 +210,14 @@ class SimulateStepModel:
                 gemms.append(self._dense_gemm(shared, inner, moe_layers))
             router = card.router_params_per_moe_layer()
             gemms.append(_Gemm(moe_layers * router, moe_layers * router * BF16_BYTES,
-                               moe_layers * (hidden * BF16_BYTES + card.num_experts * FP32_BYTES), self._bf16_flops))
+                               moe_layers * (hidden * BF16_BYTES + card.num_experts * FP32_BYTES), self._bf16_flops,
+                               self._tile))
         return tuple(gemms)
 
     def _head_gemm(self, vocab: int) -> _Gemm:
         params = vocab * self.card.hidden_size / self._tp
         act = self.card.hidden_size * BF16_BYTES + vocab / self._tp * BF16_BYTES
-        return _Gemm(params, params * self._precisions.embedding_bytes, act, self._bf16_flops)
+        return _Gemm(params, params * self._precisions.embedding_bytes, act, self._bf16_flops, self._tile)
 
     def _build_moe(self) -> _Moe | None:
         card, config, p = self.card, self.config, self._precisions
@@ -190,103 +240,139 @@ class SimulateStepModel:
         act = 4 * hidden * BF16_BYTES + 3 * inner / atp * BF16_BYTES
         group = AttentionGroup(kind=AttentionKind.GQA, num_layers=1, num_heads=heads, num_kv_heads=kv_heads,
                                head_dim=EAGLE3_HEAD_DIM, params_per_layer=0)
-        gemm = _Gemm(params, params * BF16_BYTES, act, self._bf16_flops)
+        gemm = _Gemm(params, params * BF16_BYTES, act, self._bf16_flops, self._tile)
         return gemm, (attention_op(group, atp, 1, self._precisions.kv_bytes),)
 
-    # -- rows-only terms (cached) ---------------------------------------------------------
-    def _moe_us(self, tokens: float) -> tuple[float, float]:
-        """(moe term, busiest rank's routed rows) for ``tokens`` MoE tokens."""
+    # -- raw parts (what a calibration scales) ----------------------------------------------
+    def _moe_raw(self, tokens: float) -> tuple[Roofline | None, float, float]:
+        """(expert roofline, permutation/activation us, busiest rank's routed rows)."""
         m = self._moe
         if m is None or tokens <= 0:
-            return 0.0, 0.0
+            return None, 0.0, 0.0
         factors = imbalance_factors(m.num_experts, m.top_k, m.ep, tokens, m.eplb_replicas)
         rows = factors.tokens_factor * tokens * m.top_k / m.ep
         local = m.num_experts / m.ep
         group = min(local, factors.experts_factor * distinct_experts(tokens, m.top_k, m.num_experts) / m.ep)
         group = max(group, 1.0)
         fraction = few_expert_bw_fraction(group, m.expert_dtype, m.full_expert_params)
-        expert = gemm_us(rows, m.expert_params, group * m.expert_params * m.expert_bytes_per_value,
-                         m.act_bytes_per_row, m.flops_per_us, self._bytes_per_us, fraction, rows / group)
-        permutation = elementwise_us(rows * self._elementwise.per_moe_row / m.layers, self._bytes_per_us)
-        return m.layers * (expert + permutation), rows
+        memory, compute = gemm_parts(rows, m.expert_params, group * m.expert_params * m.expert_bytes_per_value,
+                                     m.act_bytes_per_row, m.flops_per_us, self._bytes_per_us, fraction, rows / group,
+                                     self._tile)
+        permutation = rows * self._elementwise.per_moe_row / m.layers / self._elementwise_bpu
+        return Roofline(MOE, m.layers * memory, m.layers * compute), m.layers * permutation, rows
 
-    def _body(self, rank_rows: int, stage_rows: int) -> tuple[float, float, float, float, float]:
-        """(gemm, moe, communication, launch, other) of the layers, without the LM head."""
-        key = (rank_rows, stage_rows)
-        cached = self._body_cache.get(key)
-        if cached is not None:
-            return cached
-        if len(self._body_cache) > ROWS_CACHE_LIMIT:
-            self._body_cache.clear()
+    @property
+    def _elementwise_bpu(self) -> float:
+        return self._bytes_per_us * ELEMENTWISE_BW_EFFICIENCY
+
+    def body_raw(self, rank_rows: int, stage_rows: int, captured: bool | None = None) -> RawStep:
+        """The layers of one forward (no LM head): ``rank_rows`` rows per attention rank,
+        ``stage_rows`` in the stage."""
         bpu = self._bytes_per_us
-        gemm = sum(g.us(rank_rows, bpu) for g in self._gemms)
-        moe, moe_rows = self._moe_us(stage_rows)
-        comm = self._comm.step_us(rank_rows, stage_rows)
-        other = elementwise_us(rank_rows * self._elementwise.per_rank_row, bpu)
-        captured = rank_rows <= self.config.max_captured_batch
-        launch = self._kernels.launch_us(self._launch_us, self.config.graph_capture, captured,
-                                         gemm + moe + comm + other)
-        saved_launch, saved_other, saved_moe = self._fusions.saved_us(self._launch_us, bpu, rank_rows, moe_rows)
-        terms = (gemm, max(0.0, moe - saved_moe), comm, max(0.0, launch - saved_launch),
-                 max(0.0, other - saved_other))
-        self._body_cache[key] = terms
-        return terms
+        rooflines = [g.roofline(rank_rows, bpu) for g in self._gemms]
+        expert, permutation, moe_rows = self._moe_raw(stage_rows)
+        if expert is not None:
+            rooflines.append(expert)
+        elementwise = rank_rows * self._elementwise.per_rank_row / self._elementwise_bpu
+        kernels = self._kernels
+        if captured is None:
+            captured = rank_rows <= self.config.max_captured_batch
+        capture = self.config.graph_capture
+        issued = kernels.per_forward if (capture == "none" or not captured) else (
+            2 * kernels.attention if capture == "piecewise" else 0)
+        saved_launch, saved_other, saved_moe = self._fusions.saved_us(1.0, self._elementwise_bpu, rank_rows, moe_rows)
+        return RawStep(tuple(rooflines), max(0.0, elementwise - saved_other),
+                       max(0.0, permutation - saved_moe), self._comm.step_us(rank_rows, stage_rows),
+                       max(0.0, kernels.per_forward - kernels.per_forward_head - saved_launch), issued)
 
-    def _head_us(self, lm_rows: float) -> tuple[float, float]:
-        """(gemm, other) of the embedding, final norm, LM head and sampling (cached per rows)."""
-        cached = self._head_cache.get(lm_rows)
-        if cached is not None:
-            return cached
-        if len(self._head_cache) > ROWS_CACHE_LIMIT:
-            self._head_cache.clear()
-        terms = (self._lm_head.us(lm_rows, self._bytes_per_us),
-                 elementwise_us(lm_rows * self._elementwise.per_lm_row, self._bytes_per_us))
-        self._head_cache[lm_rows] = terms
-        return terms
+    def head_raw(self, lm_rows: float) -> RawStep:
+        """Embedding, final norm, LM head and sampling."""
+        elementwise = lm_rows * self._elementwise.per_lm_row / self._elementwise_bpu
+        return RawStep((self._lm_head.roofline(lm_rows, self._bytes_per_us),), elementwise,
+                       kernels=self._kernels.per_forward_head)
 
-    # -- attention, drafting, pipeline ------------------------------------------------------
-    def _decode_attention(self, requests: float, context: float, queries: float) -> float:
-        total, flops, bpu = 0, self._bf16_flops, self._bytes_per_us   # a loop: ~2x a sum() of a generator
-        for op in self._attention:
-            total += op.decode_us(requests, context, queries, flops, bpu)
-        return total
+    def attention_raw(self, requests: float, context: float, queries: float) -> RawStep:
+        parts = [op.decode_parts(requests, context, queries, self._bf16_flops, self._bytes_per_us)
+                 for op in self._attention]
+        return RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in parts))
 
-    def _prefill_attention(self, tokens: float, seqs: float, context: float) -> float:
-        total, flops, bpu = 0, self._bf16_flops, self._bytes_per_us
-        for op in self._attention:
-            total += op.prefill_us(tokens, seqs, context, flops, bpu)
-        return total
+    def prefill_attention_raw(self, tokens: float, seqs: float, context: float) -> RawStep:
+        parts = [op.prefill_parts(tokens, seqs, context, self._bf16_flops, self._bytes_per_us)
+                 for op in self._attention]
+        return RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in parts))
 
-    def _mean_layer_us(self, rank_rows: int, stage_rows: int, attention_us: float) -> float:
-        return (sum(self._body(rank_rows, stage_rows)) + attention_us) / self.card.num_layers
+    def _padded(self, rows: int) -> int:
+        return padded_rows(rows, self._captured) if self._pads and rows <= self.config.max_captured_batch else rows
 
-    def _draft_us(self, requests: int, stage_requests: int, context: float) -> float:
-        """Drafting ``k`` tokens for the micro-batch (METHOD §3.8)."""
-        plan, depth = self._plan, self._depth
+    def decode_raw(self, batch: int, context: float) -> list[RawStep]:
+        """The parts of a decode step (each priced on its own, as the fast path does)."""
+        micro, requests, q = self._decode_shape(batch)
+        padded_micro = self._padded(micro)
+        padded_requests = -(-padded_micro // self._dp)
+        parts = [self.body_raw(padded_requests * q, padded_micro * q), self.head_raw(padded_micro * q),
+                 self.attention_raw(requests, context, q), RawStep(fixed_steps=1.0,
+                                                                  pipeline_us=self._pipeline_us(batch, micro * q))]
+        return parts + self._draft_raw(requests, micro, context)
+
+    def prefill_raw(self, num_tokens: int, num_seqs: int = 1, context: float = 0.0) -> list[RawStep]:
+        tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
+        rank_tokens, rank_seqs = -(-tokens // self._dp), -(-seqs // self._dp)
+        parts = [self.body_raw(rank_tokens, tokens), self.head_raw(seqs),
+                 self.prefill_attention_raw(rank_tokens, rank_seqs, context),
+                 RawStep(fixed_steps=1.0, pipeline_us=self._pipeline_us(seqs, tokens, with_host=False))]
+        return parts + self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context)
+
+    # -- drafting and pipeline -------------------------------------------------------------
+    def _draft_raw(self, requests: int, stage_requests: int, context: float) -> list[RawStep]:
+        """Drafting ``k`` tokens for the micro-batch (METHOD §3.8), as scaled layer parts."""
+        plan, depth, layers = self._plan, self._depth, self.card.num_layers
         if depth == 0 or plan.is_free:
-            return 0.0
-        cost = 0.0
+            return []
+        draft = RawStep()
         if plan.target_layers_per_draft:
-            attention = self._decode_attention(requests, context, 1)
-            cost += depth * plan.target_layers_per_draft * self._mean_layer_us(requests, stage_requests, attention)
+            layer = self.body_raw(requests, stage_requests).plus(self.attention_raw(requests, context, 1))
+            draft = draft.plus(layer, depth * plan.target_layers_per_draft / layers)
         if plan.target_layers_once:
-            attention = self._decode_attention(requests, context, depth)
-            cost += plan.target_layers_once * self._mean_layer_us(requests * depth, stage_requests * depth, attention)
+            layer = self.body_raw(requests * depth, stage_requests * depth).plus(
+                self.attention_raw(requests, context, depth))
+            draft = draft.plus(layer, plan.target_layers_once / layers)
         if self._eagle is not None:
-            cost += depth * self._eagle_layer_us(requests, context)
+            draft = draft.plus(self._eagle_raw(requests, context), depth)
         if plan.lm_head_vocab:
             head = self._head_gemm(plan.lm_head_vocab) if plan.lm_head_vocab != self.card.vocab_size else self._lm_head
-            cost += depth * (head.us(stage_requests, self._bytes_per_us) + DRAFT_HEAD_KERNELS * self._launch_us)
+            draft = draft.plus(RawStep((head.roofline(stage_requests, self._bytes_per_us),),
+                                       kernels=DRAFT_HEAD_KERNELS), depth)
         if plan.fusion_params_once:
             params = plan.fusion_params_once / self._atp
-            cost += gemm_us(requests, params, params * BF16_BYTES, 0.0, self._bf16_flops, self._bytes_per_us)
-        return cost
+            memory, compute = gemm_parts(requests, params, params * BF16_BYTES, 0.0, self._bf16_flops,
+                                         self._bytes_per_us, tile_rows=self._tile)
+            draft = draft.plus(RawStep((Roofline(GEMM, memory, compute),)))
+        return [draft]
 
-    def _eagle_layer_us(self, requests: float, context: float) -> float:
+    def _eagle_raw(self, requests: float, context: float) -> RawStep:
         gemm, ops = self._eagle
-        attention = sum(op.decode_us(requests, context, 1, self._bf16_flops, self._bytes_per_us) for op in ops)
+        attention = [op.decode_parts(requests, context, 1, self._bf16_flops, self._bytes_per_us) for op in ops]
         comm = 2 * self._comm.attention_ar.us(requests * self._comm.hidden_bytes_per_token)
-        return gemm.us(requests, self._bytes_per_us) + attention + comm + EAGLE3_KERNELS_PER_LAYER * self._launch_us
+        return RawStep((gemm.roofline(requests, self._bytes_per_us), *(Roofline(ATTENTION, m, c) for m, c in attention)),
+                       comm_us=comm, kernels=EAGLE3_KERNELS_PER_LAYER)
+
+    def _draft_prefill_raw(self, rank_tokens: int, tokens: int, rank_seqs: int, context: float) -> list[RawStep]:
+        """The drafter's own layers see the prompt once (their KV cache)."""
+        plan = self._plan
+        if self._depth == 0 or plan.is_free:
+            return []
+        layers = plan.target_layers_per_draft + plan.target_layers_once
+        draft = RawStep()
+        if layers:
+            layer = self.body_raw(rank_tokens, tokens).plus(self.prefill_attention_raw(rank_tokens, rank_seqs, context))
+            draft = draft.plus(layer, layers / self.card.num_layers)
+        if self._eagle is not None:
+            gemm, ops = self._eagle
+            parts = [op.prefill_parts(rank_tokens, rank_seqs, context, self._bf16_flops, self._bytes_per_us)
+                     for op in ops]
+            draft = draft.plus(RawStep((gemm.roofline(rank_tokens, self._bytes_per_us),
+                                        *(Roofline(ATTENTION, m, c) for m, c in parts))))
+        return [draft]
 
     def _pipeline_us(self, clients: int, micro_batch_tokens: float, with_host: bool = True) -> float:
         if self._pp <= 1:
@@ -296,55 +382,92 @@ class SimulateStepModel:
             return hops + self._pp * self._hop_us
         return pipeline_overhead_us(clients, self._pp, hops, self._hop_us)
 
-    # -- the StepModel protocol -------------------------------------------------------------
+    # -- pricing -------------------------------------------------------------------------------
+    def _priced(self, raw: RawStep) -> dict[str, float]:
+        return price(raw, self.calibration, self._launch_us)
+
+    def _body(self, rank_rows: int, stage_rows: int) -> tuple[float, ...]:
+        """Priced (gemm, moe, communication, launch, other) of the layers (cached per rows)."""
+        key = (rank_rows, stage_rows)
+        cached = self._body_cache.get(key)
+        if cached is not None:
+            return cached
+        if len(self._body_cache) > ROWS_CACHE_LIMIT:
+            self._body_cache.clear()
+        terms = self._priced(self.body_raw(rank_rows, stage_rows))
+        cached = self._body_cache[key] = (terms["gemm"], terms["moe"], terms["communication"], terms["launch"],
+                                          terms["other"])
+        return cached
+
+    def _head(self, lm_rows: float) -> tuple[float, float, float]:
+        cached = self._head_cache.get(lm_rows)
+        if cached is None:
+            if len(self._head_cache) > ROWS_CACHE_LIMIT:
+                self._head_cache.clear()
+            terms = self._priced(self.head_raw(lm_rows))
+            cached = self._head_cache[lm_rows] = (terms["gemm"], terms["other"], terms["launch"])
+        return cached
+
+    def _attention_us(self, requests: float, context: float, queries: float) -> float:
+        bw, cp = self.calibration.bandwidth, self.calibration.compute
+        flops, bpu, total = self._bf16_flops, self._bytes_per_us, 0.0
+        for op in self._attention:   # a loop: ~2x a sum() of a generator
+            memory, compute = op.decode_parts(requests, context, queries, flops, bpu)
+            total += max(bw * memory, cp * compute)
+        return total
+
+    def _decode_shape(self, batch: int) -> tuple[int, int, int]:
+        micro = -(-max(1, int(batch)) // self._pp)
+        return micro, -(-micro // self._dp), self._queries
+
+    def _draft_us(self, requests: int, micro: int, context: float) -> float:
+        return sum(sum(self._priced(part).values()) for part in self._draft_raw(requests, micro, context))
+
     def _decode_terms(self, batch: int, context: float) -> tuple[float, ...]:
-        batch = max(1, int(batch))
-        micro = -(-batch // self._pp)
-        requests = -(-micro // self._dp)
-        q = self._queries
-        gemm, moe, comm, launch, other = self._body(requests * q, micro * q)
-        head_gemm, head_other = self._head_us(micro * q)
-        attention = self._decode_attention(requests, context, q)
-        draft = self._draft_us(requests, micro, context)
-        return (gemm + head_gemm, attention, moe, comm, launch, other + head_other, draft,
-                self._pipeline_us(batch, micro * q))
+        micro, requests, q = self._decode_shape(batch)
+        padded_micro = self._padded(micro)
+        padded_requests = -(-padded_micro // self._dp)
+        gemm, moe, comm, launch, other = self._body(padded_requests * q, padded_micro * q)
+        head_gemm, head_other, head_launch = self._head(padded_micro * q)
+        attention = self._attention_us(requests, context, q)
+        draft = self._draft_us(requests, micro, context) if self._depth else 0.0
+        return (gemm + head_gemm, attention, moe, comm, launch + head_launch, other + head_other,
+                self.calibration.fixed_us, draft, self._pipeline_us(batch, micro * q))
 
     def decode(self, batch: int, context_tokens: float) -> StepCost:
+        if batch <= 0:
+            return StepCost(())
         return StepCost(tuple(zip(TERMS, self._decode_terms(batch, context_tokens))))
 
     def decode_us(self, batch: int, context_tokens: float) -> float:
+        if batch <= 0:
+            return 0.0
         return sum(self._decode_terms(batch, context_tokens))
 
-    def _prefill_terms(self, num_tokens: int, num_seqs: int, context: float) -> tuple[float, ...]:
-        tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
-        rank_tokens, rank_seqs = -(-tokens // self._dp), -(-seqs // self._dp)
-        gemm, moe, comm, launch, other = self._body(rank_tokens, tokens)
-        head_gemm, head_other = self._head_us(seqs)
-        attention = self._prefill_attention(rank_tokens, rank_seqs, context)
-        draft = self._draft_prefill_us(rank_tokens, tokens, rank_seqs, context)
-        return (gemm + head_gemm, attention, moe, comm, launch, other + head_other, draft,
-                self._pipeline_us(seqs, tokens, with_host=False))
+    def probe_decode_us(self, batch: int, context_tokens: float) -> float:
+        """A decode step priced for reporting only (no flags to record here)."""
+        return self.decode_us(batch, context_tokens)
 
-    def _draft_prefill_us(self, rank_tokens: int, tokens: int, rank_seqs: int, context: float) -> float:
-        """The drafter's own layers see the prompt once (their KV cache)."""
-        plan = self._plan
-        if self._depth == 0 or plan.is_free:
-            return 0.0
-        layers = plan.target_layers_per_draft + plan.target_layers_once
-        cost = 0.0
-        if layers:
-            attention = self._prefill_attention(rank_tokens, rank_seqs, context)
-            cost += layers * self._mean_layer_us(rank_tokens, tokens, attention)
-        if self._eagle is not None:
-            gemm, ops = self._eagle
-            cost += gemm.us(rank_tokens, self._bytes_per_us) + sum(
-                op.prefill_us(rank_tokens, rank_seqs, context, self._bf16_flops, self._bytes_per_us) for op in ops)
-        return cost
+    def communication_us(self, tokens: float) -> float:
+        """The layout's communication of one forward over ``tokens`` replica tokens."""
+        return self.calibration.comm * self._comm.step_us(tokens / max(1, self._dp), tokens)
+
+    def _prefill_terms(self, num_tokens: int, num_seqs: int, context: float) -> tuple[float, ...]:
+        parts = [self._priced(raw) for raw in self.prefill_raw(num_tokens, num_seqs, context)]
+        body, head, attention, step = parts[:4]
+        draft = sum(sum(p.values()) for p in parts[4:])
+        return (body["gemm"] + head["gemm"], attention["attention"], body["moe"], body["communication"],
+                body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"], draft,
+                step["pipeline"])
 
     def prefill(self, num_tokens: int, num_seqs: int = 1, context_tokens: float = 0.0) -> StepCost:
+        if num_tokens <= 0:
+            return StepCost(())
         return StepCost(tuple(zip(TERMS, self._prefill_terms(num_tokens, num_seqs, context_tokens))))
 
     def prefill_us(self, num_tokens: int, num_seqs: int = 1, context_tokens: float = 0.0) -> float:
+        if num_tokens <= 0:
+            return 0.0
         return sum(self._prefill_terms(num_tokens, num_seqs, context_tokens))
 
     def _mixed_terms(self, prefill_tokens: int, decode_batch: int, context: float,
@@ -358,12 +481,15 @@ class SimulateStepModel:
         q, tokens = self._queries, int(prefill_tokens)
         rank_prefill = -(-tokens // self._dp)
         gemm, moe, comm, launch, other = self._body(rank_prefill + requests * q, tokens + micro * q)
-        head_gemm, head_other = self._head_us(micro * q + 1)
-        attention = (self._decode_attention(requests, context, q)
-                     + self._prefill_attention(rank_prefill, 1, prefill_context))
-        draft = self._draft_us(requests, micro, context)
-        return (gemm + head_gemm, attention, moe, comm, launch, other + head_other, draft,
-                self._pipeline_us(int(decode_batch), tokens + micro * q))
+        head_gemm, head_other, head_launch = self._head(micro * q + 1)
+        bw, cp = self.calibration.bandwidth, self.calibration.compute
+        prefill_attention = sum(max(bw * m, cp * c) for m, c in (
+            op.prefill_parts(rank_prefill, 1, prefill_context, self._bf16_flops, self._bytes_per_us)
+            for op in self._attention))
+        attention = self._attention_us(requests, context, q) + prefill_attention
+        draft = self._draft_us(requests, micro, context) if self._depth else 0.0
+        return (gemm + head_gemm, attention, moe, comm, launch + head_launch, other + head_other,
+                self.calibration.fixed_us, draft, self._pipeline_us(int(decode_batch), tokens + micro * q))
 
     def mixed(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
               prefill_context_tokens: float = 0.0) -> StepCost:

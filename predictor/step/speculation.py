@@ -8,8 +8,15 @@ processes ``b * (k + 1)`` tokens for a batch of ``b``. ``L(k)`` comes, in order,
    ``scripts/build_acceptance.py`` from SPEED-Bench coding runs);
 3. the sibling head's curve (MTP for EAGLE-3 and vice versa);
 4. the per-depth median over every model's default curve.
-N-gram (prompt lookup) has no measured curve: it takes the median, which only repetitive
-traffic (agentic coding) reaches; pass an override for anything else.
+N-gram (prompt lookup) has no measured curve and must not borrow a neural drafter's: without
+an override it takes `NGRAM_DEFAULT_LENGTHS`, a documented conservative chain (per-position
+acceptance 0.3, halving at each later position: L(1) = 1.30, L(3) = 1.35), and the
+prediction is flagged `acceptance: n-gram default` (pass `--acceptance`).
+
+Acceptance is an input (`parse_acceptance`): a list of ``L(1), L(2), ...``; ``k:AL`` pairs
+that force the committed tokens at given depths (benchmarks fix AL; depths in between and
+beyond follow a constant per-position acceptance through the forced points); or a file
+(JSON ``{"lengths": [...]}`` or ``{"k": AL}``, or CSV rows ``k,AL``).
 
 Beyond the last measured depth a geometric acceptance chain is fitted to the measured
 increments ``L(i) - L(i-1) = A * r^i`` (least squares in log space over the positive
@@ -58,6 +65,8 @@ class Entropy(StrEnum):
     HIGH = "high"    # writing, roleplay
 
 
+NGRAM_DEFAULT_LENGTHS = (1.30, 1.345, 1.348)   # per-position 0.3, 0.15, 0.075 (module docstring)
+NGRAM_DEFAULT_SOURCE = "n-gram conservative default (no measured curve; pass --acceptance)"
 ENTROPY_SCALE = {Entropy.LOW: 1.0, Entropy.MIXED: 0.88, Entropy.HIGH: 0.75}
 SIBLING = {SpecMethod.MTP: SpecMethod.EAGLE3, SpecMethod.EAGLE3: SpecMethod.MTP}
 DEFAULT_THINKING = "on"                      # every measured model has a thinking-on curve
@@ -165,12 +174,93 @@ def acceptance_curve(model: str, method: str, entropy: str = Entropy.LOW, thinki
         return AcceptanceCurve.fitted(values, "override", scale)
     if spec is SpecMethod.NONE:
         return AcceptanceCurve((), "no speculation")
+    if spec is SpecMethod.NGRAM:
+        return AcceptanceCurve.fitted(NGRAM_DEFAULT_LENGTHS, NGRAM_DEFAULT_SOURCE, scale)
     for candidate, how in ((spec, "measured"), (SIBLING.get(spec), "sibling")):
         found = _pick(model, candidate, thinking) if candidate else None
         if found:
             source = f"{how}: {found['model']} {found['method']} thinking {found['thinking']} ({found['file']})"
             return AcceptanceCurve.fitted(found["acceptance_length"], source, scale)
     return AcceptanceCurve.fitted(_median_lengths(thinking), "per-depth median across models", scale)
+
+
+ACCEPTANCE_ACCEPTED = ("L(1),L(2),... committed tokens per verify step (e.g. 1.8,2.4,2.9), k:AL pairs "
+                       "(e.g. 3:2.4), or a JSON/CSV file of them")
+
+
+def _constant_chain(depth: int, length: float) -> float:
+    """The per-position acceptance ``a`` with ``1 + a + ... + a^depth = length``."""
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2.0
+        if sum(mid ** i for i in range(depth + 1)) < length:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2.0
+
+
+def lengths_from_pairs(pairs: dict[int, float]) -> tuple[float, ...]:
+    """``L(1..max k)`` through forced ``{k: AL}`` points (module docstring)."""
+    deepest = max(pairs)
+    out, previous_depth, previous_length = [], 0, 1.0
+    for depth in range(1, deepest + 1):
+        following = min(k for k in pairs if k >= depth)
+        span, target = following - previous_depth, pairs[following]
+        rate = _constant_chain(span, 1.0 + (target - previous_length) if span else 0.0) if span else 0.0
+        steps = depth - previous_depth
+        out.append(previous_length + sum(rate ** i for i in range(1, steps + 1)))
+        if depth == following:
+            out[-1] = target
+            previous_depth, previous_length = depth, target
+    return tuple(out)
+
+
+def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None) -> tuple[float, ...]:
+    """``L(1..k)`` from an `--acceptance` value (module docstring); errors name the input."""
+    raw = text.strip()
+    if read_file is not None and raw and not any(c in raw for c in ":,") and not _is_number(raw):
+        return _from_file(raw, read_file(raw))
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    try:
+        if parts and all(":" in p for p in parts):
+            pairs = {int(k): float(v) for k, v in (p.split(":", 1) for p in parts)}
+            if any(k < 1 or k > 16 for k in pairs):
+                raise ValueError
+            lengths = lengths_from_pairs(pairs)
+        else:
+            lengths = tuple(float(p) for p in parts)
+    except ValueError:
+        raise InputError("--acceptance", f"cannot read '{raw[:80]}'", ACCEPTANCE_ACCEPTED) from None
+    if not lengths or any(not math.isfinite(v) or v < 1.0 for v in lengths) or list(lengths) != sorted(lengths):
+        raise InputError("--acceptance", f"'{raw[:80]}' is not a non-decreasing list of L(k) >= 1",
+                         ACCEPTANCE_ACCEPTED)
+    return lengths
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _from_file(path: str, content: str) -> tuple[float, ...]:
+    body = content.strip()
+    if body.startswith(("{", "[")):
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError as error:
+            raise InputError(f"--acceptance file '{path[:120]}'", f"not JSON (line {error.lineno})",
+                             ACCEPTANCE_ACCEPTED) from None
+        if isinstance(data, dict) and "lengths" in data:
+            return parse_acceptance(",".join(str(v) for v in data["lengths"]))
+        if isinstance(data, dict):
+            return parse_acceptance(",".join(f"{k}:{v}" for k, v in data.items()))
+        return parse_acceptance(",".join(str(v) for v in data))
+    rows = [line.split(",") for line in body.splitlines() if line.strip() and not line.lower().startswith("k")]
+    return parse_acceptance(",".join(f"{r[0].strip()}:{r[1].strip()}" for r in rows if len(r) >= 2))
 
 
 def curve_from_positions(acceptance: Sequence[float], source: str = "override") -> AcceptanceCurve:

@@ -10,6 +10,7 @@ from levers.errors import InputError
 from predictor.cards.registry import load_card
 from predictor.step.speculation import (
     EAGLE3_DRAFT_VOCAB,
+    NGRAM_DEFAULT_SOURCE,
     ENTROPY_SCALE,
     AcceptanceCurve,
     Entropy,
@@ -19,6 +20,7 @@ from predictor.step.speculation import (
     curve_from_positions,
     drafter_plan,
     measured_curves,
+    parse_acceptance,
 )
 
 EXACT = 1e-12
@@ -56,7 +58,18 @@ def test_median_fallback():
     assert curve.source.startswith("per-depth median")
     defaults = [c for c in measured_curves() if c["primary"] and c["thinking"] == "on"]
     assert curve.length(1) == pytest.approx(statistics.median(c["acceptance_length"][0] for c in defaults), abs=EXACT)
-    assert acceptance_curve("Llama-3.1-8B", "ngram").length(3) == pytest.approx(curve.length(3), abs=EXACT)
+    ngram = acceptance_curve("Llama-3.1-8B", "ngram")           # never a neural drafter's curve
+    assert ngram.source == NGRAM_DEFAULT_SOURCE and ngram.length(3) < 1.4 < curve.length(3)
+
+
+def test_acceptance_is_an_input():
+    assert parse_acceptance("1.8,2.4,2.9") == (1.8, 2.4, 2.9)
+    forced = parse_acceptance("3:2.4")                            # a benchmark's fixed AL at depth 3
+    assert forced[2] == pytest.approx(2.4) and 1.0 < forced[0] < forced[1] < forced[2]
+    assert acceptance_curve("Kimi-K3", "dspark", override=forced).length(3) == pytest.approx(2.4)
+    for bad in ("", "x", "0.5,2", "2,1.5", "0:2", "3:nan"):
+        with pytest.raises(InputError, match="--acceptance"):
+            parse_acceptance(bad)
 
 
 def test_geometric_chain_beyond_the_last_point():

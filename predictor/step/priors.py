@@ -1,0 +1,167 @@
+"""Cross-model priors (METHOD §2): the calibration factors typical of a GPU, engine and
+dtype class, learned from every anchor that has been fitted, for models with no anchor
+and as the prior every anchor fit starts from.
+
+A prior is the median, in log space, of the fitted factors of the anchors under one key,
+with the spread (median absolute deviation) it was learned with. Lookup falls back from
+the most specific key to the least: (GPU, engine, dtype class) -> (GPU, engine) ->
+(engine, dtype class) -> (GPU) -> (engine) -> every anchor -> the physics defaults of
+`predictor.step.operators`. A key needs at least `MIN_ANCHORS` anchors.
+
+The shipped priors (`predictor/data/calibration_priors.json`, built by
+`scripts/build_priors.py` from the embedded anchors) serve the product; `inferasim score`
+learns its own from the anchors of each run (never from the rows it scores), and
+leave-one-model-out excludes the scored model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Callable, Iterable
+
+from predictor.anchors.anchor import Anchor
+from predictor.cards.model_card import ModelCard
+from predictor.hardware import load_gpu
+from predictor.step.anchored import calibrate
+from predictor.step.calibration import PHYSICS, Calibration
+
+MIN_ANCHORS = 2
+PRIOR_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us", "host_ms", "host_us_per_token")
+ADDITIVE_FLOOR = {"launch_us": 0.05, "fixed_us": 1.0, "host_ms": 0.01}
+LEVELS = ("gpu,engine,dtype", "gpu,engine", "engine,dtype", "gpu", "engine", "all")
+
+
+def dtype_class(weight_dtype: str | None, expert_dtype: str | None) -> str:
+    """The precision that dominates a step: routed experts' when the model has them."""
+    return str(expert_dtype or weight_dtype or "bf16").lower()
+
+
+def prior_keys(gpu: str, engine: str, dtype: str) -> tuple[str, ...]:
+    """The lookup chain, most specific first (module docstring)."""
+    gpu, engine, dtype = gpu.lower(), str(engine).lower(), dtype.lower()
+    return (f"{gpu}/{engine}/{dtype}", f"{gpu}/{engine}", f"*/{engine}/{dtype}", f"{gpu}", f"*/{engine}", "*")
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """One fitted anchor, as the priors see it."""
+
+    gpu: str
+    engine: str
+    dtype: str
+    model: str
+    calibration: Calibration
+
+
+@dataclass(frozen=True)
+class Priors:
+    """Prior calibrations by key (module docstring)."""
+
+    by_key: dict[str, Calibration] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def lookup(self, gpu: str, engine: str, dtype: str) -> Calibration:
+        for key in prior_keys(gpu, engine, dtype):
+            found = self.by_key.get(key)
+            if found is not None:
+                return found
+        return PHYSICS
+
+    def to_json(self) -> dict:
+        return {"levels": list(LEVELS), "min_anchors": MIN_ANCHORS,
+                "priors": {k: {**{n: _round(getattr(c, n)) for n in PRIOR_FACTORS}, "anchors": self.counts.get(k, 0)}
+                           for k, c in sorted(self.by_key.items())}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Priors:
+        by_key, counts = {}, {}
+        for key, item in data.get("priors", {}).items():
+            by_key[key] = Calibration(**{n: item[n] for n in PRIOR_FACTORS}, source=f"prior:{key}")
+            counts[key] = int(item.get("anchors", 0))
+        return cls(by_key, counts)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 5)
+
+
+def _log(name: str, value: float) -> float:
+    return math.log(max(value, 0.0) + ADDITIVE_FLOOR.get(name, 0.0))
+
+
+def _exp(name: str, value: float) -> float:
+    return math.exp(value) - ADDITIVE_FLOOR.get(name, 0.0)
+
+
+def _median_calibration(key: str, members: list[Calibration], default_launch_us: float) -> Calibration:
+    values = {}
+    for name in PRIOR_FACTORS:
+        logs = [_log(name, default_launch_us if getattr(c, name) is None else getattr(c, name)) for c in members]
+        values[name] = _exp(name, statistics.median(logs))
+    return Calibration(**values, source=f"prior:{key}")
+
+
+def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], exclude_model: str | None = None) -> Priors:
+    """Priors from fitted anchors (``exclude_model``: leave that model out)."""
+    groups: dict[str, list[Calibration]] = defaultdict(list)
+    launch: dict[str, float] = {}
+    for item in fitted:
+        if exclude_model is not None and item.model.lower() == exclude_model.lower():
+            continue
+        for key in prior_keys(item.gpu, item.engine, item.dtype):
+            groups[key].append(item.calibration)
+            launch.setdefault(key, default_launch_us.get(item.gpu.lower(), 5.0))
+    by_key, counts = {}, {}
+    for key, members in groups.items():
+        if len(members) >= MIN_ANCHORS:
+            by_key[key] = _median_calibration(key, members, launch[key])
+            counts[key] = len(members)
+    return Priors(by_key, counts)
+
+
+@lru_cache(maxsize=1)
+def shipped_priors() -> Priors:
+    """The priors learned from the embedded anchors (package data)."""
+    path = resources.files("predictor") / "data" / "calibration_priors.json"
+    try:
+        return Priors.from_json(json.loads(path.read_text("utf-8")))
+    except FileNotFoundError:
+        return Priors()
+
+
+def fitted_anchor(anchor: Anchor, card: ModelCard, prior: Calibration = PHYSICS) -> Fitted:
+    """One anchor fitted around ``prior``, as the priors see it."""
+    sig = anchor.signature
+    return Fitted(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype), card.name,
+                  calibrate(anchor, card, sig.engine, prior))
+
+
+EM_ROUNDS = 1   # refits of every anchor around the priors of the round before
+
+
+def learn_from_anchors(anchors: Iterable[Anchor], cards: Callable[[str], ModelCard], *,
+                       exclude_model: str | None = None, rounds: int = EM_ROUNDS) -> Priors:
+    """Priors from a set of anchors: each anchor fitted around the physics defaults, the
+    priors learned, then every anchor refitted around its own group's prior and the priors
+    learned again (`rounds` times). What one anchor cannot tell apart (a per-kernel cost
+    from a weight read that does not change with batch) the anchors of other models on the
+    same GPU and engine can, since they share the efficiencies but not the weights."""
+    anchors = list(anchors)
+    launch = {a.signature.accelerator.lower(): load_gpu(a.signature.accelerator).kernel_launch_us for a in anchors}
+    fitted = [fitted_anchor(a, cards(a.signature.model)) for a in anchors]
+    priors = learn(fitted, default_launch_us=launch, exclude_model=exclude_model)
+    for _ in range(rounds):
+        fitted = [fitted_anchor(a, cards(a.signature.model), _own_prior(priors, a)) for a in anchors]
+        priors = learn(fitted, default_launch_us=launch, exclude_model=exclude_model)
+    return priors
+
+
+def _own_prior(priors: Priors, anchor: Anchor) -> Calibration:
+    sig = anchor.signature
+    return priors.lookup(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype))
