@@ -1,6 +1,9 @@
-"""Price one configuration: choose the step model (anchored, projected rank-only, or
-simulate mode), then the analytical steady state (fixed-length traffic) or the DES
-(agentic traffic, traces, or whenever distributions are needed). METHOD §2, §4, §5.
+"""Price one configuration (METHOD §2, §4, §5): calibrate the step model (by the anchor of
+its stack, else by the cross-model prior; `predictor.anchors.anchoring`), then the
+analytical steady state (fixed-length traffic), the wave model of a fixed-count benchmark
+(`predictor.benchmark`) or the DES (agentic traffic, traces, or whenever distributions
+are needed); finally the mode and an 80% interval per metric from the measured error of
+the prediction's transfer kinds (`predictor.uncertainty`).
 
 `predict` is the one function every consumer calls: the CLI's `predict`, `score`, the
 tuning agent's evaluation, the mix planner and the Pareto sweeps.
@@ -8,9 +11,9 @@ tuning agent's evaluation, the mix planner and the Pareto sweeps.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
-from functools import lru_cache
 
 from levers.configuration import Configuration
 from predictor.analytical import (
@@ -19,49 +22,25 @@ from predictor.analytical import (
     benchmark_ttft_ms,
     disaggregated_state,
     host_time_ms,
+    single_ttft_ms,
     steady_state,
 )
+from predictor.anchors.anchoring import Anchoring, default_store, step_model_for  # noqa: F401 - re-exported
 from predictor.anchors.store import AnchorStore
+from predictor.benchmark import Protocol, replay, runs_in_waves
+from predictor.benchmark import metrics as benchmark_metrics
 from predictor.feasibility import check_configuration, pool_configs
 from predictor.memory import MemoryBreakdown
 from predictor.prediction import Prediction, illegal
-from predictor.step.anchored import AnchoredStepModel
+from predictor.sim import simulate
 from predictor.step.cost import Mode, StepCost, StepModel
 from predictor.step.fusions import fusion_opportunities
 from predictor.step.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
-from predictor.step.simulate import SimulateStepModel
+from predictor.step.priors import Priors
 from predictor.target import Target
+from predictor.uncertainty import ErrorBars, shipped_error_bars
 from predictor.units import BYTES_PER_GB, MS_PER_S, US_PER_MS
 from predictor.workload import WorkloadSpec
-
-
-@lru_cache(maxsize=1)
-def default_store() -> AnchorStore:
-    return AnchorStore.default()
-
-
-class ProjectedStepModel:
-    """An anchored step model used outside its coverage: same numbers, rank-only."""
-
-    mode = Mode.RANK_ONLY
-
-    def __init__(self, inner: StepModel, reason: str) -> None:
-        self.inner = inner
-        self.reason = reason
-        self.anchor_id = inner.anchor_id
-        self.tokens_per_step = inner.tokens_per_step
-        self.host_time_ms = getattr(inner, "host_time_ms", None)
-        self.host_us_per_prompt_token = getattr(inner, "host_us_per_prompt_token", None)
-        self.first_wave_stall_ms = getattr(inner, "first_wave_stall_ms", 0.0)
-        self.decode, self.prefill, self.mixed = inner.decode, inner.prefill, inner.mixed
-        self.decode_us, self.prefill_us, self.mixed_us = inner.decode_us, inner.prefill_us, inner.mixed_us
-        self.communication_us = getattr(inner, "communication_us", None)
-        self.probe_decode_us = getattr(inner, "probe_decode_us", inner.decode_us)
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        """Read after pricing: the inner model adds flags as calls reveal them."""
-        return tuple(dict.fromkeys((*self.inner.flags, "rank-only", f"not-covered: {self.reason}")))
 
 
 def uncontended_step_ms(model: StepModel, context_tokens: float) -> float:
@@ -79,35 +58,42 @@ def communication_ms(model: StepModel, step: StepCost, tokens: float) -> float:
     return step.get("communication") / US_PER_MS
 
 
-def step_model_for(target: Target, config: Configuration, store: AnchorStore | None = None) -> StepModel:
-    """The anchor of the configuration's parallel shape, else simulate mode (METHOD §4)."""
-    store = store if store is not None else default_store()
-    selection = store.select(target.card, target.cluster, target.engine, config, config.concurrency)
-    if selection.anchor is None:
-        return SimulateStepModel(target.card, target.cluster, target.engine, config)
-    model = AnchoredStepModel(selection.anchor, target.card, target.cluster, target.engine, config,
-                              sibling=selection.sibling, flags=selection.flags)
-    return model if selection.covered else ProjectedStepModel(model, selection.reason)
-
-
 def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
             store: AnchorStore | None = None, need_distribution: bool = False, seed: int = 0,
-            num_requests: int | None = None, replications: int = 1, stop_rules: tuple = ()) -> Prediction:
+            num_requests: int | None = None, replications: int = 1, stop_rules: tuple = (),
+            priors: Priors | None = None, error_bars: ErrorBars | None = None) -> Prediction:
     """Price ``config`` for ``target`` under ``workload``; illegal configurations come
-    back with their reasons and ``metrics=None``. ``replications`` > 1 (DES only) replays
-    independent draws: means with 90% ``seed_intervals`` (predictor.sim.replications);
-    ``stop_rules`` end a DES replay that has clearly missed a bound (predictor.sim.stop)."""
+    back with their reasons and ``metrics=None``. Unset precision and backend levers take
+    the recipe of the anchor that calibrates the configuration. ``replications`` > 1 (DES
+    only) replays independent draws: means with 90% ``seed_intervals``
+    (predictor.sim.replications); ``stop_rules`` end a DES replay that has clearly missed a
+    bound (predictor.sim.stop)."""
     started = time.perf_counter()
+    context = workload.isl + workload.osl / 2.0 if workload.is_fixed else float(workload.context_tokens)
+    anchoring = Anchoring.of(target, store, priors, context, workload.acceptance)
+    config = anchoring.resolve(config)
     feasibility = check_configuration(target.card, target.cluster, target.engine, config,
                                       workload.context_tokens)
     if not feasibility.legal:
         return illegal(feasibility.reasons, feasibility.memory)
     if workload.is_fixed and not need_distribution:
-        prediction = _analytical(target, config, workload, store, feasibility.memory)
+        prediction = _analytical(target, config, workload, anchoring, feasibility.memory)
     else:
-        prediction = _des(target, config, workload, store, feasibility.memory, seed, num_requests, replications,
+        prediction = _des(target, config, workload, anchoring, feasibility.memory, seed, num_requests, replications,
                           stop_rules)
+    prediction = _judged(prediction, anchoring, error_bars or shipped_error_bars())
     return replace(prediction, wall_ms=(time.perf_counter() - started) * MS_PER_S)
+
+
+def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars) -> Prediction:
+    """Mode, transfer kinds and intervals (`predictor.uncertainty`)."""
+    kinds = anchoring.kinds
+    mode = bars.mode(kinds, anchoring.has_anchor)
+    flags = (*prediction.flags, "rank-only") if mode is Mode.RANK_ONLY else prediction.flags
+    return replace(prediction, mode=mode, anchor_id=anchoring.anchor_id, flags=tuple(dict.fromkeys(flags)),
+                   transfer=bars.primary(kinds), transfer_kinds=kinds,
+                   intervals=bars.intervals(prediction.metrics or {}, kinds),
+                   calibration=anchoring.calibration_json())
 
 
 def _memory_metrics(memory: MemoryBreakdown, config: Configuration) -> dict[str, float]:
@@ -141,18 +127,11 @@ def _steps(prefill_model: StepModel, decode_model: StepModel, workload: Workload
     return batch, decode_step, prefill_step, metrics
 
 
-def _combined(models: list[StepModel]) -> tuple[Mode, str | None]:
-    """Anchored only when every model is; the distinct anchor ids, comma-joined."""
-    mode = Mode.ANCHORED if {m.mode for m in models} == {Mode.ANCHORED} else Mode.RANK_ONLY
-    anchors = [m.anchor_id for m in models if m.anchor_id]
-    return mode, ",".join(dict.fromkeys(anchors)) or None
-
-
-def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
-                store: AnchorStore | None, memory: MemoryBreakdown) -> Prediction:
+def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, anchoring: Anchoring,
+                memory: MemoryBreakdown) -> Prediction:
     if config.disaggregated:
-        return _analytical_disaggregated(target, config, workload, store, memory)
-    model = step_model_for(target, config, store)
+        return _analytical_disaggregated(target, config, workload, anchoring, memory)
+    model = anchoring.model(config)
     replicas = max(1, config.replicas)
     load = Load(
         isl=workload.isl, osl=workload.osl, concurrency=config.concurrency / replicas,
@@ -162,10 +141,18 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
         gpus=config.replica_gpus, replicas=replicas,
     )
     state = steady_state(model, load)
+    source = "analytical"
     host_ms = host_time_ms(model, workload.isl)
     metrics = state.metrics(load, host_ms)
-    if workload.requests_per_client:
+    metrics["ttft_single_ms"] = single_ttft_ms(model, workload.isl, load.chunk_tokens)
+    if workload.requests_per_client and not runs_in_waves(target.engine, workload):
         metrics["ttft_ms_mean"] = benchmark_ttft_ms(model, load, state, workload.requests_per_client) + host_ms
+    elif workload.requests_per_client:
+        protocol = Protocol(workload.isl, workload.osl, max(1, math.ceil(config.concurrency / replicas)),
+                            workload.requests_per_client, load.running_cap, config.max_batched_tokens,
+                            config.chunked_prefill_size)
+        metrics.update(benchmark_metrics(replay(model, protocol, target.engine), protocol, load.gpus, replicas))
+        source = "benchmark"
     batch, decode_step, prefill_step, step_metrics = _steps(model, model, workload, state.running)
     metrics.update(_memory_metrics(memory, config))
     metrics.update(step_metrics)
@@ -179,15 +166,15 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec,
         metrics=metrics, memory=memory,
         breakdown={"decode_step": decode_step.to_json(), "prefill_step": prefill_step.to_json(),
                    "decode_batch": batch},
-        fusion_opportunities=_fusion_opportunities(target, config, decode_step, batch),
+        fusion_opportunities=_fusion_opportunities(target, config, decode_step, batch), source=source,
     )
 
 
 def _analytical_disaggregated(target: Target, config: Configuration, workload: WorkloadSpec,
-                              store: AnchorStore | None, memory: MemoryBreakdown) -> Prediction:
+                              anchoring: Anchoring, memory: MemoryBreakdown) -> Prediction:
     prefill_config, decode_config = pool_configs(config)
-    prefill_model = step_model_for(target, prefill_config, store)
-    decode_model = step_model_for(target, decode_config, store)
+    prefill_model = anchoring.model(prefill_config)
+    decode_model = anchoring.model(decode_config)
     backend = config.kv_transfer_backend or DEFAULT_BACKEND[target.engine]
     cluster = target.cluster
     link = link_gbps(config.total_gpus, cluster.scale_up_gpus(), cluster.gpu.intra_node_bw_gbps,
@@ -208,11 +195,13 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     fleet_state = replace(state, requests_per_s=rate)
     host_ms = host_time_ms(prefill_model, workload.isl) / 2.0 + host_time_ms(decode_model, 0) / 2.0
     metrics = fleet_state.metrics(fleet, host_ms)
+    metrics["ttft_single_ms"] = (single_ttft_ms(prefill_model, workload.isl, config.max_batched_tokens)
+                                 - host_time_ms(prefill_model, workload.isl) + host_ms)
     batch, decode_step, prefill_step, step_metrics = _steps(prefill_model, decode_model, workload, state.running)
     metrics.update(_memory_metrics(memory, decode_config))
     metrics["gpus_per_replica"] = float(total_gpus)
     metrics.update(step_metrics)
-    mode, anchor_id = _combined([prefill_model, decode_model])
+    mode, anchor_id = Mode.ANCHORED, anchoring.anchor_id
     flags = tuple(dict.fromkeys([*(f"prefill: {f}" for f in prefill_model.flags),
                                  *(f"decode: {f}" for f in decode_model.flags),
                                  *(["overloaded"] if state.overloaded else [])]))
@@ -231,11 +220,10 @@ def _fusion_opportunities(target: Target, config: Configuration, step: StepCost,
     return tuple(found)
 
 
-def _des_comm_metrics(config: Configuration, models: dict[Configuration, StepModel],
-                      extra: dict) -> dict[str, float]:
+def _des_comm_metrics(config: Configuration, anchoring: Anchoring, extra: dict) -> dict[str, float]:
     """Communication per step at the DES's mean decode batch and prefill step (issue 13)."""
     prefill_config, decode_config = pool_configs(config) or (config, config)
-    prefill_model, decode_model = models[prefill_config], models[decode_config]
+    prefill_model, decode_model = anchoring.model(prefill_config), anchoring.model(decode_config)
     batch = max(1, round(extra["mean_decode_batch"]))
     tokens = max(1, round(extra["mean_prefill_tokens"]))
     context = extra.get("mean_decode_context_tokens", 0.0)
@@ -243,30 +231,19 @@ def _des_comm_metrics(config: Configuration, models: dict[Configuration, StepMod
             "prefill_comm_ms": communication_ms(prefill_model, prefill_model.prefill(tokens, 1, 0.0), tokens)}
 
 
-def _des(target: Target, config: Configuration, workload: WorkloadSpec, store: AnchorStore | None,
+def _des(target: Target, config: Configuration, workload: WorkloadSpec, anchoring: Anchoring,
          memory: MemoryBreakdown, seed: int, num_requests: int | None, replications: int = 1,
          stop_rules: tuple = ()) -> Prediction:
-    from predictor.sim import simulate
-
-    models: dict[Configuration, StepModel] = {}
-
-    def factory(replica_config: Configuration) -> StepModel:
-        if replica_config not in models:
-            models[replica_config] = step_model_for(target, replica_config, store)
-        return models[replica_config]
-
-    result = simulate(target, config, workload, step_model_factory=factory,
+    result = simulate(target, config, workload, step_model_factory=anchoring.model,
                       num_requests=num_requests, seed=seed, replications=replications, stop_rules=stop_rules)
     metrics = dict(result.metrics)
     metrics.update(_memory_metrics(memory, config))
-    metrics.update(_des_comm_metrics(config, models, result.extra))
-    chosen = list(models.values())
-    mode, anchor_id = _combined(chosen)
-    flags = tuple(dict.fromkeys(f for m in chosen for f in m.flags))
+    metrics.update(_des_comm_metrics(config, anchoring, result.extra))
+    flags = tuple(dict.fromkeys(f for m in anchoring.models() for f in m.flags))
     if "stopped_early" in result.extra:
         flags += (f"stopped early: {result.extra['stopped_early']['reason']}",)
     return Prediction(
-        legal=True, reasons=(), mode=mode, anchor_id=anchor_id,
+        legal=True, reasons=(), mode=Mode.ANCHORED, anchor_id=anchoring.anchor_id,
         flags=flags, metrics=metrics, memory=memory, breakdown={"des": result.to_json()}, source="des",
         seed_intervals=dict(result.seed_intervals),
     )

@@ -1,9 +1,12 @@
 """The result of pricing one configuration: metrics with their provenance.
 
 Every number says where it comes from (PRODUCT.md §6): ``mode`` (anchored /
-rank-only), the anchor id, the flags, and ``source`` ("analytical" for the steady-state
-predictor, "des" for the discrete-event simulator). A configuration that does not fit
-has ``metrics is None`` and its reasons.
+rank-only), the anchor id, the flags, ``source`` ("analytical" for the steady-state
+predictor, "benchmark" for the wave model of a fixed-count benchmark, "des" for the
+discrete-event simulator), ``transfer`` (how far the prediction is from what was
+measured) and an 80% ``interval`` per metric from that transfer kind's measured error
+(`predictor.uncertainty`). A configuration that does not fit has ``metrics is None`` and
+its reasons.
 
 Metric keys follow `objectives.objectives.METRIC_KEYS` (e.g. ``ttft_ms_mean``,
 ``itl_ms_p90``, ``throughput_per_gpu``); :meth:`Prediction.headline` gives the short
@@ -39,6 +42,10 @@ class Prediction:
     source: str = "analytical"
     wall_ms: float = 0.0
     seed_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # DES: 90% over replications
+    transfer: str | None = None                       # the primary transfer kind
+    transfer_kinds: tuple[str, ...] = ()
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)   # 80%, per metric key
+    calibration: dict[str, Any] | None = None          # the step model's factors and provenance
 
     def headline(self) -> dict[str, float] | None:
         if self.metrics is None:
@@ -54,6 +61,10 @@ class Prediction:
             "flags": list(self.flags),
             "source": self.source,
             "metrics": self.headline(),
+            "transfer": self.transfer,
+            "transfer_kinds": list(self.transfer_kinds),
+            "intervals": {k: [round(lo, 6), round(hi, 6)] for k, (lo, hi) in self.intervals.items()},
+            "calibration": self.calibration,
             "all_metrics": None if self.metrics is None else {k: round(v, 6) for k, v in self.metrics.items()},
             "memory": self.memory.to_json() if self.memory else None,
             "breakdown": self.breakdown,

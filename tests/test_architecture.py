@@ -14,7 +14,7 @@ PACKAGES = ("levers", "predictor", "objectives", "ledgers", "agent", "prompts")
 LAYER = {"levers": 0, "predictor": 1, "objectives": 2, "ledgers": 3, "agent": 4, "prompts": 0}
 PREDICTOR_TOP_LEVEL = {
     "__init__", "analytical", "feasibility", "files", "hardware", "memory", "predict", "prediction",
-    "target", "units", "workload",
+    "target", "units", "workload", "benchmark", "uncertainty",
 }
 
 

@@ -32,6 +32,7 @@ class Signature(_Strict):
     captured_sizes: tuple[int, ...] = ()
     spec_method: str = "none"
     spec_depth: int = 0
+    fusions: tuple[str, ...] | None = None   # the fusions it ran (None: not recorded, the lever default)
     dcp: int = 1
     tp: int
     ep: int = 1
@@ -67,6 +68,14 @@ class DecodeSweep(_Strict):
         if self.second_itl_ms is not None and len(self.second_itl_ms) != len(self.batch_sizes):
             raise ValueError("second_itl_ms must align with batch_sizes")
         return self
+
+
+class DecodePoint(_Strict):
+    """One measured decode step (ms) at a replica batch and mean context (tokens)."""
+
+    batch: int = Field(gt=0)
+    context_tokens: int = Field(gt=0)
+    step_ms: float = Field(gt=0)
 
 
 class PrefillSweep(_Strict):
@@ -119,6 +128,9 @@ class Anchor(_Strict):
     decode_sweep: DecodeSweep
     prefill_sweep: PrefillSweep
     packed_probe: PackedProbe | None = None
+    # Every measured decode step at its own context (corpus anchors: one per run);
+    # when present the calibration is fitted to these instead of the sweep.
+    decode_points: tuple[DecodePoint, ...] = ()
     host_time_ms: float = 0.0           # per-request host time added to TTFT/e2e (METHOD §3.12)
     host_us_per_prompt_token: float = 0.0
     # One-off stall the first wave of a fixed-count benchmark run pays (warm-up, JIT,

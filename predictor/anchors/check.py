@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from levers.catalog import ENGINES
+from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.anchors.anchor import Anchor
-from predictor.anchors.coverage import sweep_reach
+from predictor.anchors.coverage import measured_batches, measured_contexts
 from predictor.anchors.store import AnchorStore, anchor_id_for, load_anchor_file
 from predictor.cards.registry import load_card
 from predictor.hardware import load_gpu
+from predictor.step.anchored import anchor_cluster
 
 OK, WARNING, REFUSED, INVALID = "ok", "warning", "refused", "invalid"
 SCHEMA_VERSION = 1
@@ -41,16 +43,16 @@ class AnchorReport:
 
 
 def coverage_summary(anchor: Anchor) -> str:
-    """The targets an anchor covers, in one line (METHOD §4)."""
-    sig, sweep = anchor.signature, anchor.decode_sweep
-    widths = f"TP>={sig.tp}" if sweep.is_full_sweep else f"TP={sig.tp} only (partial sweep)"
-    low, high = sweep_reach(anchor)
-    context = f"prompt {sweep.prompt_tokens}"
-    if sweep.second_prompt_tokens:
-        context += f" + {sweep.second_prompt_tokens} (context slope)"
+    """What an anchor measured, in one line (METHOD §4): the layout, batches and contexts
+    it calibrates in-ladder; other layouts, loads and lengths it calibrates by transfer."""
+    sig = anchor.signature
+    low, high = measured_batches(anchor)
+    ctx_low, ctx_high = measured_contexts(anchor)
     per = f" per PP{sig.pp} micro-batch" if sig.pp > 1 else ""
-    return (f"{sig.model} on {sig.accelerator}/{sig.engine}: {widths}, EP>={sig.ep}, "
-            f"decode batch{per} {math.ceil(low)}..{math.floor(high)}, {context}")
+    contexts = f"context {ctx_low}" if ctx_low == ctx_high else f"contexts {ctx_low}..{ctx_high}"
+    return (f"{sig.model} on {sig.accelerator}/{sig.engine}: TP{sig.tp}/EP{sig.ep}/DP{sig.attention_dp}"
+            f"{f'/PP{sig.pp}' if sig.pp > 1 else ''}, decode batch{per} {math.ceil(low)}..{math.floor(high)}, "
+            f"{contexts}")
 
 
 def _known(loader, name: str) -> bool:
@@ -88,8 +90,6 @@ def _warnings(anchor: Anchor) -> list[str]:
         warnings.append("prefix caching was on (the length sweep reuses its prefix)")
     if anchor.packed_probe is not None and anchor.packed_probe.serialised:
         warnings.append("packed-prefill probe measured serialisation")
-    if not sweep.is_full_sweep:
-        warnings.append("partial batch sweep: covers its own TP only")
     missing = sorted(set(sig.captured_sizes) - set(sweep.batch_sizes))
     if missing and sweep.is_full_sweep:
         warnings.append(f"marked full sweep but captured sizes {missing[:6]} were not measured")
@@ -126,3 +126,54 @@ def check_anchors(files: list[str] | None = None, store: AnchorStore | None = No
     reports = [check_anchor(item.anchor, item.where, cluster_gpu, engine) for item in store.entries()]
     reports += [AnchorReport(Path(path).stem, path, INVALID, (message,), "") for path, message in store.problems]
     return reports
+
+
+@dataclass(frozen=True)
+class PlainCoverage:
+    """How many anchors calibrate their own plain configuration in-ladder (issue 12: a user
+    who names only the model, cluster, engine and widths of a measured stack is anchored by
+    it): the misses say which anchor was chosen instead, or which kinds remained."""
+
+    total: int
+    anchored: int
+    misses: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict:
+        return {"total": self.total, "anchored": self.anchored,
+                "misses": [{"id": i, "why": why} for i, why in self.misses]}
+
+
+def plain_configuration(anchor: Anchor) -> Configuration:
+    """What a user types for the anchor's stack: its widths, the weight and expert precision
+    that name the checkpoint (a corpus chart's "fp4" / "fp8"), its speculation, a load it
+    measured; every other lever (activation and KV dtypes, backends) left unset."""
+    sig = anchor.signature
+    low, high = measured_batches(anchor)
+    batch = max(1, round(math.sqrt(low * high))) * max(1, sig.pp)
+    return Configuration(tp=sig.tp, ep=sig.ep, attention_dp=sig.attention_dp, pp=sig.pp, dcp=sig.dcp,
+                         weight_dtype=sig.weight_dtype, expert_dtype=sig.expert_dtype,
+                         spec_method=sig.spec_method, spec_depth=sig.spec_depth, graph_capture=sig.graph_capture,
+                         concurrency=batch, max_running_requests=max(256, batch))
+
+
+def plain_coverage(store: AnchorStore) -> PlainCoverage:
+    """`PlainCoverage` of every anchor of ``store`` (speculation counts as part of the plain
+    stack: a measured MTP stack is named with its method)."""
+    misses, anchored, total = [], 0, 0
+    for anchor in store.all():
+        sig = anchor.signature
+        if not (_known(load_gpu, sig.accelerator) and _known(load_card, sig.model)):
+            continue
+        total += 1
+        card = load_card(sig.model)
+        cluster = anchor_cluster(anchor, load_gpu(sig.accelerator))
+        config = plain_configuration(anchor)
+        context = float(measured_contexts(anchor)[0])
+        selection = store.select(card, cluster, sig.engine, config, config.concurrency, context_tokens=context)
+        if selection.anchor is not None and selection.anchor.id == anchor.id and selection.covered:
+            anchored += 1
+        elif selection.anchor is None or selection.anchor.id != anchor.id:
+            misses.append((anchor.id, f"chose {selection.anchor.id if selection.anchor else 'no anchor'}"))
+        else:
+            misses.append((anchor.id, "transfer: " + ", ".join(selection.kinds)))
+    return PlainCoverage(total, anchored, tuple(misses))

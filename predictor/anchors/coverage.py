@@ -1,35 +1,48 @@
-"""Does an anchor cover a target, and which anchor is nearest (METHOD §2, §4)?
+"""Which anchor calibrates a target, how the target differs from it, and what the target
+takes from it (METHOD §2, §4).
 
-Pure functions on anchors and signatures; `predictor.anchors.store` applies them.
+Pure functions on anchors, signatures and configurations; `predictor.anchors.store`
+applies them.
 
-Matching (METHOD §2, §4; documented choices):
-- an anchor of another GPU type or engine is refused: never selected, not even as the
-  nearest rank-only anchor;
-- kernel set: every anchor-defining field of `Signature.kernel_set()` must match, with
-  three wildcards for what a signature cannot know: engine build `"unknown"` (either
-  side) matches any build; backend `"auto"` (either side: the engine default, or not
-  recorded) matches any backend; `expert_dtype None` (dense model) matches any;
-- coverage: same kernel set; anchor TP equal to the target's or narrower (narrower only
-  with a full batch sweep); anchor EP equal or narrower (a wider EP is restored by
-  §3.5, a narrower one is not); the target's decode batch per forward (per replica,
-  per pipeline micro-batch) within `[min_batch / 4, max_batch * 4]` of the sweep (the
-  sweep's batches also per micro-batch of the anchor's own PP width). PP
-  stages, replicas, disaggregated pools and the host KV tier never break coverage;
-- preference: exact TP, then the nearest narrower; then the batch inside the sweep,
-  then the same attention DP, the nearest EP, the same build, the newest harvest, the id.
-  An attention-DP width other than the anchor's is covered but flagged
-  `attention-dp-mismatch`: no transfer law of METHOD §3 carries it.
+- An anchor of another GPU type or engine is refused outright (never selected). Any anchor
+  of the same model, GPU and engine calibrates the step model; the physics carries it to
+  the target's layout, batch, context, precision and pool.
+- **Recipe.** A precision or backend lever the user left unset is not a mismatch: it
+  resolves to what the anchor ran (the measured stack's recipe), so the plain
+  configuration of a measured stack is anchored by it (`recipe`). Set levers must match.
+- **Preference**: fewest set levers that differ, then the nearest layout (TP, EP, attention
+  DP, PP in log2 steps), then fewest unset levers where the anchor departs from the
+  checkpoint's native dtypes, the batch and context nearest the measured ones, the same
+  build, the newest harvest, the id.
+- **Transfer kinds** say how the target differs from the chosen anchor: `precision` (a
+  kernel set the anchor did not run), `split` (disaggregated pools from a colocated
+  anchor), `width` (another TP/EP/attention-DP/PP), `length` (a decode context outside
+  1.5x of the measured ones), `load` (a batch outside the measured ones), else
+  `in-ladder`. Each kind has a measured error (`predictor.uncertainty`).
 """
 
 from __future__ import annotations
 
 import math
 
+from levers.configuration import Configuration
 from predictor.anchors.anchor import Anchor, Signature
+from predictor.cards.model_card import ModelCard
 
-CONCURRENCY_REACH = 4          # METHOD §4: measured within 4x of the target's concurrency
 WILDCARD_BACKEND = "auto"
 WILDCARD_BUILD = "unknown"
+CONTEXT_BAND = 1.5             # a context more than 1.5x from every measured one is a length transfer
+BATCH_BAND = 1.25              # a batch beyond 1.25x of the measured range is a load transfer
+
+# Levers a user may leave unset (None), and the signature field each resolves.
+RECIPE_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype", "kv_cache_dtype", "attention_backend",
+                 "moe_backend")
+# Kernel-set fields always set on a configuration.
+SET_KERNEL_FIELDS = ("graph_capture", "spec_method", "dcp")
+
+IN_LADDER, WIDTH, LENGTH, LOAD, SPLIT, PRECISION, CROSS_MODEL, NONE = (
+    "in-ladder", "width", "length", "load", "split", "precision", "cross-model", "none")
+TRANSFER_KINDS = (IN_LADDER, WIDTH, LENGTH, LOAD, SPLIT, PRECISION, CROSS_MODEL, NONE)
 
 
 def is_foreign(anchor: Anchor, accelerator: str, engine: str) -> bool:
@@ -38,104 +51,128 @@ def is_foreign(anchor: Anchor, accelerator: str, engine: str) -> bool:
     return sig.accelerator.lower() != accelerator.lower() or sig.engine.lower() != str(engine).lower()
 
 
-# Values that match anything on either side (module docstring).
-_KERNEL_FIELDS: tuple[tuple[str, tuple[object, ...]], ...] = (
-    ("engine_version", (WILDCARD_BUILD,)), ("weight_dtype", ()), ("activation_dtype", ()),
-    ("expert_dtype", (None,)), ("kv_cache_dtype", ()), ("attention_backend", (WILDCARD_BACKEND,)),
-    ("moe_backend", (WILDCARD_BACKEND,)), ("graph_capture", ()), ("spec_method", ()), ("dcp", ()),
-)
+def _anchor_value(sig: Signature, lever: str) -> str | None:
+    value = getattr(sig, lever)
+    return None if value in (None, WILDCARD_BACKEND) else str(value).lower()
 
 
-def _field_matches(a: object, b: object, wildcards: tuple[object, ...]) -> bool:
-    if a in wildcards or b in wildcards:
-        return True
-    return str(a).lower() == str(b).lower()
+def _native(card: ModelCard, lever: str) -> str | None:
+    native = card.native_dtypes
+    return {"weight_dtype": native.weight.value, "expert_dtype": native.expert.value if card.is_moe else None,
+            "kv_cache_dtype": native.kv_cache.value}.get(lever)
 
 
-def kernel_mismatches(anchor_sig: Signature, target_sig: Signature) -> list[str]:
-    """Anchor-defining fields that differ, as "field anchor != target" (module
-    docstring: wildcards)."""
-    reasons = []
-    for name, wildcards in _KERNEL_FIELDS:
-        a, t = getattr(anchor_sig, name), getattr(target_sig, name)
-        if not _field_matches(a, t, wildcards):
-            reasons.append(f"{name} {a} != {t}")
-    return reasons
+def set_mismatches(sig: Signature, layout: Configuration) -> list[str]:
+    """Levers the target sets that the anchor ran differently ("lever anchor != target")."""
+    found = []
+    for lever in RECIPE_LEVERS:
+        wanted, ran = getattr(layout, lever), _anchor_value(sig, lever)
+        if wanted is not None and ran is not None and str(wanted).lower() != ran:
+            found.append(f"{lever} {ran} != {wanted}")
+    for name in SET_KERNEL_FIELDS:
+        if str(getattr(sig, name)).lower() != str(getattr(layout, name)).lower():
+            found.append(f"{name} {getattr(sig, name)} != {getattr(layout, name)}")
+    return found
 
 
-def sweep_range(anchor: Anchor) -> tuple[float, float]:
-    """The measured decode batches per forward: the sweep's replica batches over the
-    anchor's PP width (its micro-batches, METHOD §3.6)."""
-    batches, stages = anchor.decode_sweep.batch_sizes, max(1, anchor.signature.pp)
-    return batches[0] / stages, batches[-1] / stages
+def native_departures(sig: Signature, layout: Configuration, card: ModelCard) -> int:
+    """Unset levers where the anchor ran something other than the checkpoint's dtype."""
+    count = 0
+    for lever in RECIPE_LEVERS:
+        native, ran = _native(card, lever), _anchor_value(sig, lever)
+        if getattr(layout, lever) is None and native is not None and ran is not None and ran != native:
+            count += 1
+    return count
 
 
-def sweep_reach(anchor: Anchor) -> tuple[float, float]:
-    """Target decode batches per forward an anchor covers: `[min / 4, max * 4]` of
-    `sweep_range` (METHOD §4: measured within 4x of the target's concurrency)."""
-    low, high = sweep_range(anchor)
-    return low / CONCURRENCY_REACH, high * CONCURRENCY_REACH
+def recipe(sig: Signature, config: Configuration) -> dict[str, str]:
+    """What the unset levers take from the anchor (module docstring: Recipe)."""
+    taken = {}
+    for lever in RECIPE_LEVERS:
+        ran = _anchor_value(sig, lever)
+        if getattr(config, lever) is None and ran is not None:
+            taken[lever] = ran
+    return taken
 
 
-def coverage_gaps(anchor: Anchor, target: Signature, batch: int) -> list[str]:
-    """Why `anchor` does not cover the target (empty: it covers; METHOD §4)."""
+def layout_of(sig: Signature) -> tuple[int, int, int, int]:
+    return (sig.tp, sig.ep, sig.attention_dp, sig.pp)
+
+
+def layout_distance(sig: Signature, layout: Configuration) -> float:
+    pairs = zip(layout_of(sig), (layout.tp, layout.ep, layout.attention_dp, layout.pp))
+    return sum(abs(math.log2(max(a, 1) / max(b, 1))) for a, b in pairs)
+
+
+def measured_batches(anchor: Anchor) -> tuple[float, float]:
+    """The measured decode batches per forward (per micro-batch of the anchor's PP)."""
+    stages = max(1, anchor.signature.pp)
+    batches = [p.batch for p in anchor.decode_points] or list(anchor.decode_sweep.batch_sizes)
+    return min(batches) / stages, max(batches) / stages
+
+
+def measured_contexts(anchor: Anchor) -> tuple[float, float]:
+    sweep = anchor.decode_sweep
+    contexts = [p.context_tokens for p in anchor.decode_points] or [sweep.prompt_tokens]
+    if sweep.second_prompt_tokens:
+        contexts.append(sweep.second_prompt_tokens)
+    return min(contexts), max(contexts)
+
+
+def _band_distance(value: float, low: float, high: float) -> float:
+    if low <= value <= high:
+        return 0.0
+    return min(abs(math.log2(max(value, 1e-9) / low)), abs(math.log2(max(value, 1e-9) / high)))
+
+
+def match_rank(anchor: Anchor, layout: Configuration, card: ModelCard, batch: int, context: float | None,
+               engine_version: str) -> tuple:
+    """Preference of anchors for a target (module docstring), lower first."""
     sig = anchor.signature
-    gaps = kernel_mismatches(sig, target)
-    if sig.tp > target.tp:
-        gaps.append(f"anchor TP{sig.tp} is wider than the target's TP{target.tp}")
-    elif sig.tp < target.tp and not anchor.decode_sweep.is_full_sweep:
-        gaps.append(f"narrower anchor TP{sig.tp} is not a full batch sweep")
-    if sig.ep > target.ep:
-        gaps.append(f"anchor EP{sig.ep} is wider than the target's EP{target.ep}")
-    low, high = sweep_reach(anchor)
-    if not low <= batch <= high:
-        first, last = sweep_range(anchor)
-        gaps.append(f"target batch {batch} is not within 4x of the sweep ({first:g}..{last:g})")
-    return gaps
+    low, high = measured_batches(anchor)
+    ctx_low, ctx_high = measured_contexts(anchor)
+    context_gap = 0.0 if context is None else _band_distance(context, ctx_low, ctx_high)
+    return (len(set_mismatches(sig, layout)), layout_distance(sig, layout), native_departures(sig, layout, card),
+            _band_distance(batch, low, high), context_gap,
+            sig.engine_version.lower() != engine_version.lower() and WILDCARD_BUILD not in (
+                sig.engine_version.lower(), engine_version.lower()))
 
 
-def anchor_flags(anchor: Anchor, target: Signature, batch: int) -> tuple[str, ...]:
+def transfer_kinds(anchor: Anchor, layout: Configuration, batch: int, context: float | None,
+                   disaggregated: bool) -> tuple[str, ...]:
+    """How the target differs from the anchor (module docstring), `in-ladder` if not at all."""
+    sig, kinds = anchor.signature, []
+    if set_mismatches(sig, layout):
+        kinds.append(PRECISION)
+    if disaggregated:
+        kinds.append(SPLIT)
+    if layout_of(sig) != (layout.tp, layout.ep, layout.attention_dp, layout.pp):
+        kinds.append(WIDTH)
+    ctx_low, ctx_high = measured_contexts(anchor)
+    if context is not None and not ctx_low / CONTEXT_BAND <= context <= ctx_high * CONTEXT_BAND:
+        kinds.append(LENGTH)
+    low, high = measured_batches(anchor)
+    if not low / BATCH_BAND <= batch <= high * BATCH_BAND:
+        kinds.append(LOAD)
+    return tuple(kinds) or (IN_LADDER,)
+
+
+def anchor_flags(anchor: Anchor, layout: Configuration, kinds: tuple[str, ...]) -> tuple[str, ...]:
     """Flags a selection carries (METHOD §4, PRODUCT.md §6): never hidden."""
     sig = anchor.signature
     flags = list(anchor.flags)
-    if abs(math.log2(target.tp / sig.tp)) > 1:
+    if abs(math.log2(max(layout.tp, 1) / sig.tp)) > 1:
         flags.append("extrapolated-width")
-    if _batch_outside(anchor, batch):
+    if LOAD in kinds:
         flags.append("batch-outside-sweep")
+    if LENGTH in kinds:
+        flags.append("context-outside-anchor")
+    if PRECISION in kinds:
+        flags.append("kernel-set-transfer: " + "; ".join(set_mismatches(sig, layout)))
     if anchor.packed_probe is not None and anchor.packed_probe.serialised:
         flags.append("serialised-probe")
-    if sig.spec_method.lower() != target.spec_method.lower():
-        flags.append("spec-mismatch")
-    if sig.attention_dp != target.attention_dp:
-        flags.append("attention-dp-mismatch")   # no transfer law carries attention DP
     if not anchor.provenance.real_weights:
         flags.append("random-weights")
     if not anchor.provenance.prefix_caching_off:
         flags.append("prefix-caching-on")
     return tuple(dict.fromkeys(flags))
-
-
-def _log_distance(a: float, b: float) -> float:
-    return abs(math.log2(max(a, 1e-9) / max(b, 1e-9)))
-
-
-def _batch_outside(anchor: Anchor, batch: int) -> bool:
-    low, high = sweep_range(anchor)
-    return not low <= batch <= high
-
-
-def cover_rank(anchor: Anchor, target: Signature, batch: int) -> tuple:
-    sig = anchor.signature
-    return (sig.tp != target.tp, target.tp - sig.tp, _batch_outside(anchor, batch),
-            sig.attention_dp != target.attention_dp, _log_distance(sig.ep, target.ep),
-            sig.engine_version.lower() != target.engine_version.lower())
-
-
-def near_rank(anchor: Anchor, target: Signature, batch: int, gaps: list[str]) -> tuple:
-    sig = anchor.signature
-    low, high = sweep_range(anchor)
-    batch_gap = 0.0 if low <= batch <= high else min(_log_distance(batch, low), _log_distance(batch, high))
-    return (len(kernel_mismatches(sig, target)), _log_distance(sig.tp, target.tp), sig.tp > target.tp,
-            batch_gap, _log_distance(sig.ep, target.ep), len(gaps))
-
-

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -27,13 +27,14 @@ from levers.errors import InputError, accepted_list
 from levers.inputs import bounded, load_json, quote
 from predictor.anchors.anchor import Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
 from predictor.anchors.coverage import (
+    IN_LADDER,
     WILDCARD_BACKEND,
     WILDCARD_BUILD,
     anchor_flags,
-    cover_rank,
-    coverage_gaps,
     is_foreign,
-    near_rank,
+    match_rank,
+    recipe,
+    transfer_kinds,
 )
 from predictor.cards.registry import ModelCard, inferasim_home
 from predictor.feasibility import pool_configs
@@ -88,7 +89,8 @@ def _slug(text: str) -> str:
 def anchor_id_for(signature: Signature) -> str:
     """Stable, readable id: `mi355x-sglang-deepseek-r1-fp8-tp8ep8dp8-1a2b3c` (the hash
     covers the whole signature, so two builds or backends never collide)."""
-    digest = hashlib.sha256(signature.model_dump_json().encode("utf-8")).hexdigest()[:ID_HASH_CHARS]
+    unrecorded = {"fusions"} if signature.fusions is None else set()   # ids of older anchors stay stable
+    digest = hashlib.sha256(signature.model_dump_json(exclude=unrecorded).encode("utf-8")).hexdigest()[:ID_HASH_CHARS]
     widths = f"tp{signature.tp}ep{signature.ep}dp{signature.attention_dp}"
     if signature.pp > 1:
         widths += f"pp{signature.pp}"
@@ -148,15 +150,17 @@ def target_batch(config: Configuration, concurrency: int) -> int:
 
 @dataclass(frozen=True)
 class Selection:
-    """The anchor chosen for a target. `covered=False` with an anchor: the nearest one of
-    the same model, to be used rank-only. `sibling`: the same kernel set at half the
-    anchor's TP, for a measured rho (METHOD §3.1)."""
+    """The anchor chosen for a target (None: no anchor of this model, GPU and engine), how
+    the target differs from it (`kinds`, `predictor.anchors.coverage`) and what its unset
+    levers take from it (`recipe`). `covered`: the target is inside what the anchor
+    measured (in-ladder)."""
 
     anchor: Anchor | None
     covered: bool
     flags: tuple[str, ...]
     reason: str
-    sibling: Anchor | None = None
+    kinds: tuple[str, ...] = ()
+    recipe: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -218,34 +222,22 @@ class AnchorStore:
         return bool(self.of_model(card, cluster, engine))
 
     def select(self, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
-               concurrency: int, *, engine_version: str = WILDCARD_BUILD) -> Selection:
-        """The covering anchor (METHOD §4), else the nearest of the same model (rank-only),
-        else none."""
-        target = signature_for(card, cluster, engine, config, engine_version=engine_version)
-        batch = target_batch(config, concurrency)
+               concurrency: int, *, context_tokens: float | None = None,
+               engine_version: str = WILDCARD_BUILD) -> Selection:
+        """The anchor of this model, GPU and engine that best matches the target (METHOD §4,
+        `predictor.anchors.coverage`), else none."""
         candidates = self.of_model(card, cluster, engine)
         if not candidates:
             return Selection(None, False, (), f"no anchor for {card.name} on {cluster.gpu.name} / {engine}")
-        gaps = {a.id: coverage_gaps(a, target, batch) for a in candidates}
-        covering = [a for a in candidates if not gaps[a.id]]
-        if covering:
-            chosen = _ordered(covering, lambda a: cover_rank(a, target, batch))[0]
-            return Selection(chosen, True, anchor_flags(chosen, target, batch),
-                             f"covered by {chosen.id}", self._sibling(chosen))
-        chosen = _ordered(candidates, lambda a: near_rank(a, target, batch, gaps[a.id]))[0]
-        flags = anchor_flags(chosen, target, batch)
-        return Selection(chosen, False, flags, f"nearest {chosen.id} does not cover: " + "; ".join(gaps[chosen.id]),
-                         self._sibling(chosen))
-
-    def _sibling(self, anchor: Anchor) -> Anchor | None:
-        sig = anchor.signature
-        if sig.tp < 2:
-            return None
-        same = [a for a in self.all() if a.signature.kernel_set() == sig.kernel_set()
-                and a.signature.tp * 2 == sig.tp and a.signature.pp == sig.pp]
-        ordered = _ordered(same, lambda a: (abs(a.signature.ep - min(sig.ep, a.signature.tp)),
-                                            abs(a.signature.attention_dp - min(sig.attention_dp, a.signature.tp))))
-        return ordered[0] if ordered else None
+        layout = decode_layout(config)
+        batch = target_batch(config, concurrency)
+        ranked = _ordered(candidates, lambda a: match_rank(a, layout, card, batch, context_tokens, engine_version))
+        chosen = ranked[0]
+        kinds = transfer_kinds(chosen, layout, batch, context_tokens, config.disaggregated)
+        covered = kinds == (IN_LADDER,)
+        reason = f"covered by {chosen.id}" if covered else f"calibrated by {chosen.id} ({', '.join(kinds)})"
+        return Selection(chosen, covered, anchor_flags(chosen, layout, kinds), reason, kinds,
+                         recipe(chosen.signature, layout))
 
 
 def _ordered(anchors: list[Anchor], key) -> list[Anchor]:

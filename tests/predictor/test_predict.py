@@ -10,6 +10,7 @@ from agent.cli.main import app
 from levers.configuration import Configuration, parse_config_text
 from predictor.predict import predict
 from predictor.step.cost import Mode
+from predictor.uncertainty import DECISION_GRADE_APE, shipped_error_bars
 from predictor.target import resolve_target
 from predictor.workload import WorkloadSpec, parse_workload
 
@@ -38,17 +39,24 @@ def test_a_covered_configuration_is_anchored_and_deterministic():
     assert rate * m["e2e_ms_mean"] / 1000 == pytest.approx(32, rel=0.02)
 
 
-def test_a_narrower_target_than_any_anchor_is_projected_rank_only():
+def test_another_width_is_a_width_transfer_whose_mode_follows_its_measured_error():
     prediction = predict(gpt_oss_h100(), config("tp=1,concurrency=16"), ONE_K)
-    assert prediction.mode is Mode.RANK_ONLY
-    assert prediction.anchor_id is not None
-    assert "rank-only" in prediction.flags and any(f.startswith("not-covered") for f in prediction.flags)
+    assert prediction.anchor_id is not None and prediction.transfer == "width"
+    width = shipped_error_bars().error("width", "tpot")
+    expected = Mode.ANCHORED if width.median_ape <= DECISION_GRADE_APE else Mode.RANK_ONLY
+    assert prediction.mode is expected
+    for key in ("tpot_ms_mean", "ttft_ms_mean", "output_throughput_per_gpu", "interactivity_mean"):
+        low, high = prediction.intervals[key]
+        assert low < prediction.metrics[key] < high
+    assert "memory_per_gpu_gb" not in prediction.intervals      # exact arithmetic: no interval
 
 
-def test_no_anchor_at_all_falls_back_to_simulate_mode():
+def test_no_anchor_of_the_model_takes_the_cross_model_prior_rank_only():
     prediction = predict(resolve_target("kimi-k3", "mi355x", "vllm"), config("tp=8,concurrency=16"), ONE_K)
     assert prediction.mode is Mode.RANK_ONLY and prediction.anchor_id is None
-    assert prediction.flags == ("rank-only",)
+    assert prediction.transfer == "cross-model" and "rank-only" in prediction.flags
+    assert any(f.startswith("calibration: prior:") for f in prediction.flags)
+    assert prediction.calibration["source"].startswith("prior:")
     assert set(prediction.breakdown["decode_step"]) >= {"gemm", "attention", "moe", "communication", "launch"}
 
 
@@ -82,11 +90,14 @@ def test_predict_json_contract_and_flags():
                                  "--config", "tp=1", "--concurrency", "16", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["mode"] == "rank-only" and "rank-only" in data["flags"]
+    assert data["mode"] in ("anchored", "rank-only") and data["transfer"] == "width"
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "throughput_per_gpu", "output_throughput_per_gpu", "interactivity"):
         assert data["metrics"][key] > 0
-    for key in ("anchor_id", "memory", "breakdown", "fusion_opportunities"):
+    for key in ("anchor_id", "memory", "breakdown", "fusion_opportunities", "intervals", "calibration"):
         assert key in data
+    low, high = data["intervals"]["tpot_ms_mean"]
+    assert low < data["all_metrics"]["tpot_ms_mean"] < high
+    assert data["calibration"]["source"].startswith("anchor:") and data["calibration"]["points"]
 
 
 def test_a_configuration_that_does_not_fit_prints_the_reason_and_exits_1():

@@ -1,0 +1,139 @@
+"""Which calibration prices a configuration (METHOD §2, §4): the anchor of its stack, or
+the cross-model prior of its GPU, engine and dtype class, and what that choice says.
+
+An `Anchoring` serves one prediction: it resolves the configuration's unset levers to the
+anchor's recipe, builds the step model of every replica layout the prediction needs
+(colocated, or both pools of a split, or whatever the DES asks for), and records each
+choice: the anchors used, how the target differs from them (transfer kinds,
+`predictor.anchors.coverage`), the calibration's provenance and the flags.
+
+Priors go with a store: the shipped ones (`predictor/data/calibration_priors.json`) with the
+default store, otherwise learned once from the store's own anchors (`inferasim score`
+learns from the anchors of each run only).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from levers.configuration import Configuration
+from predictor.anchors.coverage import CROSS_MODEL, NONE
+from predictor.anchors.store import AnchorStore, Selection, decode_layout, signature_for
+from predictor.cards.registry import load_card
+from predictor.step.anchored import anchored_model
+from predictor.step.calibration import PHYSICS, Calibration
+from predictor.step.cost import Mode, StepModel
+from predictor.step.priors import Priors, dtype_class, learn_from_anchors, shipped_priors
+from predictor.step.simulate import SimulateStepModel
+from predictor.target import Target
+
+
+@lru_cache(maxsize=1)
+def default_store() -> AnchorStore:
+    return AnchorStore.default()
+
+
+_LEARNED: "weakref.WeakKeyDictionary[AnchorStore, Priors]" = weakref.WeakKeyDictionary()
+
+
+def store_priors(store: AnchorStore) -> Priors:
+    """The cross-model priors that go with ``store`` (module docstring)."""
+    found = _LEARNED.get(store)
+    if found is None:
+        found = shipped_priors() if store is default_store() else learn_from_anchors(store.all(), load_card)
+        _LEARNED[store] = found
+    return found
+
+
+def prior_for(target: Target, config: Configuration, priors: Priors) -> Calibration:
+    sig = signature_for(target.card, target.cluster, target.engine, config)
+    return priors.lookup(target.cluster.gpu.name, str(target.engine), dtype_class(sig.weight_dtype, sig.expert_dtype))
+
+
+@dataclass
+class Anchoring:
+    """The calibrations of one prediction (module docstring)."""
+
+    target: Target
+    store: AnchorStore
+    priors: Priors
+    context_tokens: float | None = None
+    acceptance: tuple[float, ...] | None = None
+    selections: list[Selection] = field(default_factory=list)
+    calibrations: list[Calibration] = field(default_factory=list)
+    _models: dict[Configuration, StepModel] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, target: Target, store: AnchorStore | None = None, priors: Priors | None = None,
+           context_tokens: float | None = None, acceptance: tuple[float, ...] | None = None) -> Anchoring:
+        store = store if store is not None else default_store()
+        return cls(target, store, priors if priors is not None else store_priors(store), context_tokens, acceptance)
+
+    def _select(self, config: Configuration) -> Selection:
+        t = self.target
+        return self.store.select(t.card, t.cluster, t.engine, config, config.concurrency,
+                                 context_tokens=self.context_tokens)
+
+    def resolve(self, config: Configuration) -> Configuration:
+        """``config`` with its unset levers taken from the anchor of its (decode) layout."""
+        taken = self._select(config).recipe
+        return replace(config, **taken) if taken else config
+
+    def model(self, config: Configuration) -> StepModel:
+        """The step model of one replica layout (cached per configuration)."""
+        found = self._models.get(config)
+        if found is None:
+            found = self._models[config] = self._build(config)
+        return found
+
+    def _build(self, config: Configuration) -> StepModel:
+        t = self.target
+        prior = prior_for(t, config, self.priors)
+        selection = self._select(config)
+        self.selections.append(selection)
+        if selection.anchor is None:
+            self.calibrations.append(prior)
+            model = SimulateStepModel(t.card, t.cluster, t.engine, config, self.acceptance, calibration=prior,
+                                      flags=(f"calibration: {prior.source}",))
+            return model
+        model = anchored_model(selection.anchor, t.card, t.cluster, t.engine, config, prior, mode=Mode.ANCHORED,
+                               flags=selection.flags, acceptance=self.acceptance)
+        self.calibrations.append(model.calibration)
+        return model
+
+    def models(self) -> list[StepModel]:
+        """Every step model built so far."""
+        return list(self._models.values())
+
+    @property
+    def has_anchor(self) -> bool:
+        return bool(self.selections) and all(s.anchor is not None for s in self.selections)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        found: list[str] = []
+        for selection, calibration in zip(self.selections, self.calibrations):
+            if selection.anchor is None:
+                found.append(NONE if calibration.source in (PHYSICS.source, "physics") else CROSS_MODEL)
+            found.extend(selection.kinds)
+        return tuple(dict.fromkeys(found))
+
+    @property
+    def anchor_id(self) -> str | None:
+        ids = [s.anchor.id for s in self.selections if s.anchor is not None]
+        return ",".join(dict.fromkeys(ids)) or None
+
+    def calibration_json(self) -> dict | None:
+        if not self.calibrations:
+            return None
+        if len(self.calibrations) == 1:
+            return self.calibrations[0].to_json()
+        return {"pools": [c.to_json() for c in self.calibrations]}
+
+
+def step_model_for(target: Target, config: Configuration, store: AnchorStore | None = None,
+                   priors: Priors | None = None) -> StepModel:
+    """The step model of ``config`` (benchmarks and tools that need one model)."""
+    return Anchoring.of(target, store, priors).model(decode_layout(config) if config.disaggregated else config)

@@ -1,0 +1,125 @@
+"""Honest error bars (METHOD §2, §8): every predicted metric carries an 80% interval from
+the measured error of its transfer kind, and the mode label follows that error.
+
+A prediction's transfer kinds (`predictor.anchors.coverage`: in-ladder, width, length,
+load, split, precision, cross-model, none) say how far it is from what was measured.
+`inferasim score --protocol` measures each kind on the embedded corpora (the protocol of
+the same name: anchors on one width, length, load or layout, predictions on the others;
+`scripts/build_error_bars.py` writes `predictor/data/error_bars.json`). For each kind and
+metric family (TPOT, TTFT, throughput) the table holds the 10th and 90th percentiles of
+``log(measured / predicted)`` and the median absolute percentage error.
+
+- **Interval**: ``[predicted * exp(q10), predicted * exp(q90)]`` of the widest kind that
+  applies (the inverse for interactivity, which is 1/TPOT); memory metrics are exact
+  arithmetic and carry none.
+- **Mode**: `anchored` when an anchor of the model calibrates the prediction and the
+  widest applicable kind measured at most `DECISION_GRADE_APE` median error on TPOT and on
+  throughput; otherwise `rank-only` (simulate mode and cross-model priors always are).
+- **Primary kind** (`transfer`): the applicable kind with the largest measured TPOT error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from predictor.anchors.coverage import CROSS_MODEL, IN_LADDER, NONE, TRANSFER_KINDS
+from predictor.step.cost import Mode
+
+DECISION_GRADE_APE = 10.0     # % median APE on TPOT and throughput (the product's accuracy target)
+FAMILIES = ("tpot", "ttft", "throughput")
+# Which family's error a metric key carries, and whether it is the inverse of it.
+_FAMILY_OF = (("interactivity", "tpot", True), ("generation_rate", "tpot", True), ("tpot", "tpot", False),
+              ("itl", "tpot", False), ("e2e", "tpot", False), ("ttft", "ttft", False),
+              ("throughput", "throughput", False), ("step_ms", "tpot", False))
+# Used only while no table is shipped: a severity order, most uncertain first.
+_SEVERITY = (NONE, CROSS_MODEL, "split", "precision", "length", "load", "width", IN_LADDER)
+
+
+@dataclass(frozen=True, slots=True)
+class KindError:
+    """The measured error of one transfer kind on one metric family."""
+
+    q10: float            # log(measured / predicted)
+    q90: float
+    median_ape: float     # %
+    rows: int
+
+
+@dataclass(frozen=True)
+class ErrorBars:
+    by_kind: dict[str, dict[str, KindError]]
+    source: str = ""
+
+    def error(self, kind: str, family: str) -> KindError | None:
+        return self.by_kind.get(kind, {}).get(family)
+
+    def width(self, kind: str, family: str) -> float:
+        found = self.error(kind, family)
+        return math.inf if found is None else found.q90 - found.q10
+
+    def primary(self, kinds: tuple[str, ...]) -> str:
+        """The applicable kind with the largest measured TPOT error."""
+        measured = [k for k in kinds if self.error(k, "tpot") is not None]
+        if measured:
+            return max(measured, key=lambda k: self.error(k, "tpot").median_ape)
+        return min(kinds, key=_SEVERITY.index) if kinds else NONE
+
+    def mode(self, kinds: tuple[str, ...], has_anchor: bool) -> Mode:
+        if not has_anchor or CROSS_MODEL in kinds or NONE in kinds:
+            return Mode.RANK_ONLY
+        for kind in kinds:
+            for family in ("tpot", "throughput"):
+                found = self.error(kind, family)
+                if found is None or found.median_ape > DECISION_GRADE_APE:
+                    return Mode.RANK_ONLY
+        return Mode.ANCHORED
+
+    def intervals(self, metrics: dict[str, float], kinds: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+        """80% interval per metric key (module docstring)."""
+        out: dict[str, tuple[float, float]] = {}
+        for key, value in metrics.items():
+            family = _family(key)
+            if family is None or value is None or not math.isfinite(value):
+                continue
+            name, inverse = family
+            errors = [e for k in kinds if (e := self.error(k, name)) is not None]
+            if not errors:
+                continue
+            widest = max(errors, key=lambda e: e.q90 - e.q10)
+            low, high = (-widest.q90, -widest.q10) if inverse else (widest.q10, widest.q90)
+            out[key] = (value * math.exp(low), value * math.exp(high))
+        return out
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "kinds": {k: {f: {"q10": round(e.q10, 5), "q90": round(e.q90, 5),
+                                                         "median_ape": round(e.median_ape, 3), "rows": e.rows}
+                                                     for f, e in fam.items()} for k, fam in self.by_kind.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> ErrorBars:
+        by_kind = {k: {f: KindError(e["q10"], e["q90"], e["median_ape"], e["rows"]) for f, e in fam.items()}
+                   for k, fam in data.get("kinds", {}).items() if k in TRANSFER_KINDS}
+        return cls(by_kind, data.get("source", ""))
+
+
+def _family(key: str) -> tuple[str, bool] | None:
+    if "memory" in key or key.endswith("_gb") or key in ("max_concurrency", "gpus_per_replica"):
+        return None
+    for fragment, family, inverse in _FAMILY_OF:
+        if fragment in key:
+            return family, inverse
+    return None
+
+
+@lru_cache(maxsize=1)
+def shipped_error_bars() -> ErrorBars:
+    """The error bars measured on the embedded corpora (package data)."""
+    path = resources.files("predictor") / "data" / "error_bars.json"
+    try:
+        return ErrorBars.from_json(json.loads(path.read_text("utf-8")))
+    except FileNotFoundError:
+        return ErrorBars({})
