@@ -211,6 +211,13 @@ def _step_us(decode_us: float, marginal_us: float, running: float, osl_steps: fl
     return decode_us + marginal_us * running / osl_steps
 
 
+def single_ttft_ms(model: StepModel, isl: int, chunk_tokens: int) -> float:
+    """TTFT of one prompt on an idle replica (what a concurrency-1 harvest measures):
+    its prefill in chunks plus host time (METHOD §3.12, §4)."""
+    prefill_us = sum(model.prefill_us(n, 1, prior) for n, prior in chunks(isl, chunk_tokens))
+    return prefill_us / US_PER_MS + host_time_ms(model, isl)
+
+
 def host_time_ms(model: StepModel, isl: int) -> float:
     """Per-request host time added to TTFT and end-to-end only (METHOD §3.12).
 

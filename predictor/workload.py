@@ -36,6 +36,8 @@ class WorkloadSpec:
     isl: int = 0
     osl: int = 0
     requests_per_client: int | None = None
+    fixed_lengths: bool = False    # a benchmark whose requests are exactly isl/osl (predictor.benchmark)
+    acceptance: tuple[float, ...] | None = None   # L(1..k) of this traffic's speculation (METHOD §3.8)
 
     @property
     def is_fixed(self) -> bool:
@@ -52,7 +54,8 @@ class WorkloadSpec:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "isl": self.isl, "osl": self.osl, "name": self.name,
-                "requests_per_client": self.requests_per_client}
+                "requests_per_client": self.requests_per_client, "fixed_lengths": self.fixed_lengths,
+                "acceptance": list(self.acceptance) if self.acceptance else None}
 
 
 AGENTIC = WorkloadSpec("agentic")

@@ -111,13 +111,17 @@ class Group:
     host_base_ms: float = 0.0                 # H0 (step 5)
     host_per_token_us: float = 0.0            # h (step 5)
     first_wave_stall_ms: float = 0.0          # benchmark start-up stall (step 6)
+    prefill_ttft: dict[int, float] = field(default_factory=dict)   # n -> T1 read through the model (step 6)
 
     def source_rows(self) -> dict[str, CorpusRow]:
         """The group's rows by id (each once, in the order its roles first name them)."""
         return {role.row.id: role.row for role in (*self.decode, *self.prefill)}
 
     def prefill_points(self) -> dict[int, float]:
-        """`T(n) = H0 + h n + F_gpu + M(n)`: the TTFT a concurrency-1 harvest would see."""
+        """`T(n) = H0 + h n + F_gpu + M(n)`: the TTFT a concurrency-1 harvest would see
+        (once step 6 has read the rows through the model, its reading)."""
+        if self.prefill_ttft:
+            return dict(self.prefill_ttft)
         return {n: self.host_base_ms + self.host_per_token_us * n / US_PER_MS + self.floor_ms + m
                 for n, m in self.marginals.items()}
 

@@ -7,11 +7,12 @@ for their model and GPU are not anchored; their rows fail with the reason.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 
 from levers.catalog import Engine
 from levers.legality import structural_reasons
-from predictor.anchors.anchor import Anchor, DecodeSweep, PrefillSweep, Provenance
+from predictor.anchors.anchor import Anchor, DecodePoint, DecodeSweep, PrefillSweep, Provenance
 from predictor.anchors.store import anchor_id_for, signature_for
 from predictor.cards.registry import load_card
 from predictor.corpus.anchors import (
@@ -67,8 +68,10 @@ def assemble(group: Group, decode: DecodeSweep, prefill: PrefillSweep, *, comman
              "engine builds: " + ", ".join(f"{v} x{n}" for v, n in versions.most_common()))
     provenance = Provenance(source="+".join(sources), timestamp=when, real_weights=True, prefix_caching_off=True,
                             command_line=command_line, source_rows=tuple(used), notes=notes)
+    points = tuple(DecodePoint(batch=b, context_tokens=ctx, step_ms=statistics.median(steps))
+                   for (ctx, b), steps in sorted(group.decode_points.items()))
     return Anchor(id=anchor_id_for(signature), signature=signature, decode_sweep=decode, prefill_sweep=prefill,
-                  host_time_ms=group.host_base_ms, host_us_per_prompt_token=group.host_per_token_us,
+                  decode_points=points, host_time_ms=group.host_base_ms, host_us_per_prompt_token=group.host_per_token_us,
                   first_wave_stall_ms=group.first_wave_stall_ms,
                   flags=tuple(dict.fromkeys(group.flags)), provenance=provenance)
 

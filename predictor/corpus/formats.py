@@ -275,13 +275,19 @@ def chart_precision(precision: str, card: ModelCard) -> str:
 # The public corpora's client (InferenceX/InferenceMAX `benchmark_serving.py`) runs
 # `--num-prompts CONC*10 --max-concurrency CONC`: ten requests per client, all clients
 # starting together. The native format says so per row (`requests_per_client`).
+# InferenceX draws random prompt and output lengths around the nominal ones, so its clients
+# drift apart after the first round (the measured median TTFT barely grows with
+# concurrency); AIConfigurator's silicon runs use exactly the nominal lengths, so on a
+# prefill-first engine every round ends at one step and the next starts as a wave (its
+# TTFT grows with concurrency several-fold). `fixed_lengths` records which
+# (`predictor.benchmark`); the native format says so per row.
 BENCHMARK_REQUESTS_PER_CLIENT = 10
 
 
 def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version: str, precision: str,
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
             notes: tuple[str, ...] = (),
-            requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT) -> CorpusRow:
+            requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT, fixed_lengths: bool = False) -> CorpusRow:
     if not isl or not osl or not conc:
         raise MappingError("isl, osl and concurrency must be positive")
     if isl + osl > card.max_context:
@@ -295,7 +301,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
     return CorpusRow(id=row_id, source=str(source), model=card.name, gpu=gpu, engine=str(engine),
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),
                      isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes,
-                     requests_per_client=requests_per_client)
+                     requests_per_client=requests_per_client, fixed_lengths=fixed_lengths)
 
 
 # --- AIConfigurator ------------------------------------------------------------------------
@@ -368,7 +374,7 @@ def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
     if source.get("wip", "").lower() == "true":
         notes.append("work-in-progress run (wip=True)")
     return _finish(row_id, Format.AICONFIGURATOR, card, gpu, engine, version, raw.get("precision", ""), levers,
-                   isl, osl, conc, measured, source.get("measured", ""), tuple(notes))
+                   isl, osl, conc, measured, source.get("measured", ""), tuple(notes), fixed_lengths=True)
 
 
 # --- native --------------------------------------------------------------------------------
@@ -412,7 +418,8 @@ def native_row(raw: Raw, row_id: str) -> CorpusRow:
     )
     return _finish(row_id, Format.NATIVE, card, gpu, engine, raw.get("engine_version", ""), raw["precision"],
                    levers, _int(raw, "isl"), _int(raw, "osl"), _int(raw, "concurrency"), measured,
-                   raw.get("measured_at", ""), requests_per_client=_int(raw, "requests_per_client", 0) or None)
+                   raw.get("measured_at", ""), requests_per_client=_int(raw, "requests_per_client", 0) or None,
+                   fixed_lengths=_bool(raw, "fixed_lengths"))
 
 
 def _per_gpu(total: float | None, gpus: int) -> float | None:

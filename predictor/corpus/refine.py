@@ -1,45 +1,61 @@
-"""Step 6 of the corpus rule (`predictor.corpus.anchors`): correct each anchor point until
-the predictor reproduces the rows it came from, and the reproduction check itself.
+"""Step 6 of the corpus rule (`predictor.corpus.anchors`): read each row through the model
+of what the benchmark did, so that the anchor's points describe the engine, not the
+benchmark; and the reproduction check.
 
-The closed form of steps 3-4 removes prefill interference and host time with a crude
-model; the predictor's steady state (METHOD §2, `predictor.analytical`) is the model the
-anchor will be used with, so the points are corrected through it: a decode point is
-scaled by the median measured/predicted mean TPOT of its rows, a prefill point moves by
-the median measured-minus-predicted TTFT (median TTFT when the corpus gives it) of its
-lowest-concurrency rows. `REFINE_ROUNDS` rounds, damped; what is left is reported by the
-reproduction check (`reproduce`).
+A corpus row is a continuous-batching mean, not a single-wave sweep. Its mean TPOT
+carries the prefill stalls of the other clients' prompts, its TTFT the wait for running
+steps, chunking and (at the start of a fixed-count run) the first wave. The step model's
+own analytical steady state (`predictor.analytical`, METHOD §2) says how much of each the
+run contained, at the anchor's current calibration:
+- a decode point is the measured TPOT times the modelled share of the mean step that is
+  the pure decode step: ``s = L * TPOT_measured * decode_step / (L * TPOT_model)``;
+- a prefill point (what a concurrency-1 harvest would see: host time plus the prompt's
+  prefill) is the measured lowest-concurrency TTFT less what the model says that run added
+  beyond it: ``T1 = TTFT_measured - (TTFT_model - T1_model)``, kept within
+  [1/4, 4] x ``T1_model``.
+The points are recomputed from the measurements every round (never from the previous
+round's points: nothing accumulates) and the anchor refitted; `REFINE_ROUNDS` rounds.
+The anchors are fitted around cross-model priors learned once from all of them.
+
+The first wave's one-off stall (rows giving both a mean and a median TTFT) is fitted as
+before: what the run's mean adds beyond the modelled first wave, paid by one request in
+`row.requests_per_client`, at most `MAX_STALL_MS` (an anchor held at that bound is flagged
+`stall-at-bound`). The anchors finally carry the host time their calibration fitted.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from levers.catalog import Engine
 from predictor.anchors.store import AnchorStore
-from predictor.corpus.anchors import AnchorBuild, Group, recorded_batch
+from predictor.cards.registry import load_card
+from predictor.corpus.anchors import AnchorBuild, Group, context_of, decode_batch, tokens_per_step
 from predictor.corpus.assemble import rebuild
 from predictor.corpus.host import ttft_typical
 from predictor.corpus.row import CorpusRow
 from predictor.predict import predict
 from predictor.prediction import Prediction
-from predictor.step.cost import Mode
+from predictor.step.anchored import calibrate
+from predictor.step.calibration import HOST_MAX_MS
+from predictor.step.priors import Priors, dtype_class, learn_from_anchors
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
-REFINE_ROUNDS = 6
-HOST_DAMPING = 0.8           # H0 moves by this share of the median TTFT miss per round
-MAX_STEP_RATIO = 3.0         # a row predicted further off than this is not used to correct its point
+REFINE_ROUNDS = 3
+MAX_STALL_MS = 10_000.0       # METHOD §3.12 bound: a larger one-off stall is flagged, not fitted
+PREFILL_POINT_RANGE = 4.0     # a prefill point stays within this factor of the model's T1
 
-PredictFn = Callable[[CorpusRow, AnchorStore], Prediction]
+PredictFn = Callable[..., Prediction]
 
 
-def predict_row(row: CorpusRow, store: AnchorStore) -> Prediction:
+def predict_row(row: CorpusRow, store: AnchorStore, priors: Priors | None = None) -> Prediction:
     """The product's prediction of one corpus row (fixed-length traffic)."""
     target = Target(row.card(), row.cluster(), Engine(row.engine))
-    return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client),
-                   store=store)
+    return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths),
+                   store=store, priors=priors)
 
 
 def _uses(prediction: Prediction, anchor_id: str) -> bool:
@@ -49,83 +65,100 @@ def _uses(prediction: Prediction, anchor_id: str) -> bool:
 
 def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int = REFINE_ROUNDS,
            command_line: str = "") -> AnchorBuild:
-    """Step 6: `rounds` corrections of every point through the predictor."""
+    """Step 6: `rounds` readings of every row through the current calibration."""
+    priors = learn_from_anchors(build.anchors, load_card) if rounds else None
     for _ in range(rounds):
-        store = AnchorStore.from_anchors(list(build.anchors))
-        cache: dict[str, Prediction] = {}
-
-        def predicted(row: CorpusRow) -> Prediction:
-            if row.id not in cache:
-                cache[row.id] = predict_fn(row, store)
-            return cache[row.id]
-
-        for anchor_id, group in build.groups.items():
-            rows = group.source_rows()
-            _correct_decode(group, anchor_id, rows, predicted)
-            _correct_host(group, anchor_id, rows, predicted)
-            _correct_stall(group, anchor_id, rows, predicted)
+        for anchor in build.anchors:
+            group = build.groups[anchor.id]
+            store = AnchorStore.from_anchors([anchor])
+            predicted = {row_id: predict_fn(row, store, priors) for row_id, row in group.source_rows().items()}
+            _read_decode(group, anchor.id, predicted)
+            _read_prefill(group, anchor.id, predicted)
+            _fit_stall(group, anchor.id, predicted)
         build = rebuild(build, command_line)
-    return build
+    return _settled(build, priors) if rounds else build
 
 
-def _reads_point(prediction: Prediction, batch: int) -> bool:
-    """The prediction's decode batch falls on the point (else its error is not the point's)."""
-    predicted_batch = prediction.breakdown.get("decode_batch")
-    return isinstance(predicted_batch, int) and recorded_batch(max(1, predicted_batch)) == batch
+def _settled(build: AnchorBuild, priors: Priors) -> AnchorBuild:
+    """Each anchor carries the host time its calibration fitted (bounded to METHOD §3.12's
+    range; an anchor whose fit reached a bound says so in a flag)."""
+    anchors = []
+    for anchor in build.anchors:
+        sig = anchor.signature
+        card = load_card(sig.model)
+        prior = priors.lookup(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype))
+        fitted = calibrate(anchor, card, sig.engine, prior)
+        flags = list(anchor.flags)
+        if fitted.host_ms >= HOST_MAX_MS * 0.999:
+            flags.append("host-time-at-bound")
+        if anchor.first_wave_stall_ms >= MAX_STALL_MS:
+            flags.append("stall-at-bound")
+        anchors.append(anchor.model_copy(update={"host_time_ms": fitted.host_ms,
+                                                 "host_us_per_prompt_token": fitted.host_us_per_token,
+                                                 "flags": tuple(dict.fromkeys(flags))}))
+    return replace(build, anchors=tuple(anchors))
 
 
-def _correct_decode(group: Group, anchor_id: str, rows: dict[str, CorpusRow], predicted) -> None:
-    for key, ids in group.point_rows.items():
-        ratios = []
+def _read_decode(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -> None:
+    points: dict[tuple[int, int], list[float]] = {}
+    rows: dict[tuple[int, int], list[str]] = {}
+    for role in group.decode:
+        row, prediction = role.row, predicted[role.row.id]
+        if not _uses(prediction, anchor_id) or prediction.metrics["tpot_ms_mean"] <= 0:
+            continue
+        share = _decode_share(prediction, tokens_per_step(row))
+        key = (context_of(row), decode_batch(role))
+        points.setdefault(key, []).append(tokens_per_step(row) * row.measured.tpot_ms_mean * share)
+        rows.setdefault(key, []).append(row.id)
+    if points:
+        group.decode_points, group.point_rows = points, rows
+
+
+def _decode_share(prediction: Prediction, tokens: float) -> float:
+    """Pure decode step over the mean verify step of the prediction (<= 1)."""
+    step_ms = prediction.breakdown["decode_step"]["total_us"] / 1000.0
+    mean_ms = tokens * prediction.metrics["tpot_ms_mean"]
+    return min(1.0, step_ms / mean_ms) if mean_ms > 0 else 1.0
+
+
+def _read_prefill(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -> None:
+    found: dict[int, list[float]] = {}
+    for isl, ids in group.prefill_rows.items():
         for row_id in ids:
-            prediction = predicted(rows[row_id])
-            if (_uses(prediction, anchor_id) and prediction.metrics["tpot_ms_mean"] > 0
-                    and _reads_point(prediction, key[1])):
-                ratio = rows[row_id].measured.tpot_ms_mean / prediction.metrics["tpot_ms_mean"]
-                if 1 / MAX_STEP_RATIO <= ratio <= MAX_STEP_RATIO:
-                    ratios.append(ratio)
-        if ratios:
-            ratio = statistics.median(ratios)
-            group.decode_points[key] = [value * ratio for value in group.decode_points[key]]
+            prediction = predicted[row_id]
+            role = next(r for r in group.prefill if r.row.id == row_id)
+            if not _uses(prediction, anchor_id):
+                continue
+            key = "ttft_ms_p50" if role.row.measured.ttft_ms_median is not None else "ttft_ms_mean"
+            single = prediction.metrics.get("ttft_single_ms")
+            if single is None or single <= 0:
+                continue
+            point = ttft_typical(role.row) - (prediction.metrics[key] - single)
+            found.setdefault(isl, []).append(min(max(point, single / PREFILL_POINT_RANGE), single * PREFILL_POINT_RANGE))
+    if found:
+        group.prefill_ttft = {n: statistics.median(v) for n, v in found.items()}
 
 
 def _ttft_sensitivity(prediction: Prediction) -> float:
-    """How much of a change in one anchor's H0 reaches the predicted TTFT: all of it, or
-    half in a split whose pools use two anchors (METHOD §3.11 bills half of each)."""
+    """How much of a change in one anchor's stall reaches the predicted TTFT: all of it,
+    or half in a split whose pools use two anchors (METHOD §3.11 bills half of each)."""
     return 0.5 if len((prediction.anchor_id or "").split(",")) > 1 else 1.0
 
 
-def _correct_host(group: Group, anchor_id: str, rows: dict[str, CorpusRow], predicted) -> None:
-    """Move H0 by the median TTFT miss of the lowest-concurrency rows (step 6)."""
+def _fit_stall(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -> None:
+    """The first wave's one-off stall (module docstring)."""
     shifts = []
-    for ids in group.prefill_rows.values():
-        for row_id in ids:
-            prediction = predicted(rows[row_id])
-            # The median is compared with the steady state, a mean with the run's mean.
-            key = "ttft_ms_p50" if rows[row_id].measured.ttft_ms_median is not None else "ttft_ms_mean"
-            if _uses(prediction, anchor_id) and prediction.metrics[key] > 0:
-                miss = ttft_typical(rows[row_id]) - prediction.metrics[key]
-                shifts.append(miss / _ttft_sensitivity(prediction))
-    if shifts:
-        group.host_base_ms = max(0.0, group.host_base_ms + HOST_DAMPING * statistics.median(shifts))
-
-
-def _correct_stall(group: Group, anchor_id: str, rows: dict[str, CorpusRow], predicted) -> None:
-    """Fit the first wave's one-off stall from rows that give both a mean and a median
-    TTFT: the host time matches the median (steady state); what the run's mean adds
-    beyond the modelled first wave is a stall paid by one request in
-    `row.requests_per_client` (step 6)."""
-    shifts = []
-    for row in rows.values():
+    for row in group.source_rows().values():
         measured = row.measured
         if measured.ttft_ms_median is None or measured.ttft_ms_mean is None or not row.requests_per_client:
             continue
-        prediction = predicted(row)
+        prediction = predicted[row.id]
         if _uses(prediction, anchor_id):
             miss = measured.ttft_ms_mean - prediction.metrics["ttft_ms_mean"]
             shifts.append(miss * row.requests_per_client / _ttft_sensitivity(prediction))
     if shifts:
-        group.first_wave_stall_ms = max(0.0, group.first_wave_stall_ms + HOST_DAMPING * statistics.median(shifts))
+        stall = max(0.0, group.first_wave_stall_ms + statistics.median(shifts))
+        group.first_wave_stall_ms = min(stall, MAX_STALL_MS)
 
 
 # --- the reproduction check --------------------------------------------------------------------
@@ -139,7 +172,8 @@ class Reproduction:
 
     @property
     def anchored(self) -> bool:
-        return self.prediction.legal and self.prediction.mode == Mode.ANCHORED
+        """Calibrated by one of the built anchors (whatever the mode its error earns)."""
+        return self.prediction.legal and self.prediction.anchor_id is not None
 
 
 def reproduce(build: AnchorBuild, predict_fn: PredictFn = predict_row) -> list[Reproduction]:

@@ -118,6 +118,7 @@ class CorpusRow:
     # The benchmark protocol: each client sends this many requests, all clients start
     # together (None: an endless steady-state run). InferenceX / AIConfigurator: 10.
     requests_per_client: int | None = None
+    fixed_lengths: bool = False  # every request exactly isl/osl tokens (`predictor.corpus.formats`)
 
     @property
     def concurrency(self) -> int:

@@ -1,5 +1,6 @@
-"""The corpus-to-anchor rule (predictor.corpus.anchors / corpus_points / corpus_assemble /
-corpus_refine): it inverts a known steady state and the predictor reproduces its rows."""
+"""The corpus-to-anchor rule (predictor.corpus.anchors / points / assemble / refine): on rows
+the step model itself priced under a known calibration, the rule reads them back, the fit
+recovers what they determine, and a narrow layout predicts a wider one."""
 
 from pathlib import Path
 
@@ -8,8 +9,14 @@ import pytest
 from predictor.corpus.anchors import CAPTURE_LADDER, context_gamma, decode_sweep, prefill_sweep, recorded_batch
 from predictor.corpus.assemble import build_anchors
 from predictor.corpus.read import read_corpus
-from predictor.corpus.refine import refine, reproduce
-from tests.fixtures.corpus_truth import TRUTH, truth_rows, write_native
+from predictor.anchors.store import AnchorStore
+from predictor.cards.registry import load_card
+from predictor.corpus.refine import predict_row, refine, reproduce
+from predictor.analytical import single_ttft_ms
+from predictor.hardware import parse_cluster
+from predictor.step.anchored import anchor_config, anchored_model, calibrate
+from predictor.step.calibration import PHYSICS
+from tests.fixtures.corpus_truth import TRUTH, truth_rows, truth_single_ttft_ms, write_native
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
 
@@ -47,39 +54,62 @@ def test_prefill_fit_keeps_f_and_recovers_the_curve():
     assert (single.fit_c1_ms, single.fit_c2_ms) == (pytest.approx(20.0 / 1024), 0.0)
 
 
-def _built(tmp_path):
-    corpus = read_corpus(write_native(tmp_path / "truth.csv", truth_rows()))
+def _built(tmp_path, widths=(2, 4)):
+    corpus = read_corpus(write_native(tmp_path / "truth.csv", truth_rows(widths)))
     return build_anchors(list(corpus.rows))
 
 
-def test_rule_inverts_a_known_steady_state(tmp_path):
+def test_rule_builds_one_anchor_per_layout_with_every_point(tmp_path):
     build = _built(tmp_path)
     assert len(build.anchors) == 2 and not build.failures
     for anchor in build.anchors:
         group = build.groups[anchor.id]
-        f, e, marginal = TRUTH[anchor.signature.tp]
-        # M(n) from the prefill interference of the per-token stream, within 0.1%
-        assert group.marginals[1024] == pytest.approx(marginal, rel=1e-3)
-        assert group.marginal_source[1024] == "itl"
-        assert anchor.host_time_ms == pytest.approx(15.1, abs=0.05)       # vLLM's fitted host time
-        for (ctx, batch), steps in group.decode_points.items():
-            # the recorded step is s(b) at the Little's-law batch, padded up by < 1 request
-            assert steps[0] == pytest.approx(f + e * batch, abs=e * 1.0 + 1e-6)
-        sweep = anchor.decode_sweep
-        assert not sweep.is_full_sweep and sweep.prompt_tokens == 1536
+        assert group.marginal_source[1024] == "itl"           # the per-token stream shows the interference
+        assert len(anchor.decode_points) == len(group.decode_points) == 5
+        assert all(p.context_tokens == 1536 for p in anchor.decode_points)     # isl + osl / 2
+        assert not anchor.decode_sweep.is_full_sweep and anchor.decode_sweep.prompt_tokens == 1536
         assert anchor.signature.captured_sizes == CAPTURE_LADDER
         assert len(anchor.provenance.source_rows) == 5
 
 
-def test_anchor_rows_are_reproduced(tmp_path):
+def test_refined_anchor_rows_are_reproduced(tmp_path):
+    """Read through the model that priced them, the rows come back within 1%."""
     build = refine(_built(tmp_path), rounds=2)
     checks = reproduce(build)
     assert len(checks) == 10 and all(c.anchored for c in checks)
     for check in checks:
         metrics, measured = check.prediction.metrics, check.row.measured
         assert metrics["tpot_ms_mean"] == pytest.approx(measured.tpot_ms_mean, rel=0.01)
-        assert metrics["ttft_ms_mean"] == pytest.approx(measured.ttft_ms_mean, rel=0.02)
+        assert metrics["ttft_ms_mean"] == pytest.approx(measured.ttft_ms_mean, rel=0.01)
         assert metrics["output_throughput_per_gpu"] == pytest.approx(measured.output_throughput_per_gpu, rel=0.01)
+
+
+def test_refined_calibration_recovers_what_the_rows_determine(tmp_path):
+    """Decode at small batch is weight reads and kernels: the fit recovers the time the
+    experts cost (bandwidth x MoE) and a concurrency-1 TTFT (host + prefill); what one
+    prompt length cannot split (host time vs prefill compute, per-kernel vs per-step cost)
+    it need not."""
+    build = refine(_built(tmp_path, widths=(2,)), rounds=2)
+    [anchor] = build.anchors
+    card = load_card(anchor.signature.model)
+    fitted = calibrate(anchor, card, "vllm", PHYSICS)
+    assert fitted.bandwidth * fitted.moe == pytest.approx(TRUTH.bandwidth * TRUTH.moe, rel=0.1)
+    model = anchored_model(anchor, card, parse_cluster("h100x2"), "vllm", anchor_config(anchor), PHYSICS)
+    assert single_ttft_ms(model, 1024, 8192) == pytest.approx(truth_single_ttft_ms(2), rel=0.03)
+    assert fitted.residuals.decode_max_abs < 0.02
+
+
+def test_narrow_anchor_predicts_the_wider_layout(tmp_path):
+    """Cross-width on a corpus the physics can express: TP2 rows predict TP4 within 2% on
+    TPOT and throughput, 10% on TTFT (the compute factor is not determined at TP2's loads)."""
+    tp2 = refine(_built(tmp_path, widths=(2,)), rounds=2)
+    store = AnchorStore.from_anchors(list(tp2.anchors))
+    wide = read_corpus(write_native(tmp_path / "tp4.csv", truth_rows((4,)))).rows
+    for row in wide:
+        metrics = predict_row(row, store).metrics
+        assert metrics["tpot_ms_mean"] == pytest.approx(row.measured.tpot_ms_mean, rel=0.02)
+        assert metrics["output_throughput_per_gpu"] == pytest.approx(row.measured.output_throughput_per_gpu, rel=0.02)
+        assert metrics["ttft_ms_mean"] == pytest.approx(row.measured.ttft_ms_mean, rel=0.10)
 
 
 def test_split_rows_feed_both_pool_layouts():

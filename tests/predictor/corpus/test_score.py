@@ -64,7 +64,7 @@ def test_default_anchor_rows_interleave_each_ladder():
 def _scripted(factor: float = 1.1, illegal_tp: int | None = None, rank_only_concurrency: int | None = None):
     """A predictor that returns the measured values scaled by `factor`."""
 
-    def predict(row, store):
+    def predict(row, store, priors=None):
         if row.config.tp == illegal_tp:
             return Prediction(False, ("tp too wide",), None, None, (), None, None)
         m = row.measured
