@@ -8,10 +8,13 @@ Sources (read here, never by package code at run time; both Apache-2.0):
   2026-04): ../shared/data/aiconfigurator/silicon_sample_dev.csv
 
 Every mappable row is an anchor row. One anchor per (stack, replica layout) and corpus;
-when both corpora anchor the same kernel set and layout, the one with more decode batches
+when both corpora anchor the same kernel set and layout, the one with more decode points
 is kept (then the newer). Each anchor records its source rows ("file:line") and the
-licence of its corpus. Files this script wrote before are replaced; other anchors in the
-folder are left alone.
+licence of its corpus. Host time and first-wave stall are fitted within METHOD §3.12's
+range (at most 1 s and 10 s; an anchor whose fit reached a bound is flagged
+`host-time-at-bound` / `stall-at-bound`); one outside it would be left out of the defaults
+(listed in the report). Files this script wrote before are replaced; other anchors in the folder
+are left alone.
 
 Usage: python scripts/build_default_anchors.py [--out DIR] [--report FILE] [--fit-host]
   --report writes the reproduction check (every source row predicted with the shipped
@@ -33,7 +36,8 @@ from predictor.corpus.assemble import build_anchors
 from predictor.corpus.host import HOST_BY_ENGINE, fit_host_constants
 from predictor.corpus.metrics import ape
 from predictor.corpus.read import read_corpus
-from predictor.corpus.refine import predict_row, refine
+from predictor.corpus.refine import MAX_STALL_MS, predict_row, refine
+from predictor.step.calibration import HOST_MAX_MS
 
 # The public data folder laid beside the checkout (read-only; build time only).
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -62,10 +66,21 @@ def _dedupe(anchors: list[Anchor]) -> list[Anchor]:
     best: dict[str, Anchor] = {}
     for anchor in anchors:
         key = _kernel_layout(anchor)
-        rank = (len(anchor.decode_sweep.batch_sizes), anchor.provenance.timestamp)
-        if key not in best or rank > (len(best[key].decode_sweep.batch_sizes), best[key].provenance.timestamp):
+        rank = (len(anchor.decode_points), len(anchor.decode_sweep.batch_sizes), anchor.provenance.timestamp)
+        held = best.get(key)
+        if held is None or rank > (len(held.decode_points), len(held.decode_sweep.batch_sizes),
+                                   held.provenance.timestamp):
             best[key] = anchor
     return sorted(best.values(), key=lambda a: a.id)
+
+
+def out_of_range(anchor: Anchor) -> str | None:
+    """Why an anchor may not be a default (METHOD §3.12 physical range), None when it may."""
+    if anchor.host_time_ms > HOST_MAX_MS:
+        return f"host time {anchor.host_time_ms:.0f} ms > {HOST_MAX_MS:.0f} ms"
+    if anchor.first_wave_stall_ms > MAX_STALL_MS:
+        return f"first-wave stall {anchor.first_wave_stall_ms:.0f} ms > {MAX_STALL_MS:.0f} ms"
+    return None
 
 
 def build(out: Path) -> tuple[list[Anchor], dict]:
@@ -78,9 +93,13 @@ def build(out: Path) -> tuple[list[Anchor], dict]:
         failures += [*corpus.failures, *built.failures]
         print(f"{fmt}: {corpus.n_rows} rows, {len(corpus.rows)} mapped, {len(built.anchors)} anchors, "
               f"{len(built.failures)} rows not anchorable")
-    shipped = _dedupe(anchors)
+    kept = _dedupe(anchors)
+    excluded = {a.id: why for a in kept if (why := out_of_range(a))}
+    shipped = [a for a in kept if a.id not in excluded]
+    for anchor_id, why in excluded.items():
+        print(f"left out of the defaults: {anchor_id}: {why}")
     _write(shipped, out)
-    return shipped, {"rows": rows, "failures": failures}
+    return shipped, {"rows": rows, "failures": failures, "excluded": excluded}
 
 
 def _write(anchors: list[Anchor], out: Path) -> None:
@@ -97,7 +116,7 @@ def _write(anchors: list[Anchor], out: Path) -> None:
     print(f"wrote {len(anchors)} anchors to {out} ({size / 1e6:.2f} MB)")
 
 
-def report(anchors: list[Anchor], rows, failures) -> dict:
+def report(anchors: list[Anchor], rows, failures, excluded) -> dict:
     """Reproduction of every source row with the shipped anchors, and stack coverage."""
     store = AnchorStore.from_anchors(anchors)
     used = {i for a in anchors for i in a.provenance.source_rows}
@@ -108,7 +127,7 @@ def report(anchors: list[Anchor], rows, failures) -> dict:
             continue
         prediction = predict_row(row, store)
         modes[str(prediction.mode)] += 1
-        if prediction.metrics is None or str(prediction.mode) != "anchored":
+        if prediction.metrics is None or prediction.anchor_id is None:
             continue
         m = row.measured
         for name, measured, key in (("tpot", m.tpot_ms_mean, "tpot_ms_mean"),
@@ -119,7 +138,7 @@ def report(anchors: list[Anchor], rows, failures) -> dict:
     stacks = Counter(r.stack for r in rows)
     anchored = {r.stack for r in rows if r.id in used}
     missing = sorted("/".join(s) for s in stacks if s not in anchored)
-    return {"modes": dict(modes),
+    return {"modes": dict(modes), "excluded": excluded,
             "ape": {k: {"n": len(v), "median": round(statistics.median(v), 2),
                         "p90": round(sorted(v)[int(0.9 * (len(v) - 1))], 2)} for k, v in apes.items()},
             "stacks": len(stacks), "stacks_without_anchor": missing,
@@ -141,7 +160,7 @@ def main() -> None:
         return
     anchors, data = build(args.out)
     if args.report:
-        summary = report(anchors, data["rows"], data["failures"])
+        summary = report(anchors, data["rows"], data["failures"], data["excluded"])
         args.report.write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
         print(json.dumps({k: v for k, v in summary.items() if k != "failures_by_reason"}, indent=2))
 

@@ -1,0 +1,102 @@
+"""Measure the error of every transfer kind on the dev corpora and ship it
+(`predictor/data/error_bars.json`, read by `predictor.uncertainty`), plus the protocol
+report `docs/SCORES.md` quotes.
+
+For each corpus (InferenceX and AIConfigurator dev, in the read-only `shared/` folder
+beside the checkout) every protocol of `inferasim score --protocol` runs with the
+product's own rule; the residuals ``log(measured / predicted)`` of its targets are pooled
+over both corpora under the transfer kind the protocol measures:
+
+| protocol | kind |
+|---|---|
+| in-ladder | in-ladder |
+| cross-width, tp4-to-8 | width |
+| cross-length | length |
+| load | load |
+| split | split |
+| precision | precision |
+| leave-model-out | cross-model |
+| none | none |
+
+and their 10th / 90th percentiles and median APE per metric family (TPOT, TTFT,
+throughput) are written. Rerun after the anchors or the model change; `--report FILE`
+writes every protocol's summary line per corpus (with the coverage of the intervals just
+written, `--coverage` re-scores once with them).
+
+Usage: python scripts/build_error_bars.py [--report FILE] [--coverage] [--protocols LIST]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from predictor.corpus.metrics import quantile
+from predictor.corpus.protocol_score import parse_protocols, score_protocols
+from predictor.corpus.protocols import PROTOCOLS
+from predictor.corpus.read import read_corpus
+from predictor.uncertainty import shipped_error_bars
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "predictor" / "data" / "error_bars.json"
+CORPORA = (("inferencex", SHARED_DATA / "inferencex" / "fixed_seq_runs_dev.csv"),
+           ("aiconfigurator", SHARED_DATA / "aiconfigurator" / "silicon_sample_dev.csv"))
+KIND_OF = {"in-ladder": "in-ladder", "cross-width": "width", "tp4-to-8": "width", "cross-length": "length",
+           "load": "load", "split": "split", "precision": "precision", "leave-model-out": "cross-model",
+           "none": "none"}
+
+
+def measure(protocols) -> tuple[dict, dict]:
+    pooled: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    report = {}
+    for name, path in CORPORA:
+        started = time.perf_counter()
+        rows = list(read_corpus(path, name).rows)
+        scored = score_protocols(rows, protocols)
+        report[name] = scored["protocols"]
+        for protocol, residuals in scored["residuals"].items():
+            for family, values in residuals.items():
+                pooled[KIND_OF[protocol]][family].extend(values)
+        print(f"{name}: {len(rows)} rows, {len(protocols)} protocols in {time.perf_counter() - started:.0f} s")
+    return pooled, report
+
+
+def error_bars(pooled: dict) -> dict:
+    kinds = {}
+    for kind, families in pooled.items():
+        kinds[kind] = {}
+        for family, values in families.items():
+            if not values:
+                continue
+            apes = [abs(math.exp(v) - 1.0) * 100.0 for v in values]   # |meas/pred - 1|, in %
+            kinds[kind][family] = {"q10": quantile(values, 0.1), "q90": quantile(values, 0.9),
+                                   "median_ape": statistics.median(apes), "rows": len(values)}
+    return {"source": "scripts/build_error_bars.py on InferenceX and AIConfigurator dev corpora", "kinds": kinds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--report", type=Path)
+    parser.add_argument("--coverage", action="store_true", help="re-score with the new intervals for the report")
+    parser.add_argument("--protocols", default="all")
+    args = parser.parse_args()
+    protocols = parse_protocols(args.protocols) if args.protocols != "all" else PROTOCOLS
+    pooled, report = measure(protocols)
+    OUT.write_text(json.dumps(error_bars(pooled), indent=1) + "\n", "utf-8")
+    print(f"wrote {OUT}")
+    if args.coverage:
+        shipped_error_bars.cache_clear()
+        _, report = measure(protocols)
+    if args.report:
+        args.report.write_text(json.dumps(report, indent=1) + "\n", "utf-8")
+        print(f"wrote {args.report}")
+
+
+if __name__ == "__main__":
+    main()
