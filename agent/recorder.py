@@ -134,6 +134,8 @@ def trial_from_record(record: TrialRecord, context: SearchContext) -> Trial:
         des_requests=record.des_requests, confirm_of=record.confirm_of, replications=record.replications,
         seed_intervals=None if record.seed_intervals is None else
         {key: (lo, hi) for key, (lo, hi) in record.seed_intervals.items()},
+        intervals=None if record.intervals is None else {key: (lo, hi) for key, (lo, hi) in record.intervals.items()},
+        transfer=record.transfer,
     )
 
 

@@ -112,6 +112,7 @@ def _priced(context: SearchContext, config: Configuration, phase: Phase,
         wall_ms=wall_ms, score=objective.signed_score(metrics), des_requests=des_requests,
         replications=max(1, replications) if prediction.seed_intervals else 1,
         seed_intervals=_intervals(prediction.seed_intervals),
+        intervals=_intervals(getattr(prediction, "intervals", None)), transfer=getattr(prediction, "transfer", None),
     )
 
 

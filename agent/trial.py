@@ -96,6 +96,8 @@ class Trial:
     confirm_of: int | None = None       # the search trial a confirm trial re-prices
     replications: int = 1               # DES replications its metrics are the mean of
     seed_intervals: dict[str, tuple[float, float]] | None = None   # 90% over replications, per metric
+    intervals: dict[str, tuple[float, float]] | None = None        # 80% from the transfer kind's measured error
+    transfer: str | None = None                                     # the prediction's primary transfer kind
 
     @property
     def priced(self) -> bool:
@@ -123,8 +125,15 @@ class Trial:
             "replications": self.replications,
             "seed_intervals": None if self.seed_intervals is None else
             {key: [lo, hi] for key, (lo, hi) in self.seed_intervals.items()},
+            "intervals": None if self.intervals is None else
+            {key: [lo, hi] for key, (lo, hi) in self.intervals.items()},
+            "transfer": self.transfer,
         }
 
     def interval(self, key: str) -> tuple[float, float] | None:
         """The 90% replication interval of metric ``key`` (None: one replication)."""
         return None if self.seed_intervals is None else self.seed_intervals.get(key)
+
+    def error_interval(self, key: str) -> tuple[float, float] | None:
+        """The 80% interval of metric ``key`` from its transfer kind's measured error."""
+        return None if self.intervals is None else self.intervals.get(key)

@@ -66,6 +66,10 @@ class TrialRecord(_Strict):
     replications: int = Field(1, ge=1, description="DES replications the metrics are the mean of")
     seed_intervals: dict[str, list[float]] | None = Field(
         None, description="90% interval of each metric's mean over the replications, [lo, hi] (null: one)")
+    intervals: dict[str, list[float]] | None = Field(
+        None, description="80% interval of each metric from the measured error of its transfer kind, [lo, hi]")
+    transfer: str | None = Field(None, description="the prediction's transfer kind (in-ladder, width, length, load, "
+                                                   "split, precision, cross-model, none)")
 
 
 class TrialSummary(_Strict):

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+
 from agent.cli.app import EXIT_USER_ERROR, app, cli_errors, console, err_console, print_json
 from agent.cli.info import JsonOpt, WideOpt
 from agent.cli.render import id_line, list_text, number, paragraph, print_wide, say, table
 from levers.catalog import parse_engine
 from predictor.anchors.anchor import Anchor
-from predictor.anchors.check import FOREIGN, INVALID, REFUSED, check_anchors, coverage_summary
+from predictor.anchors.check import FOREIGN, INVALID, REFUSED, check_anchors, coverage_summary, plain_coverage
 from predictor.anchors.store import AnchorStore, StoredAnchor
 from predictor.cards.registry import load_card
 from predictor.hardware import load_gpu, parse_cluster
@@ -145,8 +146,13 @@ def show_anchor(anchor_id: str = typer.Argument(..., help="Anchor id (see `infer
 def check(files: Optional[list[str]] = typer.Argument(None, help="Anchor files to validate (default: the store)."),
           cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="Report anchors of other GPUs as foreign."),
           engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Report other engines' anchors as foreign."),
+          plain: bool = typer.Option(False, "--plain-coverage", help=(
+              "Instead: how many stored anchors calibrate their own plain configuration in-ladder (widths, "
+              "precision and speculation named; every other lever left to the anchor's recipe).")),
           json_out: bool = JsonOpt) -> None:
     """Validate anchor files against the schema, or report the store's coverage and refusals."""
+    if plain:
+        return _plain(json_out)
     gpu = parse_cluster(cluster).gpu.name if cluster else None
     engine_name = str(parse_engine(engine)) if engine else None
     reports = check_anchors(files, cluster_gpu=gpu, engine=engine_name)
@@ -163,6 +169,16 @@ def check(files: Optional[list[str]] = typer.Argument(None, help="Anchor files t
                               f"{'; '.join(report.reasons)}", markup=False, highlight=False, soft_wrap=True)
     if invalid or unusable:  # a foreign anchor (another GPU or engine than --cluster/--engine) is not an error
         raise typer.Exit(EXIT_USER_ERROR)
+
+
+def _plain(json_out: bool) -> None:
+    found = plain_coverage(AnchorStore.default())
+    if json_out:
+        return print_json(found.to_json())
+    say(console, f"plain configurations anchored in-ladder by their own anchor: {found.anchored} of {found.total}")
+    for anchor_id, why in found.misses:
+        id_line(console, anchor_id)
+        paragraph(console, why, indent=4)
 
 
 def _render_reports(reports: list) -> None:

@@ -3,19 +3,24 @@ need no prediction, `check` (structural legality + memory) and `memory` (METHOD 
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Optional
 
 import typer
+
 from agent.cli.app import app, cli_errors, console, int_option, print_json
 from agent.cli.render import MISSING, number, objective_header, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, parse_config_text, parse_partial
+from levers.inputs import read_text
 from objectives.objectives import list_objectives
 from predictor.cards.registry import list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for
 from predictor.hardware import list_gpus
+from predictor.step.speculation import parse_acceptance
 from predictor.target import resolve_target
+from predictor.workload import WorkloadSpec
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 WideOpt = typer.Option(False, "--wide", help="One table with the ids in it (lines wider than the terminal).")
@@ -24,6 +29,18 @@ ModelOpt = typer.Option(..., "--model", "-m", help="Model name or alias, e.g. ki
 ClusterOpt = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]], default mi355x.")
 EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom or trtllm.")
 ConfigOpt = typer.Option(None, "--config", help="lever=value pairs, comma-separated; may repeat; @FILE reads a YAML/JSON mapping.")
+AcceptanceOpt = typer.Option(None, "--acceptance", help=(
+    "Speculative acceptance of this traffic (METHOD §3.8): L(1),L(2),... committed tokens per verify step, "
+    "k:AL pairs (e.g. 3:2.4), or a JSON/CSV file of them. Default: the measured curve of the model and "
+    "method; n-gram has none and takes a flagged conservative default."))
+
+
+def with_acceptance(spec: WorkloadSpec, acceptance: str | None) -> WorkloadSpec:
+    """The workload with the traffic's acceptance curve (`--acceptance`), if given."""
+    if acceptance is None:
+        return spec
+    reader = lambda path: read_text(path, "--acceptance file", max_bytes=1 << 20)  # noqa: E731
+    return dataclasses.replace(spec, acceptance=parse_acceptance(acceptance, reader))
 
 
 def _card_row(card) -> dict:

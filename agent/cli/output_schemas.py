@@ -49,6 +49,11 @@ QUANTITIES: dict[str, dict] = {
     "all_metrics": nullable({"type": "object", "additionalProperties": nullable(NUM)}),
     "intervals": {"type": "object", "additionalProperties": INTERVAL},
     "seed_intervals": nullable({"type": "object", "additionalProperties": INTERVAL}),
+    "transfer": nullable({"enum": ["in-ladder", "width", "length", "load", "split", "precision", "cross-model",
+                                   "none"]}),
+    "transfer_kinds": arr({"enum": ["in-ladder", "width", "length", "load", "split", "precision", "cross-model",
+                                    "none"]}),
+    "calibration": nullable(OBJ),
     "flags": arr(STR), "reasons": arr(STR), "reason": nullable(STR), "legal": BOOL, "source": nullable(STR),
     "wall_s": NUM, "wall_ms": NUM, "files": {"type": "object", "additionalProperties": STR},
     "launch_files": {"type": "object", "additionalProperties": STR},
@@ -109,7 +114,8 @@ def commands() -> dict[str, dict]:
         "report": command_schema("inferasim report --json", {"source": None, "report": STR, "bytes": INT}),
         "predict": command_schema("inferasim predict --json", {
             **TARGET, **_v("workload", "configuration", "configuration_text", "legal", "reasons", "mode", "flags",
-                           "source", "metrics", "all_metrics", "memory", "wall_ms", "seed_intervals"),
+                           "source", "metrics", "all_metrics", "memory", "wall_ms", "seed_intervals", "intervals",
+                           "transfer", "transfer_kinds", "calibration"),
             "anchor_id": nullable(STR), "breakdown": OBJ, "fusion_opportunities": arr(OBJ)},
             optional=("seed_intervals",)),
         "simulate": command_schema("inferasim simulate --json", {

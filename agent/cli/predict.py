@@ -11,16 +11,25 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+
 from agent.cli.app import SEED, app, cli_errors, console, int_option, print_json
+from agent.cli.info import (
+    AcceptanceOpt,
+    ClusterOpt,
+    ConfigOpt,
+    EngineOpt,
+    JsonOpt,
+    ModelOpt,
+    configuration_from_options,
+    with_acceptance,
+)
 from agent.cli.render import MISSING, number, paragraph, percent, say, table, with_interval
-from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
 from levers.configuration import Configuration
 from predictor.predict import default_store, predict
 from predictor.prediction import Prediction
 from predictor.target import Target, check_workload_context, resolve_target
 from predictor.units import US_PER_MS
 from predictor.workload import parse_workload
-
 
 # Shown in this order when predicted. TPOT and tok/s/user sit at the same statistic (the
 # median over requests) so tok/s/user = 1000 / TPOT; the mean of 1/TPOT is in --json.
@@ -62,12 +71,13 @@ def predict_command(
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs."),
     replications: int = typer.Option(PREDICT_REPLICATIONS, "--replications", parser=int_option("--replications", 1, 32),
                                      help="DES workload draws; metrics are their mean with a 90% interval."),
+    acceptance: Optional[str] = AcceptanceOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."""
     target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency)
-    spec = parse_workload(workload)
+    spec = with_acceptance(parse_workload(workload), acceptance)
     check_workload_context(target.card, spec.context_tokens, spec.name)
     result = predict(target, configuration, spec, seed=seed, replications=replications)
     if json_out:
@@ -97,16 +107,22 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
         console.print("metrics: null")
         return
     grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
-                        ("unit", "left")], wrap=(1,))
+                        ("80% interval", "right"), ("unit", "left")], wrap=(1,))
     for label, stat, key, unit in SHOWN_METRICS:
         if result.metrics.get(key) is not None:
-            grid.add_row(label, stat, with_interval(result.metrics[key], result.seed_intervals.get(key)), unit)
+            interval = result.intervals.get(key)
+            grid.add_row(label, stat, with_interval(result.metrics[key], result.seed_intervals.get(key)),
+                         f"{number(interval[0])}-{number(interval[1])}" if interval else MISSING, unit)
     paragraph(console, title, indent=0)
     console.print(grid)
     hits = result.breakdown.get("des", {}).get("hit_rate")
     if hits:
         say(console, "prefix hit rate: " + _hits(hits))
-    say(console, f"mode: {result.mode}; anchor: {result.anchor_id or MISSING}; source: {result.source}")
+    say(console, f"mode: {result.mode}; transfer: {result.transfer or MISSING} "
+                 f"({', '.join(result.transfer_kinds) or MISSING}); anchor: {result.anchor_id or MISSING}; "
+                 f"source: {result.source}")
+    say(console, "80% interval: from the measured error of this transfer kind (docs/SCORES.md); "
+                 "brackets after a value: the 90% interval over DES replications")
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
     memory = result.memory.to_json() if result.memory else {}

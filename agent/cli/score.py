@@ -12,8 +12,10 @@ from rich.table import Table
 
 from agent.cli.app import app, cli_errors, console, print_json
 from agent.cli.render import number, table
-from levers.errors import InputError
+from levers.errors import InputError, accepted_list
 from levers.inputs import quote, read_text
+from predictor.corpus.protocol_score import parse_protocols, score_protocols
+from predictor.corpus.protocols import ALL, PROTOCOLS, Protocol
 from predictor.corpus.read import CorpusRead, filter_rows, read_corpus
 from predictor.corpus.score import score_corpus
 from predictor.corpus.where import ACCEPTED as WHERE_ACCEPTED
@@ -24,6 +26,10 @@ FORMAT_HELP = ("Corpus format: inferencex, aiconfigurator, native, or auto (from
                "total_output_throughput / total_throughput); optional pp, ep, attention_dp, dcp, replicas, "
                "spec_method, spec_depth, disaggregated, prefill_layout, prefill_replicas, decode_layout, "
                "decode_replicas.")
+PROTOCOL_HELP = ("Score by protocol instead (anchors on one width / length / load / layout, predictions on the "
+                 "others): in-ladder, cross-width, tp4-to-8, cross-length, load, split, precision, none, "
+                 "leave-model-out, or all (comma-separated). One table: median and p90 error per metric, pair "
+                 "accuracy, 80%-interval coverage, absurd predictions, rows that cannot be expressed.")
 WHERE_HELP = ("Use the rows matching EXPR as anchor rows (e.g. 'pp=1', 'tp=8,concurrency<=64') instead of the "
               "default rule (alternate concurrencies of each deployment).")
 
@@ -105,15 +111,19 @@ def score(
     corpus: str = typer.Argument(..., help="Corpus CSV file."),
     fmt: str = typer.Option("auto", "--format", help=FORMAT_HELP),
     anchor_where: Optional[str] = typer.Option(None, "--anchor-where", help=WHERE_HELP),
+    protocol: Optional[str] = typer.Option(None, "--protocol", help=PROTOCOL_HELP),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Score the predictor on a measured corpus: anchors from its rows, predictions for the rest."""
+    protocols = _protocols(protocol) if protocol is not None else None
     read_text(corpus, "corpus", expected=CORPUS_EXPECTED)   # bounded, UTF-8: before the reader streams it
     try:
         read = read_corpus(corpus, fmt)
     except InputError as error:
         raise InputError(error.what, error.problem, error.accepted or CORPUS_EXPECTED) from None
     check_scorable(read, anchor_where)
+    if protocols is not None:
+        return _score_protocols(read, protocols, json_out)
     report = replace(score_corpus(read.rows, failures=read.failures, anchor_where=anchor_where),
                      source=read.path, format=read.format)
     data = report.to_json()
@@ -126,3 +136,40 @@ def score(
         for reason, count in data["failures"]["by_reason"].items():
             failures.add_row(str(count), reason)
         console.print(failures)
+
+
+def _protocols(text: str) -> tuple[Protocol, ...]:
+    try:
+        found = parse_protocols(text)
+    except ValueError:
+        found = ()
+    if not found:
+        raise InputError("--protocol", f"unknown protocol {quote(text)}", accepted_list([*PROTOCOLS, ALL]))
+    return found
+
+
+def _score_protocols(read: CorpusRead, protocols: tuple[Protocol, ...], json_out: bool) -> None:
+    data = score_protocols(list(read.rows), protocols)
+    data.update(corpus=read.path, format=read.format)
+    if json_out:
+        return print_json(data)
+    console.print(protocol_table(data))
+
+
+def protocol_table(data: dict) -> Table:
+    """One line per protocol (PROTOCOL_HELP)."""
+    grid = table(f"Score of {data['corpus']} ({data['format']}) by protocol",
+                 [("protocol", "left"), ("rows", "right"), ("not expressed", "right"),
+                  ("TPOT % median / p90", "right"), ("out tok/s/GPU % median / p90", "right"),
+                  ("mean TTFT % median / p90", "right"), ("pair accuracy", "right"),
+                  ("in 80% interval TPOT / tput / TTFT", "right"), ("absurd", "right")])
+    for line in data["protocols"]:
+        cover = line["interval_coverage"]
+        grid.add_row(
+            line["protocol"], str(line["n"]), str(line["n_unexpressed"]),
+            f"{_pct(line['tpot_median_ape'])} / {_pct(line['tpot_p90_ape'])}",
+            f"{_pct(line['throughput_median_ape'])} / {_pct(line['throughput_p90_ape'])}",
+            f"{_pct(line['ttft_median_ape'])} / {_pct(line['ttft_p90_ape'])}", _ratio(line["pair_accuracy"]),
+            " / ".join(_ratio(cover[m]) for m in ("tpot", "throughput", "ttft")),
+            str(sum(line["absurd"].values())))
+    return grid

@@ -192,17 +192,20 @@ def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_key
                 tied: set[int] | None = None) -> Table:
     """One row per trial; a replicated trial (the confirm step) shows each metric as
     ``value [lo-hi]``, its mean and 90% interval over replications, and ``rank`` says
-    whether it is the best or ties it (the intervals overlap)."""
+    whether it is the best or ties it (the intervals overlap). ``80%`` is the objective's
+    interval from the measured error of the trial's transfer kind (`predictor.uncertainty`)."""
     metrics_shown = metric_columns(list(slo_keys))
     grid = table(title, [("#", "right"), ("found\nby", "left"), (objective_header(goal), "right"),
-                         *((header, "right") for header, _ in metrics_shown), ("SLOs", "left"), ("rank", "left"),
-                         ("mode", "left")])
+                         ("80%", "right"), *((header, "right") for header, _ in metrics_shown), ("SLOs", "left"),
+                         ("rank", "left"), ("mode", "left")])
     for position, trial in enumerate(trials):
         metrics = trial.metrics or {}
         values = [with_interval(metrics.get(key), trial.interval(key)) for _, key in metrics_shown]
         rank = "best" if position == 0 and trial.slo_met else "tie" if trial.index in (tied or set()) else MISSING
+        error = trial.error_interval(goal.metric)
         grid.add_row(str(trial.index), _found_by(trial), with_interval(trial.objective_value, trial.interval(goal.metric)),
-                     *values, _slo_text(trial), rank, trial.mode or MISSING)
+                     f"{number(error[0])}-{number(error[1])}" if error else MISSING, *values, _slo_text(trial), rank,
+                     f"{trial.mode or MISSING}" + (f" ({trial.transfer})" if trial.transfer else ""))
     return grid
 
 

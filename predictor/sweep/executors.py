@@ -33,11 +33,14 @@ from predictor.sweep.space import SpaceOptions, SweepPlan, build_plan
 from predictor.target import Target, resolve_target
 from predictor.workload import WorkloadSpec
 
-# What a point keeps of a prediction, in this order (NaN when not predicted).
+# What a point keeps of a prediction, in this order (NaN when not predicted); `_lo` / `_hi`
+# are the bounds of the metric's 80% interval (predictor.uncertainty).
+INTERVAL_METRICS = ("throughput_per_gpu", "output_throughput_per_gpu", "interactivity_p50", "ttft_ms_mean")
 POINT_METRICS: tuple[str, ...] = (
     "throughput_per_gpu", "interactivity_p50", "interactivity_mean", "output_throughput_per_gpu",
     "ttft_ms_mean", "tpot_ms_mean", "tpot_ms_p50", "itl_ms_mean", "e2e_ms_mean", "ttft_ms_p90", "itl_ms_p90",
     "max_concurrency", "memory_per_gpu_gb",
+    *(f"{key}_{bound}" for key in INTERVAL_METRICS for bound in ("lo", "hi")),
 )
 SELECTION_METRIC = "throughput_per_gpu"
 CHUNKS_PER_WORKER = 8        # enough chunks to balance uneven groups and move the progress bar
@@ -112,9 +115,18 @@ def price_group(target: Target, plan: SweepPlan, index: int, job: SweepJob, pred
     if best is None:
         return GroupResult(index, None, None, None, (), len(variants), reason)
     _, variant, prediction = best
-    metrics = tuple(_finite_or(prediction.metrics.get(key), math.nan) for key in POINT_METRICS)
+    metrics = tuple(_finite_or(_point_value(prediction, key), math.nan) for key in POINT_METRICS)
     mode = str(prediction.mode) if prediction.mode is not None else None
     return GroupResult(index, variant, mode, prediction.source, metrics, len(variants))
+
+
+def _point_value(prediction: Any, key: str) -> Any:
+    """A metric, or a bound of its 80% interval (``..._lo`` / ``..._hi``)."""
+    base, _, bound = key.rpartition("_")
+    if bound in ("lo", "hi") and base in INTERVAL_METRICS:
+        interval = getattr(prediction, "intervals", {}).get(base)
+        return None if interval is None else interval[0 if bound == "lo" else 1]
+    return prediction.metrics.get(key)
 
 
 def _finite_or(value: Any, default: float) -> float:
