@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from agent.cli.app import app, cli_errors, console, int_option, print_json
-from agent.cli.render import MISSING, number, objective_header, table
+from agent.cli.render import MISSING, number, objective_header, paragraph, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, parse_config_text, parse_partial
 from levers.inputs import read_text
@@ -160,7 +160,7 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
     else:
         console.print(f"[red]illegal[/red]: {configuration.describe()}")
         for reason in result.reasons:
-            console.print(f"  - {reason}", markup=False)
+            paragraph(console, reason, first="  - ")
     if not result.legal:
         raise typer.Exit(1)
 

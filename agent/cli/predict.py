@@ -103,7 +103,7 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
     if result.metrics is None:
         console.print(f"[red]does not fit / illegal[/red]: {title}")
         for reason in result.reasons:
-            console.print(f"  - {reason}", markup=False)
+            paragraph(console, reason, first="  - ")
         console.print("metrics: null")
         return
     grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
