@@ -9,10 +9,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-import agent.mix.planner
 from agent.cli.main import app
-from tests.agent.mix.test_planner import GPT_OSS_CANDIDATES, fake_predict
 from tests.agent.report.browser import Browser, chromium_path
+from tests.agent.report.test_report import plan_mix_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 runner = CliRunner()
@@ -52,14 +51,7 @@ def test_tune_then_report_renders_in_chromium(chromium, tmp_path):
 
 
 def test_a_plan_mix_report_renders_in_chromium(chromium, monkeypatch, tmp_path):
-    monkeypatch.setattr(agent.mix.planner, "default_predict_fn", lambda: fake_predict)
-    models = tmp_path / "models.yaml"
-    models.write_text(GPT_OSS_CANDIDATES)
-    report = tmp_path / "plan.json"
-    assert runner.invoke(app, ["plan-mix", str(models), "--workers", "1", "--out", str(report)]).exit_code == 0
-    page = tmp_path / "mix.html"
-    assert runner.invoke(app, ["report", str(report), "-o", str(page)]).exit_code == 0
-    loaded = chromium.load(page.as_uri(), SELECTORS)
+    loaded = chromium.load(plan_mix_page(monkeypatch, tmp_path).as_uri(), SELECTORS)
     assert loaded["errors"] == []
     assert loaded["counts"]["figure svg"] == 4 and loaded["counts"]["table tbody tr"] >= 10
     assert looks_drawn(loaded["png"])[2] > 0.05

@@ -94,7 +94,8 @@ def test_a_search_page_has_every_part_and_loads_nothing(ledger, tmp_path):
     assert "vllm serve Qwen/Qwen3-30B-A3B" in text
 
 
-def test_a_plan_mix_page(monkeypatch, tmp_path):
+def plan_mix_page(monkeypatch, tmp_path) -> Path:
+    """plan-mix (fake predictor) -> its JSON report -> the report page; the page's path."""
     monkeypatch.setattr(agent.mix.planner, "default_predict_fn", lambda: fake_predict)
     models = tmp_path / "models.yaml"
     models.write_text(GPT_OSS_CANDIDATES)
@@ -103,7 +104,11 @@ def test_a_plan_mix_page(monkeypatch, tmp_path):
     out = tmp_path / "mix.html"
     result = runner.invoke(app, ["report", str(report), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    text = out.read_text()
+    return out
+
+
+def test_a_plan_mix_page(monkeypatch, tmp_path):
+    text = plan_mix_page(monkeypatch, tmp_path).read_text()
     page = outline(text)
     assert page.headings == ["The plan", "Tier realtime", "Tier interactive", "Tier responsive", "Tier bulk",
                              "Illegal candidates", "Deploy the picks"]
