@@ -19,8 +19,8 @@ main{max-width:1180px;margin:0 auto;padding:24px 28px 60px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:34px 0 8px;border-bottom:1px solid #d9dee3;padding-bottom:4px}
 .sub{color:#5b6570;margin:0 0 18px}
 table{border-collapse:collapse;width:100%;margin:8px 0 14px;background:#fff;font-size:13px}
-th,td{border:1px solid #e1e5ea;padding:5px 8px;text-align:left;vertical-align:top}
-th{background:#f0f3f6;cursor:pointer;white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #e1e5ea;padding:5px 8px;text-align:left;vertical-align:top;overflow-wrap:break-word}
+th{background:#f0f3f6;cursor:pointer}td.n{text-align:right;font-variant-numeric:tabular-nums}
 tr.best td{background:#eef7ee}code,pre{font:12px ui-monospace,Menlo,Consolas,monospace}
 pre{background:#fff;border:1px solid #e1e5ea;padding:8px 10px;white-space:pre-wrap;word-break:break-all}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:3px 16px;margin:6px 0}dt{color:#5b6570}dd{margin:0}

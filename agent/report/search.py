@@ -3,9 +3,10 @@ with their intervals and modes, the Pareto plot of every priced trial, the trial
 time by phase, rejections by reason, the harvest hints a rank-only answer needs, the
 deploy lines of the best, and the LLM's notes.
 
-Intervals: a DES trial carries a 90% interval over its replications (`seed_intervals`),
-shown as `value [lo-hi]`; the predictor's own error interval (issue 12's `intervals`)
-joins it when ledgers record it. The Pareto plot marks the frontier among trials that
+Intervals: a metric shows as `value [lo-hi]` with its 80% interval from the measured
+error of the prediction's transfer kind (`intervals`; the kind is shown beside the mode);
+the objective's 90% interval over the DES replications (`seed_intervals`) has its own
+column. The Pareto plot marks the frontier among trials that
 meet the search's SLOs with a mean TTFT under 10 s (`predictor.sweep.frontier`).
 """
 
@@ -16,7 +17,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from agent.cli.app import package_version
-from agent.cli.render import config_text, metric_header, objective_header, percent, with_interval
+from agent.cli.render import config_text, metric_header, number, objective_header, percent, with_interval
 from agent.deploy.plan import try_plan
 from agent.harvest_hints import harvest_plan
 from agent.report import figures
@@ -49,9 +50,11 @@ def search_page(ledger: Ledger, top: int = TOP) -> str:
         section("The outcome", _outcome(ledger, unit)),
         section(f"Best trials (top {len(best_trials)} of {len(ledger.trials)})",
                 _best_table(ledger, best_trials, unit),
-                paragraph("Values with [lo-hi] carry the 90% interval over the DES replications of that trial; "
-                          "TPOT and tok/s/user are the median over requests (tok/s/user = 1000 / TPOT, per "
-                          "request). Rank-only numbers only order candidates (METHOD §2).", "note")),
+                paragraph("value [lo-hi]: the 80% interval from the measured error of the prediction's transfer "
+                          "kind (in brackets beside the mode); the 90% column is the spread of the objective over "
+                          "the trial's DES replications. TPOT and tok/s/user are the median over requests "
+                          "(tok/s/user = 1000 / TPOT, per request). Rank-only numbers only order candidates "
+                          "(METHOD §2).", "note")),
         section("Deploy the best", _deploy(ledger, target)),
         section("Pareto frontier of the priced trials", _pareto(ledger, target)),
         section("Trials over time", _over_time(ledger, unit)),
@@ -93,18 +96,20 @@ def _outcome(ledger: Ledger, unit: str) -> str:
 def _best_table(ledger: Ledger, trials: list[TrialRecord], unit: str) -> str:
     slo_keys = [slo.key for slo in parse_slos(ledger.slos) if slo.key not in METRIC_KEYS]
     keys = (*METRIC_KEYS, *slo_keys)
-    headers = ["rank", "trial", "phase", f"objective {unit}",
-               *(metric_header(k).replace("\n", " ") for k in keys), "SLOs", "mode", "configuration"]
+    headers = ["rank", "trial", "phase", f"objective {unit}", "objective 90% over DES runs",
+               *(metric_header(k).replace("\n", " ") for k in keys), "SLOs", "mode (transfer)", "configuration"]
+    objective_key = resolve_objective(ledger.objective).metric
     rows, classes = [], []
     for rank, record in enumerate(trials, start=1):
-        metrics = record.metrics or {}
-        intervals = record.seed_intervals or {}
-        objective_key = resolve_objective(ledger.objective).metric
+        metrics, intervals = record.metrics or {}, record.intervals or {}
+        replicated = (record.seed_intervals or {}).get(objective_key)
         rows.append([
             rank, f"#{record.index}", record.phase,
             Cell.of(record.objective_value, with_interval(record.objective_value, intervals.get(objective_key))),
+            Cell.of(replicated[0] if replicated else None,
+                    f"{number(replicated[0])}-{number(replicated[1])}" if replicated else "-"),
             *(Cell.of(metrics.get(k), with_interval(metrics.get(k), intervals.get(k))) for k in keys),
-            _slo_text(record), record.mode or "-",
+            _slo_text(record), f"{record.mode or '-'} ({record.transfer or '-'})",
             config_text(configuration_from_dict(record.configuration)) if record.configuration else "-",
         ])
         classes.append("best" if ledger.best and record.index == ledger.best.index else "")
