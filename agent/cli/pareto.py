@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, output_dir, print_json
 from agent.cli.chart import frontier_chart, key_of
@@ -103,11 +103,13 @@ def frontier_rule(ttft_max: str, slos: list[str] | None) -> FrontierRule:
 
 
 class _progress:
-    """A rich progress bar over groups when enabled; a no-op callback otherwise."""
+    """A rich progress bar over groups, with the time remaining at the rate so far (an
+    agentic sweep runs the DES per point: minutes), when enabled; a no-op callback otherwise."""
 
     def __init__(self, enabled: bool) -> None:
         self.bar = Progress(TextColumn("pricing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=console, transient=True) if enabled else None
+                            TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True) \
+            if enabled else None
 
     def __enter__(self) -> ProgressFn | None:
         if self.bar is None:

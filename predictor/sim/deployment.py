@@ -99,6 +99,8 @@ def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpu
         return Deployment(entry, None, None, config.total_gpus, shared)
     prefill_config, decode_config = pools
     prefill = _pool("prefill", prefill_config, inputs, bill_host_on_prefill=True, shared=shared)
+    for replica in prefill.replicas:
+        replica.admits_for_decode = True
     decode = _pool("decode", decode_config, inputs)
     decode.ttft_host_share = 0.5
     decode.host = HostTimes(decode.host.fixed_us, 0.0)

@@ -86,9 +86,11 @@ class SharedHostPool:
         blocks = request.num_blocks
         if not blocks:
             return
-        ids = _with_checkpoint(request.block_ids, blocks, self.checkpoint_blocks) \
-            if self.checkpoint_blocks else request.block_ids
-        self.cache.insert(ids, 0, len(ids))
+        stored = self.cache.match(request.block_ids, blocks)[1]
+        self.cache.insert(request.block_ids, stored, blocks)      # only what the pool lacks
+        if self.checkpoint_blocks:         # its own node: a later prompt branches off the prompt, not it
+            ids = _with_checkpoint(request.block_ids, blocks, self.checkpoint_blocks)
+            self.cache.insert(ids, blocks, len(ids))
         self.num_stored += 1
         overflow = self.cache.num_hbm_blocks - self.size.capacity_blocks
         if overflow > 0:

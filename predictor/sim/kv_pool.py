@@ -137,6 +137,13 @@ class KvPool:
             request.pinned_blocks = 0
 
     # -- host tiers -------------------------------------------------------------------
+    def fetchable(self, request: Request) -> int:
+        """Leading blocks the shared host pool would add to what HBM holds (0: none)."""
+        if self.shared is None:
+            return 0
+        stored = self.shared.usable_blocks(request)
+        return stored if stored > self.match(request)[0] else 0
+
     def load_from_host(self, request: Request, stop: int) -> int:
         """Blocks ids[:stop] fetched from the shared host pool into HBM (those not resident
         any more or yet), making room; returns how many were added."""

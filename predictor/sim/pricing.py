@@ -7,18 +7,23 @@ decoder's by ``L(k)`` tokens, every chunked prompt's prior by its chunk. The run
 in a few segments at their middle step (step costs are close to linear in context, so
 the middle step prices the segment's sum); a one-step batch is priced at its own shape.
 
-Prices are cached per step model on the shape rounded to :data:`CONTEXT_BUCKETS` steps
-per doubling of context (<= 0.4% off in context, so far less in step time): an agentic
-run revisits the same (tokens, batch, context) thousands of times. ``exact=True`` turns
-rounding and caching off and runs of mixed or prefill steps are not merged (each is its
-own event, as before the speed work): the reference that work is checked against
-(benchmarks/bench_des.py).
+An agentic run asks about the same (batch, prefill tokens) at thousands of contexts.
+Prices are learned per step model and key as an affine function of the decode and
+prior contexts from the model's own answers (`price_fit`: checked against further real
+answers, retired on any disagreement); prefill tokens are rounded to
+:data:`CONTEXT_BUCKETS` steps per doubling (<= 0.4%). A key without a trusted fit is
+priced by the step model on contexts rounded the same way, and cached. ``exact=True``
+turns rounding, fits and caching off and does not merge runs of mixed or prefill steps
+(each is its own event, as before the speed work): the reference the fast path is
+checked against (benchmarks/bench_des.py). `settle_flags` replays, at the end, the
+extreme contexts each fit answered for, so every flag the model would raise is raised.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from predictor.sim.price_fit import AffineFit
 from predictor.step.cost import StepModel
 
 RUN_SEGMENTS = 4            # at most this many pricing points per run ...
@@ -52,29 +57,52 @@ def rounded(tokens: float) -> float:
 
 
 class StepPricer:
-    """One step model's prices, cached on rounded shapes (shared by a pool's replicas)."""
+    """One step model's prices, fitted or cached (shared by a pool's replicas)."""
 
     def __init__(self, model: StepModel, exact: bool = False) -> None:
         self.model = model
         self.exact = exact
         self._cache: dict[tuple, float] = {}
-        self.calls = 0               # step-model calls made (cache misses)
+        self._fits: dict[tuple, AffineFit] = {}
+        self.calls = 0               # step-model calls made
 
     def step_us(self, shape: StepShape, offset: float = 0.0) -> float:
         """The step ``offset`` steps into the run."""
         ctx = shape.context_tokens + shape.context_growth * offset
         prior = shape.prior_tokens + shape.prior_growth * offset
-        if not self.exact:
-            ctx, prior = rounded(ctx), rounded(prior)
-        key = (shape.decode_batch, ctx, shape.prefill_tokens, shape.num_seqs, prior, shape.mixes)
+        batch, tokens, seqs, mixes = shape.decode_batch, shape.prefill_tokens, shape.num_seqs, shape.mixes
+        if self.exact:
+            return self._price(batch, ctx, tokens, seqs, prior, mixes)
+        tokens = int(rounded(tokens))
+        key = (batch, tokens, seqs, mixes)
+        fit = self._fits.get(key)
+        if fit is None:
+            fit = self._fits[key] = AffineFit()
+        fitted = fit.answer(ctx, prior)
+        if fitted is not None:
+            return fitted
+        if fit.retired:
+            return self._cached(batch, rounded(ctx), tokens, seqs, rounded(prior), mixes)
+        us = self._price(batch, ctx, tokens, seqs, prior, mixes)
+        fit.learn(ctx, prior, us)
+        return us
+
+    def _cached(self, batch: int, ctx: float, tokens: int, seqs: int, prior: float, mixes: bool) -> float:
+        key = (batch, ctx, tokens, seqs, prior, mixes)
         cached = self._cache.get(key)
         if cached is None:
-            cached = self._price(shape.decode_batch, ctx, shape.prefill_tokens, shape.num_seqs, prior, shape.mixes)
-            if not self.exact:
-                if len(self._cache) >= PRICE_CACHE_LIMIT:
-                    self._cache.clear()
-                self._cache[key] = cached
+            if len(self._cache) >= PRICE_CACHE_LIMIT:
+                self._cache.clear()
+            cached = self._cache[key] = self._price(batch, ctx, tokens, seqs, prior, mixes)
         return cached
+
+    def settle_flags(self) -> None:
+        """Price, once, the extreme shapes each fit answered for: a flag that depends on the
+        distance from the anchor's context is raised as the real calls would have."""
+        for (batch, tokens, seqs, mixes), fit in self._fits.items():
+            if fit.answered:
+                for ctx, prior in fit.extremes():
+                    self._price(batch, ctx, tokens, seqs, prior, mixes)
 
     def _price(self, batch: int, ctx: float, tokens: int, seqs: int, prior: float, mixes: bool) -> float:
         model = self.model

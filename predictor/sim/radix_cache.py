@@ -14,7 +14,9 @@ matches, since it names its prefix), and inserting or evicting a run only slices
 - a pinned path ends at a node end (`pin` splits the node there); a pin on the last
   node protects the whole path, since its ancestors are never leaves;
 - a node's stamp is its last use; an evicted leaf hands its stamp to its parent, which
-  is then the least recently used candidate when its other children are older.
+  is then the least recently used candidate when its other children are older;
+- paths are compressed: an unpinned, wholly HBM-resident node with a single child absorbs
+  it, so a session of many turns is one or two nodes, not one per turn.
 Eviction truncates a leaf's tail by exactly the blocks needed (block-accurate).
 """
 
@@ -171,7 +173,27 @@ class LeafFirstCache:
             node = self._node_at(ids, num_blocks)
             node.pins -= 1
             self._stamp(node)
+            if not node.pins:
+                self._absorb_child(node)
             self._push_hbm(node)
+
+    def _absorb_child(self, node: _Node) -> None:
+        """Path compression: an unpinned, wholly HBM-resident node with one child takes the
+        child's run (and its children, pins and stamp). A session's turns would otherwise
+        leave a chain of one node per turn that every lookup walks; eviction order is
+        unchanged (the child's tail went first, then the node's, at the later stamp)."""
+        if len(node.children) != 1 or node.parent is None or node.hbm_len != len(node.keys):
+            return
+        (child,) = node.children.values()
+        node.keys.extend(child.keys)
+        node.hbm_len += child.hbm_len
+        node.children, node.hbm_kids, node.pins = child.children, child.hbm_kids, child.pins
+        for grandchild in node.children.values():
+            grandchild.parent = node
+        node.stamp = max(node.stamp, child.stamp)
+        child.keys, child.children, child.parent, child.hbm_len, child.pins = [], {}, None, 0, 0
+        self._hint(node.keys[-1], node)
+        self._push_dram(node)
 
     def insert(self, ids: Sequence[int], start: int, stop: int) -> int:
         if stop <= start:

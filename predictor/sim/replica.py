@@ -103,6 +103,8 @@ class Replica:
         self.scheduler = scheduler
         self.pricer = pricer
         self.merges_runs = not pricer.exact     # ReplicaView: merge repeated prefill/mixed steps
+        self.admits_for_decode = False          # a disaggregated prefill replica (set by the deployment)
+        self.fetches_shared = any(rank.pool.shared is not None for rank in ranks)
         self.limits = limits
         self.recorder = recorder
         self.dp = len(ranks)

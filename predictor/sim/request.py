@@ -59,6 +59,7 @@ class Request:
         "first_token_us",
         "hit_blocks",
         "host_us",
+        "is_fetched",
         "is_kv_ready",
         "is_prefilled",
         "is_reserved",
@@ -124,7 +125,8 @@ class Request:
         self.reserved_tokens = 0     # ... that many (held apart from the prefill rank's pages)
         self.is_prefilled = False    # ... and its prompt is computed (the hand-off waits for both)
         self.prefill_work = 0        # tokens to compute, as routed (the prefill router's load)
-        self.load_target = 0         # leading blocks a load from the shared host pool brings
+        self.load_target = 0         # leading blocks a fetch from the shared host pool brings
+        self.is_fetched = False      # the scheduler has checked (and fetched) its shared-pool prefix
 
     def __repr__(self) -> str:
         return f"Request({self.rid}, isl={self.prompt_tokens}, osl={self.output_tokens})"

@@ -136,6 +136,8 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
                  now_us: float) -> list[tuple[Request, int]]:
     """Continue admitted prompts, then admit waiting requests while budget, cap and KV allow."""
     chunks: list[tuple[Request, int]] = []
+    if not rank.prefilling and not rank.waiting:
+        return chunks               # a decode-only rank (most of a wide attention-DP pool)
     for request in rank.prefilling:
         limit = limits.chunk_tokens if profile.chunks_prefill else budget
         take = min(request.prefill_target - request.prefilled, limit, budget)
@@ -148,6 +150,15 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
             if budget <= 0:
                 break
             if not profile.chunks_prefill and chunks and rank.pool.prefill_need(request) > budget:
+                break
+        if not request.is_kv_ready and not request.is_fetched and rank.pool.shared is not None:
+            if rank.num_loading or rank.fetching:
+                break                       # one fetch at a time: the queue waits for its head
+            request.is_fetched = True
+            request.load_target = rank.pool.fetchable(request)
+            if request.load_target:         # fetch its prefix first, then admit it
+                rank.waiting.remove(request)
+                rank.fetching.append(request)
                 break
         if not request.is_kv_ready and not rank.pool.try_admit(request):
             break
@@ -214,7 +225,8 @@ class MixedScheduler:
         for rank in replica.ranks:
             budget = limits.token_budget - rank.num_decoders * limits.decode_tokens
             chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
-            work.append(RankWork(rank, tuple(chunks), rank.num_decoders > 0))
+            if chunks or rank.num_decoders:     # an idle rank adds nothing to the step
+                work.append(RankWork(rank, tuple(chunks), rank.num_decoders > 0))
         return _batch(work, replica.merges_runs)
 
 
@@ -231,7 +243,8 @@ class PrefillFirstScheduler:
             budget = min(budget, limits.chunk_tokens)
         for rank in replica.ranks:
             chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
-            work.append(RankWork(rank, tuple(chunks), not chunks and rank.num_decoders > 0))
+            if chunks or rank.num_decoders:
+                work.append(RankWork(rank, tuple(chunks), not chunks and rank.num_decoders > 0))
         return _batch(work, replica.merges_runs)
 
 
@@ -251,10 +264,11 @@ def advance(work: tuple[RankWork, ...], start_us: float, first_step_us: float,
         num_steps += count
     finished: list[Request] = []
     prefilled: list[Request] = []
+    decoding = [w.rank for w in work if w.decodes]
+    if decoding:
+        finished.extend(_advance_decoders(decoding, start_us + first_step_us, end_us, segments, num_steps, recorder))
     for w in work:
         rank = w.rank
-        if w.decodes:
-            finished.extend(_advance_decoders(rank, start_us + first_step_us, end_us, segments, recorder))
         for request, take in w.chunks:
             request.prefilled += take * num_steps
             if request.prefilled < request.prefill_target:
@@ -277,26 +291,35 @@ def advance(work: tuple[RankWork, ...], start_us: float, first_step_us: float,
     return StepOutcome(tuple(finished), tuple(prefilled))
 
 
-def _advance_decoders(rank: Rank, first_end_us: float, end_us: float,
-                      segments: tuple[tuple[int, float], ...], recorder: Recorder) -> list[Request]:
-    established = rank.num_measured - len(rank.fresh)
-    if established:
-        recorder.itl(first_end_us - rank.last_decode_end_us, established)
-    for request in rank.fresh:
-        recorder.itl(first_end_us - request.first_token_us, 1)
-    rank.fresh.clear()
-    steps = 0
-    for index, (count, step_us) in enumerate(segments):
-        later = count - 1 if index == 0 else count
-        if later and rank.num_measured:
-            recorder.itl(step_us, later * rank.num_measured)
-        steps += count
-    tokens_per_step = rank.tokens_per_step
-    recorder.count_tokens(0.0, steps * tokens_per_step * rank.num_decoders)
-    rank.step += steps
-    rank.last_decode_end_us = end_us
-    done = rank.pop_finished()
-    for request in done:
-        excess = request.steps_needed * tokens_per_step - (request.output_tokens - 1)
-        recorder.count_tokens(0.0, -excess)
+def _advance_decoders(ranks: list[Rank], first_end_us: float, end_us: float,
+                      segments: tuple[tuple[int, float], ...], num_steps: int, recorder: Recorder) -> list[Request]:
+    """Every decoding rank emits ``num_steps`` steps' tokens. ITL samples are (gap, weight):
+    the lockstep ranks' identical gaps are recorded once with their summed weight."""
+    gaps: dict[float, float] = {}
+    measured = tokens = 0.0
+    done: list[Request] = []
+    for rank in ranks:
+        established = rank.num_measured - len(rank.fresh)
+        if established:
+            gap = first_end_us - rank.last_decode_end_us
+            gaps[gap] = gaps.get(gap, 0.0) + established
+        for request in rank.fresh:
+            recorder.itl(first_end_us - request.first_token_us, 1)
+        rank.fresh.clear()
+        measured += rank.num_measured
+        tokens_per_step = rank.tokens_per_step
+        tokens += num_steps * tokens_per_step * rank.num_decoders
+        rank.step += num_steps
+        rank.last_decode_end_us = end_us
+        for request in rank.pop_finished():
+            tokens -= request.steps_needed * tokens_per_step - (request.output_tokens - 1)
+            done.append(request)
+    for gap, weight in gaps.items():
+        recorder.itl(gap, weight)
+    if measured:
+        for index, (count, step_us) in enumerate(segments):
+            later = count - 1 if index == 0 else count
+            if later:
+                recorder.itl(step_us, later * measured)
+    recorder.count_tokens(0.0, tokens)
     return done

@@ -128,35 +128,45 @@ class Simulation:
         stored = deployment.shared_pool.usable_blocks(request) if deployment.shared_pool is not None else 0
         request.prefill_work = request.prompt_tokens - max(hbm, stored, resident) * rank.pool.shape.block_tokens
         rank.outstanding_prefill_tokens += request.prefill_work
-        if stored > hbm and rank.net_link is not None:
-            return out + [(self._network_load(request, rank, pool, hbm, stored), LoadDone(request, rank))]
         if resident > hbm and rank.host_link is not None:
             num_bytes = (resident - hbm) * rank.pool.shape.block_tokens * pool.capacity.kv_bytes_per_token
             rank.num_loading += 1
             return out + [(rank.host_link.load(self.now_us, num_bytes), LoadDone(request, rank))]
         return out + self._enqueue(request, rank, pool)
 
-    def _network_load(self, request: Request, rank: Rank, pool: Pool, hbm: int, stored: int) -> float:
-        """Queue a load of ids[hbm:stored] (and the state checkpoint) from the shared host
-        pool; return when the request may be scheduled (layer-by-layer overlap, `host_pool`)."""
+    def _fetches(self, replica: Replica) -> list[tuple[float, Event]]:
+        """Start the shared-pool fetches the scheduler asked for: when a request reaches the
+        head of its queue (a prefetch; loading at arrival would see a long queue evict the
+        blocks again before admission)."""
+        out: list[tuple[float, Event]] = []
+        for rank in replica.ranks:
+            for request in rank.fetching:
+                out.append((self._network_load(request, rank, self.deployment.entry), LoadDone(request, rank)))
+            rank.fetching.clear()
+        return out
+
+    def _network_load(self, request: Request, rank: Rank, pool: Pool) -> float:
+        """Queue a load of the request's missing prefix (and its state checkpoint) from the
+        shared host pool; return when it may be scheduled (layer-by-layer overlap, `host_pool`)."""
         block_tokens, capacity = rank.pool.shape.block_tokens, pool.capacity
+        hbm, stored = rank.pool.match(request)[0], request.load_target
         per_gpu = (stored - hbm) * block_tokens * capacity.kv_bytes_per_token
         per_gpu += capacity.state_bytes_per_sequence if self.deployment.shared_pool.checkpoint_blocks else 0.0
         cached = stored * block_tokens
         hidden_us = pool.model.prefill_us(max(1, request.prompt_tokens - cached), 1, cached)
-        request.load_target = stored
         rank.num_loading += 1
         return rank.net_link.load(self.now_us, per_gpu, hidden_us, capacity.num_layers)
 
     def _on_load_done(self, event: LoadDone) -> list[tuple[float, Event]]:
-        request, rank = event.request, event.rank
+        request, rank, pool = event.request, event.rank, self.deployment.entry
         rank.num_loading -= 1
-        if request.load_target:
+        if request.load_target:             # back to the head of its queue, prefix in HBM
             request.loaded_blocks = rank.pool.load_from_host(request, request.load_target)
-        else:
-            hbm, resident = rank.pool.match(request)
-            request.loaded_blocks = rank.pool.promote(request, hbm, resident)
-        return self._enqueue(request, rank, self.deployment.entry)
+            rank.waiting.appendleft(request)
+            return self._wake(rank, pool)
+        hbm, resident = rank.pool.match(request)
+        request.loaded_blocks = rank.pool.promote(request, hbm, resident)
+        return self._enqueue(request, rank, pool)
 
     # -- disaggregated admission: the prefill and the decode reservation are independent ----
     def _reserve_admitted(self, replica: Replica) -> list[tuple[float, Event]]:
@@ -212,8 +222,13 @@ class Simulation:
         replica.kick_pending = False
         if replica.plan is not None:
             return []
+        return self._begin(replica)
+
+    def _begin(self, replica: Replica) -> list[tuple[float, Event]]:
         plan = replica.begin_step(self.now_us)
-        out = self._reserve_admitted(replica) if self.deployment.decode is not None else []
+        out = self._reserve_admitted(replica) if replica.admits_for_decode else []
+        if replica.fetches_shared:
+            out += self._fetches(replica)
         return out if plan is None else out + [(plan.end_us, StepEnd(replica, replica.stamp))]
 
     def _on_step_end(self, event: StepEnd) -> list[tuple[float, Event]]:
@@ -228,8 +243,11 @@ class Simulation:
             request.is_prefilled = True
             if request.is_reserved:
                 out.append(self._handoff(request))
+        now, heap = self.now_us, self._heap
+        if (not heap or heap[0][0] > now) and all(when > now for when, _ in out):
+            return out + self._begin(replica)      # nothing else happens now: no kick needed
         replica.kick_pending = True
-        out.append((self.now_us, Kick(replica)))
+        out.append((now, Kick(replica)))
         return out
 
     # -- helpers ---------------------------------------------------------------------------
@@ -312,6 +330,9 @@ class Simulation:
     def _result(self, wall_s: float) -> SimResult:
         if not self.finished:
             raise InputError("workload", "no request was served", "a workload with at least one request")
+        for pool in (self.deployment.entry, self.deployment.decode):
+            if pool is not None:
+                pool.replicas[0].pricer.settle_flags()
         measured = self._measured()
         recorder, deployment = self.recorder, self.deployment
         scalars = throughput_scalars(self._window(), deployment.total_gpus, recorder)

@@ -66,10 +66,53 @@ def test_rounding_keeps_128_steps_per_doubling():
     assert rounded(100.4) == 100.0
     for tokens in (1_000.0, 37_777.0, 262_143.0):
         assert abs(rounded(tokens) - tokens) <= tokens / 256
-    pricer = StepPricer(FakeStepModel())
-    shape = StepShape(8, 50_000.0, 1.0, 0, 0, 0.0, 0.0, False)
-    assert pricer.step_us(shape) == pricer.step_us(StepShape(8, 50_001.0, 1.0, 0, 0, 0.0, 0.0, False))
-    assert pricer.calls == 1
+
+
+
+def decode_shape(context: float) -> StepShape:
+    return StepShape(8, context, 1.0, 0, 0, 0.0, 0.0, False)
+
+
+def test_affine_fits_answer_for_the_model_and_retire_when_it_is_not_affine():
+    model = FakeStepModel()
+    pricer = StepPricer(model)
+    for context in (1_000.0, 2_000.0, 3_000.0, 4_000.0, 5_000.0):   # learned from real answers
+        assert pricer.step_us(decode_shape(context)) == pytest.approx(model.decode_us(8, context), rel=1e-12)
+    before = model.calls
+    for context in np.linspace(10_000, 200_000, 50):
+        assert pricer.step_us(decode_shape(context)) == pytest.approx(model.decode_us(8, context), rel=1e-9)
+    made = model.calls - before - 50           # less the 50 reference calls here
+    assert made <= 15                          # a real call only to reach 25% past the known range
+
+    class Curved(FakeStepModel):
+        def decode_us(self, batch, context_tokens):
+            return super().decode_us(batch, context_tokens) + 1e-6 * context_tokens ** 2
+
+    curved = Curved()
+    pricer = StepPricer(curved)
+    for context in np.linspace(1_000, 300_000, 40):
+        assert pricer.step_us(decode_shape(context)) == pytest.approx(curved.decode_us(8, context), rel=0.01)
+    assert next(iter(pricer._fits.values())).retired        # no affine function explains it: rounded calls
+
+
+def test_flags_are_raised_at_the_extreme_contexts_a_fit_answered_for():
+    class Flagging(FakeStepModel):
+        def __init__(self):
+            super().__init__()
+            self.flags = ()
+
+        def decode_us(self, batch, context_tokens):
+            if context_tokens > 110_000:
+                self.flags = ("prompt-length-mismatch",)
+            return super().decode_us(batch, context_tokens)
+
+    model = Flagging()
+    pricer = StepPricer(model)
+    for context in (1_000.0, 2_000.0, 3_000.0, 4_000.0, 100_000.0, 115_000.0):
+        pricer.step_us(decode_shape(context))
+    assert model.flags == ()                  # 115,000 was answered by the fit (within 25% of 100,000)
+    pricer.settle_flags()
+    assert model.flags == ("prompt-length-mismatch",)
 
 
 def test_a_run_bills_host_time_once_and_prices_segments_at_their_middle():
