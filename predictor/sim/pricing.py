@@ -3,16 +3,19 @@
 A batch the scheduler would repeat unchanged (the same decoders, the same prompts each
 taking the same chunk: nothing finishes, nothing can be admitted) runs for
 ``Batch.max_steps`` steps as one event. Only its contexts grow from step to step: every
-decoder's by ``L(k)`` tokens, every chunked prompt's prior by its chunk. The run is priced
-in a few segments at their middle step (step costs are close to linear in context, so
-the middle step prices the segment's sum); a one-step batch is priced at its own shape.
+decoder's by ``L(k)`` tokens, every chunked prompt's prior by its chunk. A decode stretch
+is priced in a few segments at their middle step (step costs are linear in context, so
+the middle step prices the segment's sum); a run of chunks step by step (each chunk's
+prior grows by a whole chunk, and the ITL tail is read from those steps); a one-step
+batch at its own shape. A run cut short re-prices the steps it keeps (`StepPlan.truncated`).
 
 An agentic run asks about the same (batch, prefill tokens) at thousands of contexts.
-Prices are learned per step model and key as an affine function of the decode and
-prior contexts from the model's own answers (`price_fit`: checked against further real
-answers, retired on any disagreement); prefill tokens are rounded to
-:data:`CONTEXT_BUCKETS` steps per doubling (<= 0.4%). A key without a trusted fit is
-priced by the step model on contexts rounded the same way, and cached. ``exact=True``
+Prices are learned per step model and key (batch, prefill tokens, prompts) as an affine
+function of the decode and prior contexts from the model's own answers (`price_fit`:
+checked against further real answers, retired on any disagreement). Prefill tokens are
+not rounded: an SGLang-style prefill-first replay moved 4% in TTFT when they were (the
+order of admissions changes). A key without a trusted fit is priced by the step model
+on contexts rounded to :data:`CONTEXT_BUCKETS` steps per doubling (<= 0.4%), and cached. ``exact=True``
 turns rounding, fits and caching off and does not merge runs of mixed or prefill steps
 (each is its own event, as before the speed work): the reference the fast path is
 checked against (benchmarks/bench_des.py). `settle_flags` replays, at the end, the
@@ -28,6 +31,7 @@ from predictor.step.cost import StepModel
 
 RUN_SEGMENTS = 4            # at most this many pricing points per run ...
 STEPS_PER_SEGMENT = 256     # ... one per this many steps
+CHUNK_SEGMENTS = 64         # a run of prefill chunks: up to this many points (one per step below it)
 CONTEXT_BUCKETS = 128       # rounding steps per doubling of context (2**7)
 _BUCKET_SHIFT = 7
 PRICE_CACHE_LIMIT = 1 << 18  # entries per step model before the cache starts over
@@ -73,7 +77,6 @@ class StepPricer:
         batch, tokens, seqs, mixes = shape.decode_batch, shape.prefill_tokens, shape.num_seqs, shape.mixes
         if self.exact:
             return self._price(batch, ctx, tokens, seqs, prior, mixes)
-        tokens = int(rounded(tokens))
         key = (batch, tokens, seqs, mixes)
         fit = self._fits.get(key)
         if fit is None:
@@ -116,10 +119,15 @@ class StepPricer:
 
     def segments(self, shape: StepShape, num_steps: int, first_extra_us: float = 0.0) -> tuple[tuple[int, float], ...]:
         """(steps, step_us) for a run of ``num_steps``; ``first_extra_us`` (host time billed
-        on the admitting step) goes on the first step alone."""
+        on the admitting step) goes on the first step alone. A run of prefill chunks is
+        priced step by step (up to :data:`CHUNK_SEGMENTS` points: its steps' times, and so
+        the ITL tail, match one event per step); a decode stretch in a few segments."""
         if num_steps <= 1:
             return ((1, self.step_us(shape) + first_extra_us),)
-        parts = min(RUN_SEGMENTS, -(-num_steps // STEPS_PER_SEGMENT))
+        if shape.prior_growth:
+            parts = min(CHUNK_SEGMENTS, num_steps)
+        else:
+            parts = min(RUN_SEGMENTS, -(-num_steps // STEPS_PER_SEGMENT))
         base, extra = divmod(num_steps, parts)
         out: list[tuple[int, float]] = []
         done = 0

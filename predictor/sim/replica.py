@@ -134,7 +134,7 @@ class Replica:
         if plan is None or plan.num_steps <= 1 or now_us >= plan.end_us:
             return None
         shape, pricer = plan.shape, self.pricer
-        cut = plan.truncated(now_us, None if pricer.exact or shape is None else
+        cut = plan.truncated(now_us, None if shape is None else
                              (lambda offset: pricer.step_us(shape, offset)))
         if cut.num_steps == plan.num_steps:
             return None
