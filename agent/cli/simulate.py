@@ -28,7 +28,7 @@ from agent.cli.app import (
     print_json,
 )
 from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
-from agent.cli.render import config_text, number, paragraph, percent, say, table
+from agent.cli.render import config_text, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration
@@ -81,6 +81,8 @@ def simulate_command(
     requests: int | None = typer.Option(None, "--requests", parser=int_option("--requests", 1),
                                         help="Requests to release (default: workload's)."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed of the workload and router generators."),
+    replications: int = typer.Option(1, "--replications", parser=int_option("--replications", 1, 32),
+                                     help="Independent workload draws; means with 90% intervals."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed trace lines, count them."),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
     csv: Path | None = CsvOpt,
@@ -100,7 +102,7 @@ def simulate_command(
     options = SimOptions(keep_rows=csv is not None)
     with _progress(console.is_terminal and not json_out) as report:
         result = simulate(target, configuration, replay, step_model_factory=factory, num_requests=requests,
-                          seed=seed, progress=report, options=options)
+                          seed=seed, progress=report, options=options, replications=replications)
     if csv is not None:
         result.write_csv(csv)
     models = list(factory.models.values())
@@ -156,10 +158,13 @@ def _render(info: dict, result: SimResult) -> None:
         grid.add_row(label, unit, *(number(data[name][stat]) for stat in JSON_STATS))
     console.print(grid)
     hit = data["hit_rate"]
-    say(console, f"throughput {number(data['throughput_per_gpu'])} tok/s/GPU (output "
-                 f"{number(data['output_throughput_per_gpu'])}); prefix hit rate {percent(hit['overall'])} "
+    bands = data.get("seed_intervals", {})
+    say(console, f"output throughput {with_interval(data['output_throughput_per_gpu'], bands.get('output_throughput_per_gpu'))}"
+                 f" tok/s/GPU (total {with_interval(data['throughput_per_gpu'], bands.get('throughput_per_gpu'))}); "
+                 f"prefix hit rate {percent(hit['overall'])} "
                  f"(HBM {percent(hit['per_tier']['hbm'])}, DRAM {percent(hit['per_tier']['dram'])}); "
-                 f"{number(data['num_requests'])} requests measured; {number(data['sim_wall_s'])} s wall; "
+                 f"{number(data['num_requests'])} requests measured over {data['replications']} replication(s); "
+                 f"{number(data['sim_wall_s'])} s wall; "
                  f"mode {', '.join(info['modes'])}")
     if data.get("bad_lines_skipped"):
         say(console, f"skipped {number(data['bad_lines_skipped'])} bad trace lines")

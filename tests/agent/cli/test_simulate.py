@@ -83,3 +83,14 @@ def test_table_output_on_the_agentic_default():
     result = invoke("--concurrency", "2", "--requests", "20")
     assert result.exit_code == 0, result.output
     assert "TTFT from arrival" in result.stdout and "prefix hit rate" in result.stdout
+
+
+def test_replications_report_means_with_90_percent_intervals():
+    result = invoke("--workload", "agentic", "--concurrency", "4", "--requests", "24", "--replications", "3", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["replications"] == 3
+    lo, hi = data["seed_intervals"]["output_throughput_per_gpu"]
+    assert lo <= data["output_throughput_per_gpu"] <= hi
+    text = invoke("--workload", "agentic", "--concurrency", "4", "--requests", "24", "--replications", "3")
+    assert text.exit_code == 0 and "over 3 replication(s)" in " ".join(text.stdout.split())
