@@ -8,12 +8,16 @@ range); `parse` turns user/LLM text or JSON into the lever's Python value and ra
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from levers.errors import InputError, accepted_list, did_you_mean
 from levers.inputs import parse_number, quote
+from levers.precision import ACCEPTED as WEIGHT_SPEC_ACCEPTED
+from levers.precision import LEVER as WEIGHT_LEVER
+from levers.precision import canonical_weight_dtype
 
 
 class Engine(StrEnum):
@@ -88,8 +92,10 @@ class Lever:
             return f"{kind} from {_fmt(low)} to {_fmt(high)}"
         if self.name == "fusions":
             return f"'generic', 'none' or names joined by '+': {', '.join(FUSIONS)}"
+        if self.name == WEIGHT_LEVER:
+            return WEIGHT_SPEC_ACCEPTED
         if self.name in ("prefill_layout", "decode_layout"):
-            return "TPx/EPy/DPz, e.g. TP8/EP8/DP8"
+            return LAYOUT_ACCEPTED
         values = self.legal_values(engine) if engine else _union(self.values)
         return accepted_list(_show(v) for v in values)
 
@@ -105,8 +111,10 @@ class Lever:
             return self._parse_number(raw)
         if self.name == "fusions":
             return parse_fusions(raw)
+        if self.name == WEIGHT_LEVER:
+            return canonical_weight_dtype(raw)
         if self.name in ("prefill_layout", "decode_layout"):
-            return format_layout(*parse_layout(raw, self.name))
+            return parse_layout_options(raw, self.name).text
         return self._parse_choice(raw)
 
     def _parse_number(self, raw: Any) -> int | float:
@@ -191,23 +199,62 @@ def parse_fusions(raw: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
-def parse_layout(raw: Any, what: str = "layout") -> tuple[int, int, int]:
-    """``TPx/EPy/DPz`` -> (tp, ep, attention_dp); EP and DP default to 1."""
+@dataclass(frozen=True, slots=True)
+class LayoutOptions:
+    """A pool layout (``TPx/EPy/DPz``) and its options: ``/TSt`` runs the selected
+    projections, shared experts and dense MLP tensor-parallel over subgroups of ``t``
+    attention-DP ranks (DEP with TP subgroups); ``DWDPn`` is ``n`` independent
+    single-GPU data-parallel ranks sharing expert-weight storage (prefill pools only)."""
+
+    tp: int
+    ep: int
+    dp: int
+    subgroup: int = 1
+    dwdp: int = 1
+
+    @property
+    def widths(self) -> tuple[int, int, int]:
+        return self.tp, self.ep, self.dp
+
+    @property
+    def text(self) -> str:
+        if self.dwdp > 1:
+            return f"DWDP{self.dwdp}"
+        return format_layout(self.tp, self.ep, self.dp) + (f"/TS{self.subgroup}" if self.subgroup > 1 else "")
+
+
+LAYOUT_ACCEPTED = ("TPx/EPy/DPz[/TSt], e.g. TP8/EP8/DP8 or TP16/EP16/DP16/TS4 (TP subgroups of t DP ranks), "
+                   "or DWDPn (n data-parallel ranks sharing expert weights; prefill_layout only)")
+_LAYOUT_TOKEN = re.compile(r"^(TP|EP|DP|TS|DWDP)(\d{1,5})$")
+
+
+def parse_layout_options(raw: Any, what: str = "layout") -> LayoutOptions:
+    """``TPx/EPy/DPz[/TSt]`` or ``DWDPn`` (EP, DP and TS default to 1)."""
     text = str(raw).strip().upper().replace(" ", "")
-    parts = {"TP": 1, "EP": 1, "DP": 1}
-    seen = set()
+    parts: dict[str, int] = {}
     try:
         for token in text.split("/"):
-            key, number = token[:2], parse_number(token[2:], what, integer=True, low=1, high=MAX_WIDTH)
-            if key not in parts or key in seen or number < 1:
+            match = _LAYOUT_TOKEN.match(token)
+            if match is None or match.group(1) in parts:
                 raise ValueError
-            parts[key] = number
-            seen.add(key)
-        if "TP" not in seen:
+            number = parse_number(match.group(2), what, integer=True, low=1, high=MAX_WIDTH)
+            parts[match.group(1)] = number
+        if "DWDP" in parts:
+            if len(parts) != 1:
+                raise ValueError
+            ranks = parts["DWDP"]
+            return LayoutOptions(ranks, ranks, ranks, 1, ranks)
+        if "TP" not in parts:
             raise ValueError
-    except ValueError:
-        raise InputError(what, f"cannot parse {quote(raw)}", "TPx/EPy/DPz, e.g. TP8/EP8/DP8 or TP4") from None
-    return parts["TP"], parts["EP"], parts["DP"]
+    except (ValueError, InputError):
+        raise InputError(what, f"cannot parse {quote(raw)}", LAYOUT_ACCEPTED) from None
+    return LayoutOptions(parts["TP"], parts.get("EP", 1), parts.get("DP", 1), parts.get("TS", 1))
+
+
+def parse_layout(raw: Any, what: str = "layout") -> tuple[int, int, int]:
+    """``TPx/EPy/DPz`` -> (tp, ep, attention_dp); EP and DP default to 1 (options:
+    :func:`parse_layout_options`; ``DWDPn`` counts as ``n`` GPUs of ``n`` ranks)."""
+    return parse_layout_options(raw, what).widths
 
 
 def format_layout(tp: int, ep: int, dp: int) -> str:
@@ -240,16 +287,18 @@ LEVERS: tuple[Lever, ...] = (
     Lever(6, "replicas", _T, "independent copies of the replica layout", bounds=(1, 4096), number=int),
     Lever(7, "disaggregated", _T, "separate prefill and decode pools",
           _each((False, True)) | {Engine.LLAMACPP: (False,)}),
-    Lever(8, "prefill_layout", _T, "prefill pool replica layout TPx/EPy/DPz (disaggregated only)",
+    Lever(8, "prefill_layout", _T, "prefill pool replica layout TPx/EPy/DPz[/TSt] or DWDPn (disaggregated only)",
           optional=True),
     Lever(9, "prefill_replicas", _T, "prefill pool replicas (disaggregated only)", bounds=(1, 512), number=int),
-    Lever(10, "decode_layout", _T, "decode pool replica layout TPx/EPy/DPz (disaggregated only)",
+    Lever(10, "decode_layout", _T, "decode pool replica layout TPx/EPy/DPz[/TSt] (disaggregated only)",
           optional=True),
     Lever(11, "decode_replicas", _T, "decode pool replicas (disaggregated only)", bounds=(1, 512), number=int),
     Lever(12, "kv_transfer_backend", _P, "KV hand-off between pools (disaggregated only)",
           _per(vllm=("nixl", "mooncake"), sglang=("mooncake", "nixl", "mori"), atom=("mori",),
                trtllm=("nixl",), llamacpp=()), optional=True),
-    Lever(13, "weight_dtype", _A, "attention projections, dense MLP, shared experts (unset: checkpoint)",
+    Lever(13, "weight_dtype", _A, "attention projections, dense MLP, shared experts (unset: checkpoint); or "
+          "recipe:NAME (a published checkpoint of the card) and COMPONENT:DTYPE items joined by '+' "
+          "(attention, dense_mlp, shared_experts, embeddings, drafter; levers.precision)",
           _each(DTYPES), optional=True),
     Lever(14, "activation_dtype", _A, "GEMM activation precision (unset: follows weights, bf16 for fp4)",
           _each(DTYPES), optional=True),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Mapping
 
-from levers.catalog import SHARED_SUFFIX, get_lever, parse_layout
+from levers.catalog import SHARED_SUFFIX, LayoutOptions, get_lever, parse_layout, parse_layout_options
 from levers.errors import InputError
 from levers.inputs import parse_yaml, quote, read_text
 
@@ -88,6 +88,27 @@ class Configuration:
     @property
     def moe_tp(self) -> int:
         return self.tp // self.ep if self.ep else self.tp
+
+    @property
+    def layout_options(self) -> LayoutOptions:
+        """The replica layout's options (`levers.catalog.LayoutOptions`). A disaggregated
+        configuration describes its decode pool; a pool's own configuration
+        (`predictor.feasibility.pool_configs`) keeps its layout text when it has options."""
+        text = self.decode_layout if self.disaggregated else (self.decode_layout or self.prefill_layout)
+        if not text:
+            return LayoutOptions(self.tp, self.ep, self.attention_dp)
+        return parse_layout_options(text)
+
+    @property
+    def tp_subgroup(self) -> int:
+        """Attention-DP ranks per TP subgroup of the selected projections, shared experts
+        and dense MLP (``/TSt``; 1 = none)."""
+        return self.layout_options.subgroup
+
+    @property
+    def dwdp_ranks(self) -> int:
+        """Ranks sharing expert-weight storage in a DWDP prefill pool's configuration (1 = no DWDP)."""
+        return 1 if self.disaggregated else self.layout_options.dwdp
 
     def pool_layouts(self) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
         """(prefill (tp, ep, dp), decode (tp, ep, dp)) when disaggregated."""

@@ -16,8 +16,10 @@ from levers.catalog import (
     QUANT_FED_FUSIONS,
     Engine,
     parse_layout,
+    parse_layout_options,
 )
 from levers.configuration import Configuration
+from levers.precision import base_dtype, parse_weight_spec
 
 
 class ModelShape(Protocol):
@@ -57,6 +59,7 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)
     reasons += _precision_and_kernels(config, model, cluster)
+    reasons += _recipe_reasons(config, model)
     reasons += _scheduler(config)
     reasons += fusion_reasons(config.fusions, effective_activation_dtype(config, model), model.is_moe)
     return reasons
@@ -86,9 +89,21 @@ def effective_activation_dtype(config: Configuration, model: ModelShape) -> str:
     weights take the checkpoint's dtype."""
     if config.activation_dtype:
         return config.activation_dtype
+    return "fp8" if attention_weight_dtype(config, model) == "fp8" else "bf16"
+
+
+def attention_weight_dtype(config: Configuration, model: ModelShape) -> str:
+    """The attention projections' stored dtype: the lever's own item, else its recipe's
+    (a card's `recipe(name)`), else the checkpoint's (levers.precision)."""
+    spec = parse_weight_spec(config.weight_dtype)
+    own = spec.component("attention")
+    if own is not None:
+        return own
+    recipe = model.recipe(spec.recipe) if spec.recipe and hasattr(model, "recipe") else None
+    if recipe is not None and recipe.attention:
+        return recipe.attention
     native = getattr(model, "native_dtypes", None)
-    weight = config.weight_dtype or (str(native.weight) if native is not None else "bf16")
-    return "fp8" if weight == "fp8" else "bf16"
+    return str(native.weight) if native is not None else "bf16"
 
 
 def _engine_support(config: Configuration, engine: Engine) -> list[str]:
@@ -99,11 +114,32 @@ def _engine_support(config: Configuration, engine: Engine) -> list[str]:
         value = getattr(config, lever.name)
         if value is None and lever.optional:
             continue
+        if lever.name == "weight_dtype" and value not in lever.legal_values(engine):
+            reasons += _weight_spec_support(value, lever.legal_values(engine), engine)
+            continue
         legal = lever.legal_values(engine)
         if value not in legal:
             shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in legal)
             reasons.append(f"{lever.name}={value} is not supported by {engine} (legal: {shown})")
     return reasons
+
+
+def _weight_spec_support(value: str, legal: tuple, engine: Engine) -> list[str]:
+    """A compound `weight_dtype`: every dtype it names must compute on the engine."""
+    spec = parse_weight_spec(value)
+    named = [spec.base] if spec.base else []
+    named += [dtype for _, dtype in spec.components]
+    return [f"weight_dtype {dtype} is not supported by {engine}" for dtype in dict.fromkeys(named)
+            if base_dtype(dtype) not in legal]
+
+
+def _recipe_reasons(config: Configuration, model: ModelShape) -> list[str]:
+    spec = parse_weight_spec(config.weight_dtype)
+    names = tuple(getattr(model, "recipe_names", ("native",)))
+    if spec.recipe and spec.recipe not in names:
+        return [f"weight_dtype recipe:{spec.recipe}: {model.name} lists no such checkpoint "
+                f"(recipes: {', '.join(names)})"]
+    return []
 
 
 def _parallel(config: Configuration, model: ModelShape, cluster: ClusterShape) -> list[str]:
@@ -166,6 +202,34 @@ def _disaggregation(config: Configuration, engine: Engine, model: ModelShape,
         tp, ep, dp = parse_layout(getattr(config, name), name)
         reasons += _width_reasons(f"{name} ", tp, ep, dp, model)
         reasons += _domain_reasons(f"{name} ", tp, ep, dp, cluster)
+        reasons += _layout_option_reasons(name, config, engine, model, cluster)
+    return reasons
+
+
+DWDP_ENGINES = (Engine.TRTLLM,)   # TensorRT-LLM's DWDP (arXiv 2604.01621)
+
+
+def _layout_option_reasons(name: str, config: Configuration, engine: Engine, model: ModelShape,
+                           cluster: ClusterShape) -> list[str]:
+    """TP subgroups split attention-DP ranks; DWDP is a prefill pool of single-GPU ranks
+    inside one scale-up domain (its expert fetches ride the scale-up link)."""
+    options = parse_layout_options(getattr(config, name), name)
+    reasons = []
+    if options.subgroup > 1 and (options.dp <= 1 or options.dp % options.subgroup):
+        reasons.append(f"{name} TS{options.subgroup} must divide the attention-DP ranks (DP{options.dp})")
+    if options.dwdp <= 1:
+        return reasons
+    if name != "prefill_layout":
+        reasons.append("DWDP is a prefill-pool layout (prefill_layout=DWDPn)")
+    if engine not in DWDP_ENGINES:
+        reasons.append(f"{name}=DWDP{options.dwdp} needs {' or '.join(DWDP_ENGINES)} (DWDP is not in {engine})")
+    if not model.is_moe:
+        reasons.append(f"{name}=DWDP{options.dwdp} needs a MoE model (it shares routed-expert storage)")
+    if config.pp > 1:
+        reasons.append(f"{name}=DWDP{options.dwdp} runs whole layers per rank; pp must be 1")
+    if options.dwdp > cluster.scale_up_gpus():
+        reasons.append(f"{name}=DWDP{options.dwdp} exceeds the {cluster.scale_up_gpus()}-GPU scale-up domain "
+                       "its expert fetches need")
     return reasons
 
 

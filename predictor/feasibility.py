@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from levers.catalog import Engine
+from levers.catalog import Engine, parse_layout_options
 from levers.configuration import Configuration
 from levers.legality import context_reasons, effective_activation_dtype, structural_reasons
 from predictor.cards.registry import ModelCard
@@ -45,20 +45,34 @@ def memory_for(card: ModelCard, cluster: Cluster, config: Configuration,
         activation_dtype=effective_activation_dtype(config, card), kv_cache_dtype=config.kv_cache_dtype,
         kv_memory_fraction=config.kv_memory_fraction, max_batched_tokens=config.max_batched_tokens,
         max_captured_batch=config.max_captured_batch, graph_capture=config.graph_capture,
-        context_tokens=context_tokens,
+        context_tokens=context_tokens, spec_method=config.spec_method if config.spec_depth > 0 else "none",
+        tp_subgroup=config.tp_subgroup, dwdp=config.dwdp_ranks,
     )
 
 
 def pool_configs(config: Configuration) -> tuple[Configuration, Configuration] | None:
-    """(prefill, decode) replica configurations of a disaggregated deployment."""
-    layouts = config.pool_layouts()
-    if layouts is None:
+    """(prefill, decode) replica configurations of a disaggregated deployment. A layout
+    with options keeps its text on its pool's configuration (`Configuration.layout_options`);
+    a DWDP prefill pool of ``n`` ranks is ``n`` single-GPU replicas per prefill replica
+    (each rank runs whole layers on its own batch, no lockstep)."""
+    if config.pool_layouts() is None:
         return None
-    (ptp, pep, pdp), (dtp, dep, ddp) = layouts
-    prefill = replace(config, disaggregated=False, tp=ptp, ep=pep, attention_dp=pdp,
-                      replicas=config.prefill_replicas, prefill_layout=None, decode_layout=None,
-                      kv_transfer_backend=None, prefill_replicas=1, decode_replicas=1)
-    decode = replace(prefill, tp=dtp, ep=dep, attention_dp=ddp, replicas=config.decode_replicas)
+    prefill_options = parse_layout_options(config.prefill_layout)
+    decode_options = parse_layout_options(config.decode_layout)
+    (ptp, pep, pdp), (dtp, dep, ddp) = prefill_options.widths, decode_options.widths
+    plain = dict(disaggregated=False, prefill_layout=None, decode_layout=None, kv_transfer_backend=None,
+                 prefill_replicas=1, decode_replicas=1)
+    if prefill_options.dwdp > 1:
+        prefill = replace(config, **plain, tp=1, ep=1, attention_dp=1, dcp=1,
+                          replicas=config.prefill_replicas * prefill_options.dwdp)
+        prefill = replace(prefill, prefill_layout=prefill_options.text)
+    else:
+        prefill = replace(config, **plain, tp=ptp, ep=pep, attention_dp=pdp, replicas=config.prefill_replicas)
+        if prefill_options.subgroup > 1:
+            prefill = replace(prefill, prefill_layout=prefill_options.text)
+    decode = replace(config, **plain, tp=dtp, ep=dep, attention_dp=ddp, replicas=config.decode_replicas)
+    if decode_options.subgroup > 1:
+        decode = replace(decode, decode_layout=decode_options.text)
     return prefill, decode
 
 

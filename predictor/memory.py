@@ -3,21 +3,13 @@
 Weights, KV cache, linear-attention state, activations/workspace and graph memory on the
 worst GPU of a replica, the KV pool left over and the largest concurrency it holds.
 
-Parallel semantics (PRODUCT.md §3, SGLang's): a replica is `tp * pp` GPUs; attention runs
-as `attention_dp` ranks of attention-TP `tp / attention_dp`; the MoE spans the `tp` GPUs
-of a stage (EP `ep`, MoE-TP `tp / ep`); dense MLP and shared experts use TP `tp`, or the
-attention ranks' TP under attention DP (replicated across the ranks); `dcp` shards the
-per-token KV sequence-wise. Layers split over `pp` stages; each layer kind's count is
-rounded up per stage (the worst stage). Choices where engines differ:
-- input embedding: vocab-parallel over attention-TP (SGLang replicates it per DP rank);
-  LM head: vocab-parallel over the stage's `tp` GPUs. With PP the embedding is on the first
-  stage and the LM head on the last; the worst stage carries the larger of the two;
-- attention weights: shared by attention TP except `replicated_params_per_layer` (MLA/V4
-  down-projections, indexers, compressors), which every rank holds whole;
-- "other" weights (norms, routers, mHC) are replicated; bf16, mHC in fp32.
-
-Bytes per value: bf16 2, fp8 1 (block scales neglected), fp4 the platform format: NVFP4
-4.5 bits (NVIDIA), MXFP4 4.25 bits (AMD). Unset precision levers take the card's dtypes.
+Weights by component and stored precision, the drafter, TP subgroups and DWDP's staging
+buffers: `predictor.cards.weights` (its docstring has the sharding rules); precisions per
+component: `predictor.cards.precision` (recipes, explicit FP4 formats). Layers split over
+`pp` stages, each layer kind's count rounded up per stage (the worst stage); attention runs
+as `attention_dp` ranks of attention-TP `tp / attention_dp`; `dcp` shards the per-token KV
+sequence-wise over the attention-TP group (MLA's latent, which TP would replicate, is
+partitioned instead: each GPU keeps 1/dcp of every sequence's tokens).
 
 KV per token per layer: GQA `2 * kv_heads * head_dim`, heads sharded by attention TP
 until it exceeds the KV heads (then one head per rank); MLA `kv_lora_rank +
@@ -29,7 +21,9 @@ Sliding-window layers keep `min(context, window)` tokens. Linear layers keep a f
 per sequence (KDA conv `3*H*hd*(k-1)` bf16 + recurrent `H*hd*hd` fp32; GDN conv
 `(2*nk*dk + nv*dv)*(k-1)` bf16 + recurrent `nv*dv*dk` fp32; lightning `H*hd*hd` fp32),
 heads sharded by attention TP. `dcp` divides the per-token KV only. Engine page rounding
-(kv_block_size) and the `S // ratio` floor are ignored. A sequence at `context_tokens`
+(kv_block_size) and the `S // ratio` floor are ignored. The drafter's own layers add their
+KV and state (MTP: its softmax layers; EAGLE-3: one GQA layer of 8 KV heads; DSpark: three
+mean target layers). A sequence at `context_tokens`
 occupies `context * kv_bytes_per_token + state_bytes_per_sequence`, where the fixed part
 holds the linear state and the window/compressor bytes (`window_bytes_per_sequence`).
 
@@ -47,12 +41,14 @@ layers. Graph memory: none without capture, else 0.25 GB + 4 MB per captured bat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 
 from levers.errors import InputError, accepted_list
-from predictor.cards.model_card import COMPONENTS, AttentionGroup, AttentionKind, Dtype, ModelCard
+from predictor.cards.model_card import AttentionGroup, AttentionKind, Dtype, ModelCard
+from predictor.cards.precision import component_dtypes, stored_bytes
+from predictor.cards.weights import EAGLE3_HEAD_DIM, EAGLE3_KV_HEADS, Layout, weight_table
 from predictor.hardware import FP4_BITS_PER_VALUE_BY_VENDOR
+from predictor.step.speculation import DSPARK_LAYERS
 from predictor.units import BYTES_PER_GB
 
 HBM_LEGAL_FRACTION = 0.9
@@ -76,7 +72,7 @@ class MemoryBreakdown:
     the pool left at `kv_memory_fraction` holds that sequence.
     """
 
-    weights_by_component_bytes: dict[str, int]   # keys of ModelCard.params_by_component
+    weights_by_component_bytes: dict[str, int]   # keys of predictor.cards.weights.WEIGHT_TABLE on the layout
     weights_bytes: int
     activations_bytes: int
     graph_bytes: int
@@ -90,21 +86,43 @@ class MemoryBreakdown:
     reason: str | None = None
     window_bytes_per_sequence: int = 0  # of the fixed part: sliding-window KV and V4 compressor state
     context_tokens: int = 0
+    dtypes_by_component: dict[str, str] = field(default_factory=dict)   # stored dtype of each weight key
+    kv_cache_dtype: str = "bf16"
+    attention_dp: int = 1               # ranks that each hold whole sequences (max_concurrency's factor)
+    drafter_kv_bytes_per_token: int = 0   # the drafter's own layers (not in kv_bytes_per_token: the
+    drafter_bytes_per_sequence: int = 0   # KV hand-off moves the target's cache)
+
+    @property
+    def cache_bytes_per_token(self) -> int:
+        """Target and drafter KV per token per GPU (what the pool holds per token)."""
+        return self.kv_bytes_per_token + self.drafter_kv_bytes_per_token
+
+    def sequences_at(self, context_tokens: int) -> tuple[int, int]:
+        """(bytes per GPU one sequence of ``context_tokens`` takes, drafter included, and the
+        sequences of that length the KV pool holds over the replica's attention-DP ranks)."""
+        per_sequence = (context_tokens * self.cache_bytes_per_token + self.state_bytes_per_sequence
+                        + self.drafter_bytes_per_sequence)
+        fitting = max(0, self.kv_pool_bytes) // per_sequence * self.attention_dp if per_sequence else 0
+        return per_sequence, fitting
 
     @property
     def bytes_per_sequence(self) -> int:
         """Bytes one sequence at `context_tokens` occupies on each GPU holding it."""
-        return self.context_tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence
+        return self.sequences_at(self.context_tokens)[0]
 
     def to_json(self) -> dict:
         gb = lambda value: round(value / BYTES_PER_GB, 3)  # noqa: E731
         return {
             "weights_per_gpu_gb": gb(self.weights_bytes),
             "weights_by_component_gb": {k: gb(v) for k, v in self.weights_by_component_bytes.items()},
+            "weight_dtypes_by_component": dict(self.dtypes_by_component),
+            "kv_cache_dtype": self.kv_cache_dtype,
             "activations_gb": gb(self.activations_bytes), "graph_gb": gb(self.graph_bytes),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "state_bytes_per_sequence": self.state_bytes_per_sequence,
             "window_bytes_per_sequence": self.window_bytes_per_sequence,
+            "drafter_kv_bytes_per_token": self.drafter_kv_bytes_per_token,
+            "drafter_bytes_per_sequence": self.drafter_bytes_per_sequence,
             "bytes_per_sequence": self.bytes_per_sequence, "context_tokens": self.context_tokens,
             "hbm_gb": gb(self.hbm_bytes), "usable_gb": gb(self.usable_bytes),
             "kv_pool_per_gpu_gb": gb(self.kv_pool_bytes), "max_concurrency": self.max_concurrency,
@@ -112,30 +130,12 @@ class MemoryBreakdown:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    tp: int
-    pp: int
-    ep: int
-    attention_dp: int
-    dcp: int
-
-    @property
-    def attention_tp(self) -> int:
-        return self.tp // self.attention_dp
-
-    @property
-    def dense_tp(self) -> int:
-        return self.attention_tp if self.attention_dp > 1 else self.tp
-
-    def per_stage(self, count: int) -> int:
-        return -(-count // self.pp)
-
-
 def dtype_bytes(dtype: Dtype | str, vendor: str) -> float:
-    """Bytes per stored value of a precision on a vendor's platform."""
-    dtype = Dtype(dtype)
-    return FP4_BYTES[vendor] if dtype is Dtype.FP4 else DTYPE_BYTES[dtype]
+    """Bytes per stored value of a precision on a vendor's platform (explicit FP4 formats
+    included, `predictor.cards.precision.stored_bytes`)."""
+    if vendor not in FP4_BYTES:
+        raise InputError("vendor", f"unknown GPU vendor '{vendor}'", accepted_list(FP4_BYTES))
+    return stored_bytes(str(dtype), vendor)
 
 
 def memory_breakdown(card: ModelCard, *, hbm_bytes: int, vendor: str, tp: int = 1, pp: int = 1, ep: int = 1,
@@ -143,37 +143,45 @@ def memory_breakdown(card: ModelCard, *, hbm_bytes: int, vendor: str, tp: int = 
                      expert_dtype: str | None = None, activation_dtype: str | None = None,
                      kv_cache_dtype: str | None = None, kv_memory_fraction: float = 0.9,
                      max_batched_tokens: int = 8192, max_captured_batch: int = 256,
-                     graph_capture: str = "full", context_tokens: int = 2048) -> MemoryBreakdown:
+                     graph_capture: str = "full", context_tokens: int = 2048, spec_method: str = "none",
+                     tp_subgroup: int = 1, dwdp: int = 1) -> MemoryBreakdown:
     """The per-GPU memory breakdown of `card` on one replica layout (METHOD §3.9)."""
-    layout = _checked_layout(tp, pp, ep, attention_dp, dcp)
+    layout = _checked_layout(tp, pp, ep, attention_dp, dcp, tp_subgroup, dwdp)
     _check_inputs(vendor, kv_memory_fraction, graph_capture, context_tokens, max_batched_tokens)
     native = card.native_dtypes
-    w_bytes = dtype_bytes(_dtype("weight_dtype", weight_dtype, native.weight), vendor)
-    e_bytes = dtype_bytes(_dtype("expert_dtype", expert_dtype, native.expert), vendor)
+    _dtype("expert_dtype", expert_dtype, native.expert)
+    dtypes = component_dtypes(card, weight_dtype, expert_dtype)
     kv_dtype = _dtype("kv_cache_dtype", kv_cache_dtype, native.kv_cache, (Dtype.BF16, Dtype.FP8))
     act_bytes = dtype_bytes(_dtype("activation_dtype", activation_dtype, Dtype.BF16), vendor)
-    weights = _weights(card, layout, w_bytes, e_bytes, dtype_bytes(native.embedding, vendor))
-    kv_token, window, linear_state = _cache(card.attention, layout, DTYPE_BYTES[kv_dtype], context_tokens)
+    table = weight_table(card, layout, dtypes, vendor, spec_method)
+    target = _cache(card, layout, DTYPE_BYTES[kv_dtype], context_tokens)
+    kv_token, window, linear_state = target
     state = linear_state + window
+    draft_token, draft_fixed = _drafter_cache(card, layout, DTYPE_BYTES[kv_dtype], context_tokens, spec_method, target)
     activations = _activations(card, layout, act_bytes, max_batched_tokens, max_captured_batch)
     graph = 0 if graph_capture == "none" else int(GRAPH_BASE_BYTES + GRAPH_BYTES_PER_BATCH * max_captured_batch)
-    weights_bytes = sum(weights.values())
-    per_sequence = context_tokens * kv_token + state
+    weights_bytes = table.total_bytes
+    per_sequence = context_tokens * (kv_token + draft_token) + state + draft_fixed
     usable = int(hbm_bytes * kv_memory_fraction)
     pool = usable - weights_bytes - activations - graph
     concurrency = max(0, pool) // per_sequence * layout.attention_dp if per_sequence else 0
     reason = _reason(hbm_bytes, weights_bytes, activations, graph, per_sequence, context_tokens,
                      concurrency, kv_memory_fraction)
     return MemoryBreakdown(
-        weights_by_component_bytes=weights, weights_bytes=weights_bytes, activations_bytes=activations,
-        graph_bytes=graph, kv_bytes_per_token=kv_token, state_bytes_per_sequence=state, hbm_bytes=hbm_bytes,
-        usable_bytes=usable, kv_pool_bytes=pool, max_concurrency=concurrency, fits=reason is None,
-        reason=reason, window_bytes_per_sequence=window, context_tokens=context_tokens)
+        weights_by_component_bytes=table.bytes_by_component, weights_bytes=weights_bytes,
+        activations_bytes=activations, graph_bytes=graph, kv_bytes_per_token=kv_token,
+        state_bytes_per_sequence=state, hbm_bytes=hbm_bytes, usable_bytes=usable, kv_pool_bytes=pool,
+        max_concurrency=concurrency, fits=reason is None, reason=reason, window_bytes_per_sequence=window,
+        context_tokens=context_tokens, dtypes_by_component=table.dtype_by_component,
+        kv_cache_dtype=kv_dtype.value, attention_dp=layout.attention_dp, drafter_kv_bytes_per_token=draft_token,
+        drafter_bytes_per_sequence=draft_fixed)
 
 
 # -- inputs ---------------------------------------------------------------------------
-def _checked_layout(tp: int, pp: int, ep: int, attention_dp: int, dcp: int) -> _Layout:
-    for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("attention_dp", attention_dp), ("dcp", dcp)):
+def _checked_layout(tp: int, pp: int, ep: int, attention_dp: int, dcp: int, subgroup: int = 1,
+                   dwdp: int = 1) -> Layout:
+    for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("attention_dp", attention_dp), ("dcp", dcp),
+                        ("tp_subgroup", subgroup), ("dwdp", dwdp)):
         if not isinstance(value, int) or value < 1:
             raise InputError(name, f"{value!r} is not a positive integer", "1, 2, 4, 8, ...")
     if tp % attention_dp:
@@ -183,7 +191,12 @@ def _checked_layout(tp: int, pp: int, ep: int, attention_dp: int, dcp: int) -> _
     if (tp // attention_dp) % dcp:
         raise InputError("dcp", f"{dcp} does not divide the attention TP {tp // attention_dp}",
                          "a divisor of tp / attention_dp")
-    return _Layout(tp, pp, ep, attention_dp, dcp)
+    if attention_dp % subgroup:
+        raise InputError("tp_subgroup", f"TS{subgroup} does not divide attention_dp={attention_dp}",
+                         "a divisor of the attention-DP ranks")
+    if dwdp > 1 and tp != 1:
+        raise InputError("dwdp", f"DWDP ranks are single GPUs (tp={tp})", "tp=1 per DWDP rank")
+    return Layout(tp, pp, ep, attention_dp, dcp, subgroup, dwdp)
 
 
 def _check_inputs(vendor: str, fraction: float, graph_capture: str, context: int, batched: int) -> None:
@@ -205,70 +218,46 @@ def _dtype(lever: str, value: str | None, native: Dtype, allowed: tuple[Dtype, .
     return Dtype(value)
 
 
-# -- weights --------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _CardConstants:
-    """Per-card numbers every call needs, computed once per card."""
-
-    attention: tuple[tuple[int, int, int], ...]   # (layers, replicated, sharded params per layer)
-    dense_mlp_params: int
-    shared_params: int
-    routed_params: int                           # all routed experts of one MoE layer
-    router_params: int
-    embedding_matrix: int
-    attention_widths: tuple[int, ...]
-
-
-@lru_cache(maxsize=256)
-def _constants(card: ModelCard) -> _CardConstants:
-    return _CardConstants(
-        attention=tuple((g.num_layers, g.replicated_params_per_layer,
-                         g.params_per_layer - g.replicated_params_per_layer) for g in card.attention),
-        dense_mlp_params=card.dense_mlp_params_per_layer(), shared_params=card.shared_params_per_moe_layer(),
-        routed_params=card.num_experts * card.expert_params(), router_params=card.router_params_per_moe_layer(),
-        embedding_matrix=card.vocab_size * card.hidden_size,
-        attention_widths=tuple(_attention_width(g) for g in card.attention))
-
-
-def _weights(card: ModelCard, layout: _Layout, w_bytes: float, e_bytes: float, emb_bytes: float) -> dict[str, int]:
-    const, per_stage, atp = _constants(card), layout.per_stage, layout.attention_tp
-    attention = sum(per_stage(layers) * (replicated + sharded / atp) for layers, replicated, sharded in const.attention)
-    moe_layers = per_stage(card.moe_layers)
-    embed, head = const.embedding_matrix / atp, const.embedding_matrix / layout.tp
-    if card.tie_word_embeddings and layout.pp == 1:
-        embeddings = embed
-    else:
-        embeddings = embed + head if layout.pp == 1 else max(embed, head)
-    hc = per_stage(card.num_layers) * card.hyper_connection_params_per_layer
-    other = (per_stage(card.num_layers) * card.norm_params_per_layer
-             + moe_layers * const.router_params + card.final_params)
-    values = {
-        "attention": attention * w_bytes,
-        "dense_mlp": per_stage(card.dense_layers) * const.dense_mlp_params / layout.dense_tp * w_bytes,
-        "shared_experts": moe_layers * const.shared_params / layout.dense_tp * w_bytes,
-        "routed_experts": moe_layers * const.routed_params / layout.tp * e_bytes,
-        "embeddings": embeddings * emb_bytes,
-        "other": other * DTYPE_BYTES[Dtype.BF16] + hc * 4,
-    }
-    return {key: math.ceil(values[key]) for key in COMPONENTS}
-
-
 # -- KV cache and state ---------------------------------------------------------------
 def heads_per_rank(heads: int, attention_tp: int) -> int:
     """Heads one attention-TP rank holds: at least one once TP exceeds the heads."""
     return max(1, -(-heads // attention_tp))
 
 
-def _cache(groups: tuple[AttentionGroup, ...], layout: _Layout, kv_bytes: float, context: int) -> tuple[int, int, int]:
+def _cache(card: ModelCard, layout: Layout, kv_bytes: float, context: int) -> tuple[int, int, int]:
     """(KV bytes per token, window bytes per sequence, state bytes per sequence) per GPU."""
     per_token = window = state = 0.0
-    for group in groups:
+    for group in card.attention:
         layers = layout.per_stage(group.num_layers)
         token, fixed, linear = _group_cache(group, layout.attention_tp, kv_bytes, context)
         per_token += layers * token
         window += layers * fixed
         state += layers * linear
     return math.ceil(per_token / layout.dcp), math.ceil(window), math.ceil(state)
+
+
+def _drafter_cache(card: ModelCard, layout: Layout, kv_bytes: float, context: int, method: str,
+                   target: tuple[int, int, int]) -> tuple[int, int]:
+    """(KV bytes per token, fixed bytes per sequence) of the drafter's own layers per GPU:
+    MTP ``max(1, mtp_layers)`` softmax layers, EAGLE-3 one GQA layer (8 KV heads of 128),
+    DSpark three mean target layers (``target``: the target's `_cache`)."""
+    token, fixed, linear = _drafter_layers(card, layout, kv_bytes, context, method, target)
+    return math.ceil(token / layout.dcp), math.ceil(fixed + linear)
+
+
+def _drafter_layers(card: ModelCard, layout: Layout, kv_bytes: float, context: int, method: str,
+                    target: tuple[int, int, int]) -> tuple[float, float, float]:
+    if method == "mtp":
+        softmax = [g for g in card.attention if not g.kind.is_linear] or list(card.attention)
+        token, fixed, linear = _group_cache(softmax[0], layout.attention_tp, kv_bytes, context)
+        layers = max(1, card.mtp_layers)
+        return layers * token, layers * fixed, layers * linear
+    if method == "eagle3":
+        return 2 * heads_per_rank(EAGLE3_KV_HEADS, layout.attention_tp) * EAGLE3_HEAD_DIM * kv_bytes, 0.0, 0.0
+    if method == "dspark":
+        share = DSPARK_LAYERS / card.num_layers * layout.pp
+        return share * target[0] * layout.dcp, share * target[1], share * target[2]
+    return 0.0, 0.0, 0.0
 
 
 def _group_cache(g: AttentionGroup, atp: int, kv_bytes: float, context: int) -> tuple[float, float, float]:
@@ -332,12 +321,17 @@ def _attention_width(g: AttentionGroup) -> int:
     return (g.num_heads + 2 * g.num_kv_heads) * g.head_dim
 
 
-def _activations(card: ModelCard, layout: _Layout, act_bytes: float, tokens: int, captured: int) -> int:
+def _activations(card: ModelCard, layout: Layout, act_bytes: float, tokens: int, captured: int) -> int:
+    """Workspace of one step (module docstring); TP subgroups add the gathered inputs of the
+    subgroup's other ranks (their per-GPU widths shrink as their rows grow, so the widest
+    intermediate keeps its size)."""
     rank_tokens = -(-tokens // layout.attention_dp)
-    widest = max([width / layout.attention_tp for width in _constants(card).attention_widths]
-                 + [2 * card.dense_intermediate_size / layout.dense_tp,
-                    2 * card.num_shared_experts * card.shared_intermediate_size / layout.dense_tp])
+    dense_tp = layout.attention_tp if layout.attention_dp > 1 else layout.tp
+    widest = max([_attention_width(g) / layout.attention_tp for g in card.attention]
+                 + [2 * card.dense_intermediate_size / dense_tp,
+                    2 * card.num_shared_experts * card.shared_intermediate_size / dense_tp])
     dense = rank_tokens * (RESIDUAL_BUFFERS * card.hidden_size * card.hyper_connection_mult * 2 + widest * act_bytes)
+    dense += (layout.subgroup - 1) * rank_tokens * card.hidden_size * act_bytes
     moe_tp = layout.tp // layout.ep
     copies = tokens * card.top_k / layout.ep        # expert copies of the batch's tokens on one GPU
     moe = copies * (2 * card.moe_intermediate_size / moe_tp + card.expert_hidden_size) * act_bytes

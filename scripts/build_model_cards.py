@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from predictor.cards.builder import card_from_hf_config  # noqa: E402
-from predictor.cards.model_card import CardSource, ModelCard  # noqa: E402
+from predictor.cards.model_card import CardSource, ModelCard, Recipe  # noqa: E402
 
 # The public data folder laid beside the checkout (read-only; build time only).
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -69,6 +69,20 @@ HF_IDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# Published checkpoints besides the native one (`weight_dtype=recipe:NAME`): the stored
+# precision of each component; a component left out keeps the card's native dtype.
+RECIPES: dict[str, tuple[dict, ...]] = {
+    "Kimi-K3": (
+        {"name": "nvfp4", "description": "NVFP4 checkpoint: routed experts NVFP4, attention projections FP8, "
+                                         "shared experts, dense MLP and embeddings BF16",
+         "source": "the NVFP4 layout operators deploy on GB300 (issue 13); the native checkpoint stores "
+                   "routed experts in MXFP4 (config.json quantization_config) and everything else in BF16",
+         "attention": "fp8", "dense_mlp": "bf16", "shared_experts": "bf16", "routed_experts": "nvfp4",
+         "embeddings": "bf16"},
+    ),
+}
+
+
 def card_source(record: dict) -> CardSource:
     """The record's source; notes and corroboration (and an UNVERIFIED status) kept as a note."""
     source = record.get("source") or {}
@@ -82,9 +96,11 @@ def build_card(record: dict) -> ModelCard:
     name = record["name"]
     hf_id, extra = HF_IDS.get(name, (name, ()))
     derived = record.get("derived") or {}
-    return card_from_hf_config(record["raw_config"], name, card_source(record), hf_id=hf_id,
+    card = card_from_hf_config(record["raw_config"], name, card_source(record), hf_id=hf_id,
                                derived_total_params=derived.get("total_params_derived"),
                                extra_aliases=extra, origin=f"{name}.json raw_config")
+    recipes = tuple(Recipe.model_validate(item) for item in RECIPES.get(name, ()))
+    return card.model_copy(update={"recipes": recipes}) if recipes else card
 
 
 def main(argv: list[str]) -> int:

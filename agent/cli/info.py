@@ -31,7 +31,8 @@ EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom or trt
 ConfigOpt = typer.Option(None, "--config", help="lever=value pairs, comma-separated; may repeat; @FILE reads a YAML/JSON mapping.")
 AcceptanceOpt = typer.Option(None, "--acceptance", help=(
     "Speculative acceptance of this traffic (METHOD §3.8): L(1),L(2),... committed tokens per verify step, "
-    "k:AL pairs (e.g. 3:2.4), or a JSON/CSV file of them. Default: the measured curve of the model and "
+    "k:AL pairs (e.g. 3:2.4), al=X (a forced acceptance length at the configured depth, e.g. al=3.2, as "
+    "benchmarks fix it), or a JSON/CSV file of them. Default: the measured curve of the model and "
     "method; n-gram has none and takes a flagged conservative default."))
 
 

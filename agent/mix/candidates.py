@@ -17,7 +17,7 @@ report shows carries its 90% interval (`predictor.sim.replications`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.scoring import evaluate
@@ -53,11 +53,17 @@ class CandidateTask:
     workload: str
     config: Configuration
     origin: str = "auto"          # "auto" (seed planner) or "listed" (models.yaml)
+    acceptance: tuple[float, ...] | None = None   # the entry's traffic acceptance (models.yaml)
 
     @property
     def key(self) -> tuple:
         """The evaluation cache key: tiers and repeated entries share one prediction."""
-        return (self.model, self.cluster, self.engine, self.workload, self.config)
+        return (self.model, self.cluster, self.engine, self.workload, self.config, self.acceptance)
+
+    @property
+    def workload_spec(self) -> WorkloadSpec:
+        spec = parse_workload(self.workload)
+        return spec if self.acceptance is None else replace(spec, acceptance=self.acceptance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +105,7 @@ def search_context(target: Target, workload: WorkloadSpec, predict_fn: Callable[
 def evaluate_task(task: CandidateTask, settings: EvalSettings) -> Trial:
     """Price one candidate (runs in a worker process): rebuild the target, then score."""
     target = resolve_target(task.model, task.cluster, task.engine)
-    context = search_context(target, parse_workload(task.workload), settings.predict_fn,
+    context = search_context(target, task.workload_spec, settings.predict_fn,
                              settings.seed, settings.requests_for(task))
     proposed = task.config.diff(Configuration()) if task.origin == "listed" else None
     return evaluate(context, task.config, phase=Phase.SEED, proposed=proposed, replications=settings.replications)

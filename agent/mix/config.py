@@ -20,7 +20,7 @@ bound is ``null``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from objectives.objectives import LATENCY_STATS
 from objectives.slo import SLO
 from predictor.cards.registry import load_card
 from predictor.hardware import DEFAULT_CLUSTER, parse_cluster
+from predictor.step.speculation import ACCEPTANCE_ACCEPTED, parse_acceptance
 from predictor.target import check_workload_context
 from predictor.units import MS_PER_S
 from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
@@ -121,6 +122,7 @@ class ModelEntry(BaseModel):
     candidates: Literal["auto"] | list[dict[str, Any]] = AUTO
     tiers: list[str] | None = Field(None, min_length=1)
     max_gpus: int | None = Field(None, ge=1)
+    acceptance: str | float | list[float] | None = None   # this traffic's speculation (`--acceptance`'s forms)
 
     @field_validator("candidates", mode="before")
     @classmethod
@@ -148,6 +150,7 @@ ACCEPTED_BY_FIELD = {
     "candidates": "'auto' or a list of partial configurations (lever: value mappings)",
     "tiers": "a non-empty list of tier names (file level: also a mapping of tier fields)",
     "max_gpus": "a positive integer (GPUs per deployment)",
+    "acceptance": ACCEPTANCE_ACCEPTED + " (a file path is not read here)",
     "interactivity": "a positive number of tok/s per user, or null (no floor)",
     "ttft_s": "a positive number of seconds, or null (no cap)",
     "interactivity_stat": accepted_list(LATENCY_STATS),
@@ -279,6 +282,7 @@ def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, 
         check_workload_context(card, workload.context_tokens, workload.name)
     except InputError as error:
         raise _relocated(error, f"{at}.workload") from None
+    workload = _with_acceptance(workload, entry.acceptance, f"{at}.acceptance")
     candidates = None
     if entry.candidates != AUTO:
         candidates = tuple(_candidate(item, f"{at}.candidates[{i}]") for i, item in enumerate(entry.candidates))
@@ -287,6 +291,18 @@ def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, 
         if name not in tiers:
             raise InputError(f"{at}.tiers[{i}]", f"unknown tier '{name}'", accepted_list(tiers))
     return ModelPlan(index, card.name, cluster, engines, workload, candidates, names, entry.max_gpus)
+
+
+def _with_acceptance(workload: WorkloadSpec, acceptance: str | float | list[float] | None,
+                     what: str) -> WorkloadSpec:
+    """A model's traffic acceptance (`--acceptance`'s text forms; a list is L(1), L(2), ...)."""
+    if acceptance is None:
+        return workload
+    text = ",".join(str(v) for v in acceptance) if isinstance(acceptance, list) else str(acceptance)
+    try:
+        return replace(workload, acceptance=parse_acceptance(text))
+    except InputError as error:
+        raise _relocated(error, what) from None
 
 
 def _engine(name: str, what: str) -> str:

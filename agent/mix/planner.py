@@ -88,8 +88,8 @@ def build_tasks(spec: MixSpec, has_anchor: AnchorLookup) -> tuple[dict[int, list
             kept, dropped = within_budget(configs, entry.max_gpus)
             excluded[entry.index] = excluded.get(entry.index, 0) + dropped
             origin = "auto" if entry.candidates is None else "listed"
-            tasks += [CandidateTask(target.card.name, entry.cluster, engine, entry.workload.name, config, origin)
-                      for config in kept]
+            tasks += [CandidateTask(target.card.name, entry.cluster, engine, entry.workload.name, config, origin,
+                                    entry.workload.acceptance) for config in kept]
         per_entry[entry.index] = list(dict.fromkeys(tasks))
     return per_entry, excluded
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from functools import cached_property
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -69,6 +70,25 @@ class NativeDtypes(_Frozen):
     expert: Dtype = Dtype.BF16      # routed experts
     kv_cache: Dtype = Dtype.BF16
     embedding: Dtype = Dtype.BF16   # input embedding and LM head
+
+
+StoredDtype = Literal["bf16", "fp8", "fp4", "nvfp4", "mxfp4"]   # levers.precision.WEIGHT_DTYPES
+
+
+class Recipe(_Frozen):
+    """A published checkpoint of the model: its storage precision per component
+    (`weight_dtype=recipe:NAME`, levers.precision). A component left None keeps the
+    card's native dtype; ``nvfp4``/``mxfp4`` name the FP4 format the checkpoint stores."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,39}$")
+    description: str
+    source: str                              # where the layout is published
+    attention: StoredDtype | None = None
+    dense_mlp: StoredDtype | None = None
+    shared_experts: StoredDtype | None = None
+    routed_experts: StoredDtype | None = None
+    embeddings: StoredDtype | None = None
+    drafter: StoredDtype | None = None
 
 
 class AttentionGroup(_Frozen):
@@ -131,6 +151,7 @@ class ModelCard(_Frozen):
     final_params: int = Field(0, ge=0)       # final norm (+ mHC output head, attention-residual head)
     mtp_layers: int = Field(0, ge=0)
     native_dtypes: NativeDtypes = NativeDtypes()
+    recipes: tuple[Recipe, ...] = ()         # published checkpoints besides the native one
     derived_total_params: int | None = None  # published derivation, for checking only
 
     # -- shape shortcuts ---------------------------------------------------------------
@@ -162,6 +183,21 @@ class ModelCard(_Frozen):
     def expert_hidden_size(self) -> int:
         """The width routed experts read and write: the latent width when there is one."""
         return self.latent_moe_dim or self.hidden_size
+
+    @property
+    def recipe_names(self) -> tuple[str, ...]:
+        """Checkpoints `weight_dtype=recipe:NAME` may select ("native" is always one)."""
+        return ("native", *(r.name for r in self.recipes))
+
+    def recipe(self, name: str) -> Recipe | None:
+        """The recipe called ``name`` ("native": the card's own dtypes); None if unknown."""
+        if name == "native":
+            return Recipe(name="native", description="the checkpoint the card describes", source="model card",
+                          attention=self.native_dtypes.weight.value, dense_mlp=self.native_dtypes.weight.value,
+                          shared_experts=self.native_dtypes.weight.value,
+                          routed_experts=self.native_dtypes.expert.value,
+                          embeddings=self.native_dtypes.embedding.value)
+        return next((r for r in self.recipes if r.name == name), None)
 
     # -- parameter counts --------------------------------------------------------------
     def expert_params(self) -> int:

@@ -19,8 +19,17 @@ What a step exchanges (PRODUCT.md §3 parallel semantics):
   its ``1/tp`` share of the stage's tokens, ``top_k`` copies each, in the experts' width);
   under attention DP without a backend an all-gather and a reduce-scatter of the whole
   stage's hidden states over the DP group;
-- per softmax layer under DCP, an all-reduce of the partial attention outputs over the
-  DCP group (an approximation of vLLM's all-gather + LSE-corrected reduce-scatter);
+- per softmax layer under DCP (`DcpComm`, vLLM's scheme): the DCP group all-gathers its
+  ranks' queries (each rank then attends for the group's heads over its 1/dcp of every
+  sequence's tokens), and reduce-scatters the partial outputs with their log-sum-exp back
+  to the heads' owners; for MLA the query is the absorbed ``kv_lora_rank + rope`` and the
+  partial output the latent ``kv_lora_rank`` (plus an fp32 LSE per head);
+- DEP with TP subgroups (``/TSt``, `predictor.cards.weights`): per layer for the sharded
+  attention projections and per MoE (or dense) layer for the shared experts (dense MLP),
+  an all-gather of the subgroup's inputs then an all-to-all returning each token's output
+  slices: per token ``(t-1) H s_a + ((t-1)/t) H s_a`` bytes, ``s_a`` the activation bytes,
+  priced on the all-gather fit (message ``t`` tokens' inputs) and the all-to-all fit
+  (message one token's output per token);
 - per step, the LM head's logits gathered over ``tp`` (BF16) and ``p`` pipeline hops
   (``p - 1`` activation sends plus the sampled tokens' return).
 
@@ -49,6 +58,7 @@ CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024  # METHOD §3.15: custom all-reduce
 QUICK_REDUCE_PAYLOAD_FRACTION = 0.5          # int8 quantised payload of a bf16 message
 HIDDEN_BYTES = 2                              # hidden states and logits travel in BF16
 TOKEN_ID_BYTES = 4                            # the sampled tokens' return hop
+LSE_BYTES = 4                                 # one fp32 log-sum-exp per head (DCP's combine)
 EP_BACKENDS = ("deepep", "mori", "pplx")
 LOW_PRECISION = ("fp8", "fp4")
 
@@ -141,11 +151,10 @@ class CommModel:
     num_layers: int
     dense_layers: int
     moe_layers: int
-    softmax_layers: int
     attention_ar: AllReduceTier
     dense_ar: AllReduceTier
     moe_ar: AllReduceTier | None          # MoE combine as a TP all-reduce (no DP, no backend)
-    dcp_ar: AllReduceTier
+    dcp: "DcpComm | None"
     hidden_bytes_per_token: float
     dispatch_bytes_per_token: float       # per token: top_k copies in the experts' width
     combine_bytes_per_token: float
@@ -153,7 +162,6 @@ class CommModel:
     allgather_us_per_byte: float          # attention-DP all-gather (0 unless DP without backend)
     reduce_scatter_us_per_byte: float
     tokens_per_sending_gpu: float         # 1 / tp: each GPU dispatches its share of the stage
-    dcp_bytes_per_rank_token: float
     logits_bytes_per_token: float
     logits_us_per_byte: float
     pp: int
@@ -163,6 +171,7 @@ class CommModel:
     a2a_latency_us: float = 0.0           # one dispatch or combine: alpha above the launch
     gather_latency_us: float = 0.0        # one all-gather + one reduce-scatter (attention DP)
     logits_latency_us: float = 0.0
+    subgroup: "SubgroupComm | None" = None   # DEP with TP subgroups (/TSt)
 
     def step(self, rank_tokens: float, stage_tokens: float) -> CommTerms:
         """Communication of one full-depth forward: ``rank_tokens`` per attention rank,
@@ -177,7 +186,9 @@ class CommModel:
             a2a = sent * (self.dispatch_bytes_per_token + self.combine_bytes_per_token) * self.a2a_us_per_byte
             gathered = stage_tokens * hidden * (self.allgather_us_per_byte + self.reduce_scatter_us_per_byte)
             moe_us = self.moe_layers * (a2a + gathered + 2 * self.a2a_latency_us + self.gather_latency_us)
-        other = self.softmax_layers * self.dcp_ar.us(rank_tokens * self.dcp_bytes_per_rank_token)
+        if self.subgroup is not None:
+            tp_us += self.subgroup.us(rank_tokens)
+        other = self.dcp.us(rank_tokens) if self.dcp is not None else 0.0
         other += stage_tokens * self.logits_bytes_per_token * self.logits_us_per_byte + self.logits_latency_us
         return CommTerms(tp_us, moe_us, other)
 
@@ -194,6 +205,94 @@ class CommModel:
         mean_bytes = ((self.pp - 1) * activation + tokens) / self.pp
         return pipeline_hops_us(self.pp, self.domains_spanned, mean_bytes * self.p2p_us_per_byte,
                                 mean_bytes * self.p2p_inter_us_per_byte)
+
+
+@dataclass(frozen=True, slots=True)
+class DcpComm:
+    """DCP's per-layer query all-gather and LSE-corrected output reduce-scatter (module
+    docstring) over ``group`` ranks, summed over the softmax layers."""
+
+    group: int
+    layers: int
+    query_bytes_per_token: float     # one rank's heads, per token (the all-gather's input)
+    output_bytes_per_token: float    # the group's heads' partial outputs + LSE, per token
+    gather_us_per_byte: float
+    scatter_us_per_byte: float
+    latency_us: float
+
+    def us(self, rank_tokens: float) -> float:
+        if rank_tokens <= 0:
+            return 0.0
+        gathered = self.group * rank_tokens * self.query_bytes_per_token * self.gather_us_per_byte
+        scattered = rank_tokens * self.output_bytes_per_token * self.scatter_us_per_byte
+        return self.layers * (gathered + scattered + self.latency_us)
+
+
+def dcp_comm(card: ModelCard, cluster: Cluster, config: Configuration) -> DcpComm | None:
+    """The DCP collectives of ``config`` (None at dcp=1); the group sits inside the
+    attention-TP group, so inside one scale-up domain."""
+    group, atp = config.dcp, max(1, config.attention_tp)
+    softmax = [g for g in card.attention if not g.kind.is_linear]
+    if group <= 1 or not softmax:
+        return None
+    gpu = cluster.gpu
+    query = output = 0.0
+    layers = sum(g.num_layers for g in softmax)
+    for g in softmax:
+        heads = g.num_heads / atp
+        if g.kind.value == "mla":
+            q_width, o_width = g.kv_lora_rank + g.qk_rope_head_dim, g.kv_lora_rank
+        else:
+            q_width, o_width = g.head_dim, g.v_head_dim or g.head_dim
+        query += g.num_layers / layers * heads * q_width * HIDDEN_BYTES
+        output += g.num_layers / layers * heads * group * (o_width * HIDDEN_BYTES + LSE_BYTES)
+    return DcpComm(group, layers, query, output, _us_per_byte(gpu, Collective.ALLGATHER, group),
+                   _us_per_byte(gpu, Collective.REDUCE_SCATTER, group),
+                   _latency_us(gpu, Collective.ALLGATHER, group) + _latency_us(gpu, Collective.REDUCE_SCATTER, group))
+
+
+@dataclass(frozen=True, slots=True)
+class SubgroupComm:
+    """The TP-subgroup blocks of one forward (module docstring): ``blocks`` all-gather +
+    all-to-all pairs over ``group`` attention-DP ranks."""
+
+    group: int
+    blocks: int
+    input_bytes_per_token: float           # H * s_a
+    gather_us_per_byte: float
+    a2a_us_per_byte: float
+    latency_us: float                      # one gather + one all-to-all, alpha above the launch
+
+    def traffic_bytes_per_token(self) -> float:
+        """Bytes one rank moves per token per block: ``(t-1) H s_a + ((t-1)/t) H s_a``."""
+        t = self.group
+        return (t - 1) * self.input_bytes_per_token + (t - 1) / t * self.input_bytes_per_token
+
+    def us(self, rank_tokens: float) -> float:
+        if rank_tokens <= 0:
+            return 0.0
+        gathered = self.group * rank_tokens * self.input_bytes_per_token * self.gather_us_per_byte
+        returned = rank_tokens * self.input_bytes_per_token * self.a2a_us_per_byte
+        return self.blocks * (gathered + returned + self.latency_us)
+
+
+def subgroup_comm(card: ModelCard, cluster: Cluster, config: Configuration) -> SubgroupComm | None:
+    """The subgroup collectives of ``config`` (None without ``/TSt``)."""
+    group = config.tp_subgroup
+    if group <= 1:
+        return None
+    gpu, crosses = cluster.gpu, group > max(1, cluster.scale_up_gpus())
+    act = 1.0 if effective_activation_dtype(config, card) in LOW_PRECISION else float(HIDDEN_BYTES)
+    mlp_layers = card.moe_layers if card.is_moe else 0
+    mlp_layers += card.dense_layers if card.is_moe else card.num_layers
+    latency = (_latency_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, group, crosses, 0.5)
+               + _latency_or_inter(gpu, Collective.ALL_TO_ALL, Collective.ALL_TO_ALL_INTER, group, crosses))
+    return SubgroupComm(
+        group=group, blocks=card.num_layers + mlp_layers, input_bytes_per_token=card.hidden_size * act,
+        gather_us_per_byte=_collective_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, group,
+                                                crosses, inter_share=0.5),
+        a2a_us_per_byte=_collective_or_inter(gpu, Collective.ALL_TO_ALL, Collective.ALL_TO_ALL_INTER, group, crosses),
+        latency_us=latency)
 
 
 def _collective_or_inter(gpu: GpuProfile, name: str, inter: str, group: int, crosses: bool,
@@ -232,22 +331,17 @@ def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -
                                   crosses, inter_share=0.5)
     scatter = _collective_or_inter(gpu, Collective.REDUCE_SCATTER, Collective.ALLREDUCE_INTER, gather_group,
                                    crosses, inter_share=0.5)
-    softmax = [g for g in card.attention if not g.kind.is_linear]
-    heads = max((g.num_heads for g in softmax), default=0)
-    v_dim = max(((g.v_head_dim or g.head_dim) for g in softmax), default=0)
     total = tp * config.pp
     return CommModel(
         num_layers=card.num_layers, dense_layers=card.dense_layers if card.is_moe else card.num_layers,
         moe_layers=card.moe_layers if card.is_moe else 0,
-        softmax_layers=sum(g.num_layers for g in softmax) if config.dcp > 1 else 0,
         attention_ar=attention_ar, dense_ar=dense_ar, moe_ar=moe_ar,
-        dcp_ar=AllReduceTier.build(gpu, config.dcp, algorithm, False),
+        dcp=dcp_comm(card, cluster, config),
         hidden_bytes_per_token=card.hidden_size * HIDDEN_BYTES,
         dispatch_bytes_per_token=width * (1 if low_precision else HIDDEN_BYTES),
         combine_bytes_per_token=width * HIDDEN_BYTES,
         a2a_us_per_byte=a2a, allgather_us_per_byte=gather, reduce_scatter_us_per_byte=scatter,
         tokens_per_sending_gpu=1.0 / tp,
-        dcp_bytes_per_rank_token=heads / max(1, atp) * config.dcp * v_dim * HIDDEN_BYTES,
         logits_bytes_per_token=card.vocab_size * HIDDEN_BYTES,
         logits_us_per_byte=_collective_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, tp,
                                                 crosses, inter_share=0.5),
@@ -262,4 +356,5 @@ def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -
                            + _latency_or_inter(gpu, Collective.REDUCE_SCATTER, Collective.ALLREDUCE_INTER,
                                                gather_group, crosses, 0.5)),
         logits_latency_us=_latency_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, tp, crosses, 0.5),
+        subgroup=subgroup_comm(card, cluster, config),
     )

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
+from predictor.cards.precision import config_dtypes
 from predictor.memory import dtype_bytes, heads_per_rank
 
 GEMM_PEAK_EFFICIENCY = 0.80
@@ -234,10 +235,12 @@ def _linear_op(group: AttentionGroup, attention_tp: int, layers: int) -> Attenti
 class Precisions:
     """Resolved dtypes of one configuration and their bytes per value on a vendor.
 
-    Unset weight/expert/KV levers take the card's native dtypes; an unset activation dtype
-    is fp8 when the (resolved) weights are fp8, else bf16. GEMMs compute at the activation
-    dtype's peak: fp4 or fp8 weights with bf16 activations are weight-only quantisation
-    (bytes shrink, compute stays bf16). Embeddings and the LM head keep the checkpoint dtype.
+    Every weight component at its own stored precision (`predictor.cards.precision`:
+    native dtypes, a recipe, the lever's items, ``expert_dtype``); ``weight`` is the
+    attention projections' compute dtype, ``expert`` the routed experts'. An unset
+    activation dtype is fp8 when the attention projections are fp8, else bf16. GEMMs
+    compute at the activation dtype's peak: fp4 or fp8 weights with bf16 activations are
+    weight-only quantisation (bytes shrink, compute stays bf16).
     """
 
     weight: str
@@ -245,11 +248,14 @@ class Precisions:
     activation: str
     kv_cache: str
     embedding: str
-    weight_bytes: float
+    weight_bytes: float           # attention projections
     expert_bytes: float
     activation_bytes: float
     kv_bytes: float
     embedding_bytes: float
+    dense_mlp_bytes: float = 0.0
+    shared_bytes: float = 0.0
+    drafter_bytes: float = 2.0    # an EAGLE-3 head's weights (MTP/DSpark are priced as target layers)
 
     @property
     def is_low_precision_activation(self) -> bool:
@@ -258,12 +264,11 @@ class Precisions:
 
 def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> Precisions:
     """The :class:`Precisions` of ``config`` for ``card`` on a ``vendor`` GPU."""
-    native = card.native_dtypes
-    weight = config.weight_dtype or str(native.weight)
-    expert = config.expert_dtype or str(native.expert)
+    dtypes = config_dtypes(card, config)
     activation = effective_activation_dtype(config, card)
-    kv = config.kv_cache_dtype or str(native.kv_cache)
-    embedding = str(native.embedding)
-    return Precisions(weight, expert, activation, kv, embedding,
-                      dtype_bytes(weight, vendor), dtype_bytes(expert, vendor), dtype_bytes(activation, vendor),
-                      dtype_bytes(kv, vendor), dtype_bytes(embedding, vendor))
+    kv = config.kv_cache_dtype or str(card.native_dtypes.kv_cache)
+    at = lambda component: dtypes.bytes_per_value(component, vendor)  # noqa: E731
+    return Precisions(dtypes.compute("attention"), dtypes.compute("routed_experts"), activation, kv,
+                      dtypes.compute("embeddings"), at("attention"), at("routed_experts"),
+                      dtype_bytes(activation, vendor), dtype_bytes(kv, vendor), at("embeddings"),
+                      at("dense_mlp"), at("shared_experts"), dtype_bytes(dtypes.drafter_dtype("eagle3"), vendor))

@@ -47,6 +47,8 @@ from predictor.hardware import Cluster
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.comm_cost import CommModel, build_comm_model
 from predictor.step.cost import Mode, StepCost
+from predictor.step.dcp import excess_tokens_per_request
+from predictor.step.dwdp import LayerCosts, dwdp_plan
 from predictor.step.fusions import fusion_plan
 from predictor.step.imbalance import distinct_experts, few_expert_bw_fraction, imbalance_factors
 from predictor.step.kernels import count_kernels, elementwise_bytes
@@ -80,8 +82,11 @@ class _Gemm:
     act_bytes_per_row: float
     flops_per_us: float
     tile_rows: float = 64.0
+    row_scale: float = 1.0      # a TP subgroup's GEMM runs on its ranks' gathered rows
 
     def roofline(self, rows: float, bytes_per_us: float, term: int = GEMM) -> Roofline:
+        if self.row_scale != 1.0:
+            rows = rows * self.row_scale
         memory, compute = gemm_parts(rows, self.params, self.weight_bytes, self.act_bytes_per_row,
                                      self.flops_per_us, bytes_per_us, tile_rows=self.tile_rows)
         return Roofline(term, memory, compute)
@@ -135,6 +140,8 @@ class SimulateStepModel:
         self._launch_us = gpu.kernel_launch_us if calibration.launch_us is None else calibration.launch_us
         self._tile = gpu.gemm_tile_rows
         self._hop_us = gpu.pp_hop_overhead_us
+        self._subgroup = config.tp_subgroup
+        self._dcp = config.dcp
         self._gemms = self._build_gemms()
         self._lm_head = self._head_gemm(card.vocab_size)
         self._attention = tuple(attention_op(g, self._atp, config.dcp, p.kv_bytes) for g in card.attention)
@@ -142,6 +149,8 @@ class SimulateStepModel:
         self._kernels = count_kernels(card, config, p)
         self._elementwise = elementwise_bytes(card, config, p)
         self._comm = build_comm_model(card, cluster, config)
+        self._dwdp = (dwdp_plan(card, config.dwdp_ranks, p.expert_bytes, gpu.intra_node_bw_gbps)
+                      if config.dwdp_ranks > 1 and card.is_moe else None)
         self._fusions = fusion_plan(card, config, gpu.vendor)
         self._spec = SpecMethod(config.spec_method) if config.spec_depth > 0 else SpecMethod.NONE
         self._depth = config.spec_depth if self._spec is not SpecMethod.NONE else 0
@@ -183,36 +192,49 @@ class SimulateStepModel:
                                  captured_sizes=self._captured, first_wave_stall_ms=self.first_wave_stall_ms)
 
     # -- construction ------------------------------------------------------------------
-    def _dense_gemm(self, params: float, inner: float, layers: int) -> _Gemm:
-        p, hidden = self._precisions, self.card.hidden_size
+    def _dense_gemm(self, params: float, inner: float, layers: int, weight_bytes: float) -> _Gemm:
+        p, hidden, sub = self._precisions, self.card.hidden_size, self._subgroup
+        if sub > 1:    # TP subgroup: 1/t of the weights over t ranks' rows
+            params, inner = params / sub, inner / sub
         act = hidden * p.activation_bytes + 2 * inner * BF16_BYTES + inner * p.activation_bytes + hidden * BF16_BYTES
-        return _Gemm(layers * params, layers * params * p.weight_bytes, layers * act, self._act_flops, self._tile)
+        return _Gemm(layers * params, layers * params * weight_bytes, layers * act, self._act_flops, self._tile,
+                     float(sub))
 
     def _build_gemms(self) -> tuple[_Gemm, ...]:
+        """Attention projections per group (in group order: `prefill_layer_costs` reads them
+        so), then dense MLP, shared experts, router; under TP subgroups the replicated
+        attention parts last."""
         card, p, atp = self.card, self._precisions, self._atp
         mlp_tp = self.config.dense_tp
         hidden = card.hidden_size
-        gemms = []
+        gemms, replicated_parts = [], []
         for group in card.attention:
-            params = group.replicated_params_per_layer + (group.params_per_layer - group.replicated_params_per_layer) / atp
             act = 2 * hidden * (p.activation_bytes + BF16_BYTES)
+            if self._subgroup > 1:
+                sharded = (group.params_per_layer - group.replicated_params_per_layer) / atp / self._subgroup
+                gemms.append(_Gemm(group.num_layers * sharded, group.num_layers * sharded * p.weight_bytes,
+                                   group.num_layers * act, self._act_flops, self._tile, float(self._subgroup)))
+                replicated = group.num_layers * group.replicated_params_per_layer
+                replicated_parts.append(_Gemm(replicated, replicated * p.weight_bytes, 0.0, self._act_flops, self._tile))
+                continue
+            params = group.replicated_params_per_layer + (group.params_per_layer - group.replicated_params_per_layer) / atp
             gemms.append(_Gemm(group.num_layers * params, group.num_layers * params * p.weight_bytes,
                                group.num_layers * act, self._act_flops, self._tile))
         moe_layers = card.moe_layers if card.is_moe else 0
         dense_layers = card.num_layers - moe_layers
         if dense_layers and card.dense_intermediate_size:
             gemms.append(self._dense_gemm(card.dense_mlp_params_per_layer() / mlp_tp,
-                                          card.dense_intermediate_size / mlp_tp, dense_layers))
+                                          card.dense_intermediate_size / mlp_tp, dense_layers, p.dense_mlp_bytes))
         if moe_layers:
             shared = card.shared_params_per_moe_layer() / mlp_tp
             if shared:
                 inner = card.num_shared_experts * card.shared_intermediate_size / mlp_tp
-                gemms.append(self._dense_gemm(shared, inner, moe_layers))
+                gemms.append(self._dense_gemm(shared, inner, moe_layers, p.shared_bytes))
             router = card.router_params_per_moe_layer()
             gemms.append(_Gemm(moe_layers * router, moe_layers * router * BF16_BYTES,
                                moe_layers * (hidden * BF16_BYTES + card.num_experts * FP32_BYTES), self._bf16_flops,
                                self._tile))
-        return tuple(gemms)
+        return tuple(gemms + replicated_parts)
 
     def _head_gemm(self, vocab: int) -> _Gemm:
         params = vocab * self.card.hidden_size / self._tp
@@ -240,7 +262,7 @@ class SimulateStepModel:
         act = 4 * hidden * BF16_BYTES + 3 * inner / atp * BF16_BYTES
         group = AttentionGroup(kind=AttentionKind.GQA, num_layers=1, num_heads=heads, num_kv_heads=kv_heads,
                                head_dim=EAGLE3_HEAD_DIM, params_per_layer=0)
-        gemm = _Gemm(params, params * BF16_BYTES, act, self._bf16_flops, self._tile)
+        gemm = _Gemm(params, params * self._precisions.drafter_bytes, act, self._bf16_flops, self._tile)
         return gemm, (attention_op(group, atp, 1, self._precisions.kv_bytes),)
 
     # -- raw parts (what a calibration scales) ----------------------------------------------
@@ -321,6 +343,32 @@ class SimulateStepModel:
                  self.prefill_attention_raw(rank_tokens, rank_seqs, context),
                  RawStep(fixed_steps=1.0, pipeline_us=self._pipeline_us(seqs, tokens, with_host=False))]
         return parts + self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context)
+
+    # -- DWDP (predictor.step.dwdp) ---------------------------------------------------------
+    def prefill_layer_costs(self, num_tokens: int, num_seqs: int = 1, context: float = 0.0) -> LayerCosts:
+        """One softmax / linear layer's priced compute and one MoE layer's routed experts on
+        a prefill of ``num_tokens`` (the rest of a forward spread evenly over the layers)."""
+        tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
+        rank_tokens, rank_seqs = -(-tokens // self._dp), -(-seqs // self._dp)
+        body = self._priced(self.body_raw(rank_tokens, tokens))
+        card, bpu, flops = self.card, self._bytes_per_us, self._bf16_flops
+        own = {True: 0.0, False: 0.0}
+        grouped = 0.0
+        for group, gemm, op in zip(card.attention, self._gemms, self._attention):
+            memory, compute = op.prefill_parts(rank_tokens, rank_seqs, context, flops, bpu)
+            cost = self._priced(RawStep((gemm.roofline(rank_tokens, bpu), Roofline(ATTENTION, memory, compute))))
+            layer_us = cost["gemm"] + cost["attention"]
+            grouped += cost["gemm"]
+            own[group.kind.is_linear] = max(own[group.kind.is_linear], layer_us / group.num_layers)
+        moe_layer = body["moe"] / card.moe_layers if card.moe_layers else 0.0
+        rest = (body["gemm"] - grouped + body["other"] + body["launch"] + body["communication"]
+                + body["moe"]) / card.num_layers
+        return LayerCosts(own[False] + rest, own[True] + rest, moe_layer)
+
+    def _dwdp_exposed_us(self, num_tokens: int, num_seqs: int, context: float) -> float:
+        if self._dwdp is None or num_tokens <= 0:
+            return 0.0
+        return self._dwdp.exposed_us(self.prefill_layer_costs(num_tokens, num_seqs, context))
 
     # -- drafting and pipeline -------------------------------------------------------------
     def _draft_raw(self, requests: int, stage_requests: int, context: float) -> list[RawStep]:
@@ -411,6 +459,8 @@ class SimulateStepModel:
     def _attention_us(self, requests: float, context: float, queries: float) -> float:
         bw, cp = self.calibration.bandwidth, self.calibration.compute
         flops, bpu, total = self._bf16_flops, self._bytes_per_us, 0.0
+        if self._dcp > 1:   # the busiest DCP rank's share of the batch (predictor.step.dcp)
+            context += self._dcp * excess_tokens_per_request(int(requests), self._dcp)
         for op in self._attention:   # a loop: ~2x a sum() of a generator
             memory, compute = op.decode_parts(requests, context, queries, flops, bpu)
             total += max(bw * memory, cp * compute)
@@ -456,7 +506,8 @@ class SimulateStepModel:
         parts = [self._priced(raw) for raw in self.prefill_raw(num_tokens, num_seqs, context)]
         body, head, attention, step = parts[:4]
         draft = sum(sum(p.values()) for p in parts[4:])
-        return (body["gemm"] + head["gemm"], attention["attention"], body["moe"], body["communication"],
+        comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context)
+        return (body["gemm"] + head["gemm"], attention["attention"], body["moe"], comm,
                 body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"], draft,
                 step["pipeline"])
 
@@ -488,6 +539,7 @@ class SimulateStepModel:
             for op in self._attention))
         attention = self._attention_us(requests, context, q) + prefill_attention
         draft = self._draft_us(requests, micro, context) if self._depth else 0.0
+        comm += self._dwdp_exposed_us(tokens, 1, prefill_context)
         return (gemm + head_gemm, attention, moe, comm, launch + head_launch, other + head_other,
                 self.calibration.fixed_us, draft, self._pipeline_us(int(decode_batch), tokens + micro * q))
 

@@ -15,8 +15,11 @@ prediction is flagged `acceptance: n-gram default` (pass `--acceptance`).
 
 Acceptance is an input (`parse_acceptance`): a list of ``L(1), L(2), ...``; ``k:AL`` pairs
 that force the committed tokens at given depths (benchmarks fix AL; depths in between and
-beyond follow a constant per-position acceptance through the forced points); or a file
-(JSON ``{"lengths": [...]}`` or ``{"k": AL}``, or CSV rows ``k,AL``).
+beyond follow a constant per-position acceptance through the forced points); ``al=X``, a
+forced acceptance length at whatever depth the configuration drafts (a benchmark that
+fixes AL): ``L(k) = min(X, k + 1)``, since a verify step cannot commit more than its
+``k + 1`` tokens (the curve's source says so when the cap binds); or a file (JSON
+``{"lengths": [...]}``, ``{"k": AL}`` or ``{"al": X}``, or CSV rows ``k,AL``).
 
 Beyond the last measured depth a geometric acceptance chain is fitted to the measured
 increments ``L(i) - L(i-1) = A * r^i`` (least squares in log space over the positive
@@ -171,6 +174,9 @@ def acceptance_curve(model: str, method: str, entropy: str = Entropy.LOW, thinki
         if not values or any(v < 1.0 or not math.isfinite(v) for v in values):
             raise InputError("acceptance curve", f"{values} is not a list of L(k) >= 1",
                              "committed tokens per verify step for depths 1..n, e.g. 1.8,2.4,2.9")
+        forced = getattr(override, "forced_al", None)
+        if forced is not None:   # forced means forced: no entropy scaling
+            return AcceptanceCurve.fitted(values, f"forced AL {forced:g} (at most k + 1 per verify step)")
         return AcceptanceCurve.fitted(values, "override", scale)
     if spec is SpecMethod.NONE:
         return AcceptanceCurve((), "no speculation")
@@ -185,7 +191,37 @@ def acceptance_curve(model: str, method: str, entropy: str = Entropy.LOW, thinki
 
 
 ACCEPTANCE_ACCEPTED = ("L(1),L(2),... committed tokens per verify step (e.g. 1.8,2.4,2.9), k:AL pairs "
-                       "(e.g. 3:2.4), or a JSON/CSV file of them")
+                       "(e.g. 3:2.4), al=X (a forced acceptance length at the configured depth, e.g. al=3.2), "
+                       "or a JSON/CSV file of them")
+FORCED_PREFIX = "al="
+MAX_FORCED_DEPTH = 16
+
+
+class ForcedAcceptance(tuple):
+    """``L(1..16)`` of a forced acceptance length ``al``: ``min(al, k + 1)`` (module docstring)."""
+
+    forced_al: float
+
+    def __new__(cls, al: float) -> ForcedAcceptance:
+        curve = super().__new__(cls, tuple(min(al, depth + 1.0) for depth in range(1, MAX_FORCED_DEPTH + 1)))
+        curve.forced_al = al
+        return curve
+
+    def __reduce__(self) -> tuple:
+        return ForcedAcceptance, (self.forced_al,)
+
+
+def forced_acceptance(text: str) -> ForcedAcceptance:
+    """``al=X`` -> the forced curve; errors name the input."""
+    raw = text.strip()
+    try:
+        value = float(raw[len(FORCED_PREFIX):])
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 1.0 <= value <= MAX_FORCED_DEPTH + 1:
+        raise InputError("--acceptance", f"'{raw[:80]}' is not a forced acceptance length",
+                         f"al=X with 1 <= X <= {MAX_FORCED_DEPTH + 1} committed tokens per verify step")
+    return ForcedAcceptance(value)
 
 
 def _constant_chain(depth: int, length: float) -> float:
@@ -219,7 +255,9 @@ def lengths_from_pairs(pairs: dict[int, float]) -> tuple[float, ...]:
 def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None) -> tuple[float, ...]:
     """``L(1..k)`` from an `--acceptance` value (module docstring); errors name the input."""
     raw = text.strip()
-    if read_file is not None and raw and not any(c in raw for c in ":,") and not _is_number(raw):
+    if raw.lower().startswith(FORCED_PREFIX):
+        return forced_acceptance(raw.lower())
+    if read_file is not None and raw and not any(c in raw for c in ":,=") and not _is_number(raw):
         return _from_file(raw, read_file(raw))
     parts = [p.strip() for p in raw.split(",") if p.strip()]
     try:
@@ -256,6 +294,8 @@ def _from_file(path: str, content: str) -> tuple[float, ...]:
                              ACCEPTANCE_ACCEPTED) from None
         if isinstance(data, dict) and "lengths" in data:
             return parse_acceptance(",".join(str(v) for v in data["lengths"]))
+        if isinstance(data, dict) and set(data) == {"al"}:
+            return forced_acceptance(f"{FORCED_PREFIX}{data['al']}")
         if isinstance(data, dict):
             return parse_acceptance(",".join(f"{k}:{v}" for k, v in data.items()))
         return parse_acceptance(",".join(str(v) for v in data))

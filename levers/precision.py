@@ -1,0 +1,126 @@
+"""The `weight_dtype` lever's grammar: one dtype, a published recipe, per-component dtypes.
+
+Real checkpoints do not ship one precision: Kimi-K3's NVFP4 checkpoint keeps routed
+experts in NVFP4, attention projections in FP8 and shared experts in BF16 (PRODUCT.md §3
+names the components). The lever keeps its name and its plain values (``bf16``, ``fp8``,
+``fp4``: attention projections, dense MLP and shared experts, as before) and gains items
+joined by ``+``:
+
+- ``recipe:NAME``: a checkpoint the model card lists (``inferasim models``); every
+  component, routed experts included, takes the recipe's dtype;
+- ``COMPONENT:DTYPE`` for ``attention``, ``dense_mlp``, ``shared_experts``, ``embeddings``
+  (input embedding and LM head) or ``drafter`` (the speculative drafter's own weights);
+- a bare ``DTYPE``: attention projections, dense MLP and shared experts.
+
+Later items override earlier ones and the recipe; ``expert_dtype`` overrides the recipe's
+routed experts. DTYPE is ``bf16``, ``fp8``, ``fp4`` (the platform's FP4: NVFP4 on NVIDIA,
+MXFP4 on AMD), or an explicit FP4 format, ``nvfp4`` (4.5 bits per value) or ``mxfp4``
+(4.25). The canonical text is the recipe, then the bare dtype, then components in the
+order above, so equal specs compare equal; a lone dtype stays the plain value it was.
+This layer checks syntax only; whether a recipe exists is the card's question
+(:mod:`levers.legality`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from levers.errors import InputError, accepted_list
+from levers.inputs import quote
+
+LEVER = "weight_dtype"
+BASE_DTYPES = ("bf16", "fp8", "fp4")
+FP4_FORMATS = ("nvfp4", "mxfp4")
+WEIGHT_DTYPES = BASE_DTYPES + FP4_FORMATS
+COMPONENT_NAMES = ("attention", "dense_mlp", "shared_experts", "embeddings", "drafter")
+COMPONENT_ALIASES = {
+    "attention": "attention", "attn": "attention",
+    "dense_mlp": "dense_mlp", "dense": "dense_mlp", "mlp": "dense_mlp",
+    "shared_experts": "shared_experts", "shared": "shared_experts", "shared_expert": "shared_experts",
+    "embeddings": "embeddings", "embedding": "embeddings", "lm_head": "embeddings",
+    "drafter": "drafter", "draft": "drafter",
+}
+BASE_COMPONENTS = ("attention", "dense_mlp", "shared_experts")   # what a bare dtype covers
+RECIPE_PREFIX = "recipe:"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,39}$")
+ACCEPTED = (f"{accepted_list(BASE_DTYPES)} (attention projections, dense MLP, shared experts), "
+            "or items joined by '+': recipe:NAME (a checkpoint the model card lists), COMPONENT:DTYPE "
+            f"for {', '.join(COMPONENT_NAMES)}, or a bare DTYPE; DTYPE is one of {', '.join(WEIGHT_DTYPES)} "
+            "(e.g. recipe:nvfp4, fp8+shared_experts:bf16)")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightSpec:
+    """A parsed `weight_dtype`: the recipe, the bare dtype and per-component dtypes."""
+
+    recipe: str | None = None
+    base: str | None = None
+    components: tuple[tuple[str, str], ...] = ()   # (component, dtype) in COMPONENT_NAMES order
+
+    def component(self, name: str) -> str | None:
+        """This spec's own dtype for ``name`` (None: the recipe's or the checkpoint's)."""
+        for component, dtype in self.components:
+            if component == name:
+                return dtype
+        return self.base if name in BASE_COMPONENTS else None
+
+    @property
+    def text(self) -> str | None:
+        """The canonical lever value (None for an empty spec)."""
+        items = [RECIPE_PREFIX + self.recipe] if self.recipe else []
+        items += [self.base] if self.base else []
+        items += [f"{component}:{dtype}" for component, dtype in self.components]
+        return "+".join(items) or None
+
+
+def parse_weight_spec(raw: Any) -> WeightSpec:
+    """The spec of a `weight_dtype` value (text or a JSON list of items); None -> empty."""
+    if raw is None:
+        return WeightSpec()
+    items = [str(x) for x in raw] if isinstance(raw, (list, tuple)) else str(raw).split("+")
+    recipe, base, components = None, None, {}
+    for item in (i.strip().lower() for i in items):
+        if not item:
+            raise InputError(LEVER, f"{quote(raw)} has an empty item", ACCEPTED)
+        if item.startswith(RECIPE_PREFIX):
+            recipe = _recipe_name(item[len(RECIPE_PREFIX):], raw)
+        elif ":" in item:
+            name, _, dtype = item.partition(":")
+            components[_component(name.strip(), raw)] = _dtype(dtype.strip(), raw)
+        else:
+            base = _dtype(item, raw)
+    ordered = tuple((name, components[name]) for name in COMPONENT_NAMES if name in components)
+    return WeightSpec(recipe, base, ordered)
+
+
+def canonical_weight_dtype(raw: Any) -> str | None:
+    """The canonical text of a `weight_dtype` value (errors name the lever)."""
+    return parse_weight_spec(raw).text
+
+
+def base_dtype(dtype: str) -> str:
+    """The compute dtype of a storage precision: an explicit FP4 format computes as fp4."""
+    return "fp4" if dtype in FP4_FORMATS else dtype
+
+
+def _recipe_name(name: str, raw: Any) -> str:
+    if not _NAME.match(name):
+        raise InputError(LEVER, f"{quote(raw)} names no valid recipe",
+                         "recipe:NAME, NAME as the model card lists it (letters, digits, '.', '_', '-')")
+    return name
+
+
+def _component(name: str, raw: Any) -> str:
+    found = COMPONENT_ALIASES.get(name)
+    if found is None:
+        raise InputError(LEVER, f"{quote(raw)}: unknown component {quote(name)}",
+                         f"components {accepted_list(COMPONENT_NAMES)} (routed experts: the expert_dtype lever)")
+    return found
+
+
+def _dtype(dtype: str, raw: Any) -> str:
+    if dtype not in WEIGHT_DTYPES:
+        raise InputError(LEVER, f"{quote(raw)}: unknown precision {quote(dtype)}", ACCEPTED)
+    return dtype

@@ -1,0 +1,129 @@
+"""Per-component precision (issue 13): the weight_dtype grammar, recipes, and memory and
+step pricing of every component at its own stored precision, hand-computed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from levers.catalog import Engine
+from levers.configuration import Configuration, parse_config_text
+from levers.errors import InputError
+from levers.legality import effective_activation_dtype, structural_reasons
+from levers.precision import canonical_weight_dtype, parse_weight_spec
+from predictor.cards.precision import component_dtypes
+from predictor.cards.registry import load_card
+from predictor.hardware import parse_cluster
+from predictor.memory import memory_breakdown
+from predictor.step.operators import resolve_precisions
+
+GB300 = 298_014_000_000
+NVFP4, MXFP4 = 4.5 / 8, 4.25 / 8
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERASIM_HOME", str(tmp_path / "home"))
+
+
+def k3_memory(**levers):
+    return memory_breakdown(load_card("kimi-k3"), hbm_bytes=GB300, vendor="nvidia", **levers)
+
+
+# -- the lever's grammar -------------------------------------------------------------------
+def test_plain_values_stay_plain_and_specs_are_canonical():
+    assert canonical_weight_dtype("FP8") == "fp8"
+    assert canonical_weight_dtype("shared:bf16+recipe:NVFP4+attn:fp8") == "recipe:nvfp4+attention:fp8+shared_experts:bf16"
+    spec = parse_weight_spec("fp8+drafter:bf16")
+    assert (spec.component("attention"), spec.component("dense_mlp"), spec.component("drafter")) == ("fp8", "fp8", "bf16")
+    assert spec.component("embeddings") is None
+
+
+@pytest.mark.parametrize("bad", ["fp9", "attention:fp9", "routed:fp4", "recipe:", "fp8++bf16"])
+def test_bad_specs_name_the_lever(bad):
+    with pytest.raises(InputError) as caught:
+        parse_config_text(f"weight_dtype={bad}")
+    assert "weight_dtype" in caught.value.message
+
+
+def test_unknown_recipe_is_a_legality_reason_and_a_memory_error():
+    card, cluster = load_card("kimi-k3"), parse_cluster("gb300x4x2")
+    config = Configuration(tp=8, weight_dtype="recipe:fp2")
+    assert any("lists no such checkpoint" in r for r in structural_reasons(config, Engine.VLLM, card, cluster))
+    with pytest.raises(InputError):
+        k3_memory(tp=8, weight_dtype="recipe:fp2")
+    assert not structural_reasons(Configuration(tp=8, weight_dtype="recipe:nvfp4"), Engine.VLLM, card, cluster)
+
+
+# -- resolution: native, recipe, lever items, expert_dtype --------------------------------------
+def test_levers_override_the_recipe_in_order():
+    card = load_card("kimi-k3")
+    native = component_dtypes(card)
+    assert (native.attention, native.shared_experts, native.routed_experts) == ("bf16", "bf16", "fp4")
+    recipe = component_dtypes(card, "recipe:nvfp4")
+    assert (recipe.attention, recipe.shared_experts, recipe.routed_experts) == ("fp8", "bf16", "nvfp4")
+    mixed = component_dtypes(card, "recipe:nvfp4+attention:bf16", expert_dtype="fp8")
+    assert (mixed.attention, mixed.routed_experts) == ("bf16", "fp8")
+    # the recipe's FP8 attention makes unset activations fp8, as a plain fp8 weight would
+    assert effective_activation_dtype(Configuration(weight_dtype="recipe:nvfp4"), card) == "fp8"
+    assert effective_activation_dtype(Configuration(weight_dtype="recipe:nvfp4+attention:bf16"), card) == "bf16"
+
+
+def test_memory_prices_each_component_at_its_precision():
+    card = load_card("kimi-k3")
+    native, recipe = k3_memory(tp=8), k3_memory(tp=8, weight_dtype="recipe:nvfp4")
+    params = {"attention": 0.0, "shared_experts": card.moe_layers * card.shared_params_per_moe_layer() / 8,
+              "routed_experts": card.moe_layers * card.num_experts * card.expert_params() / 8}
+    for group in card.attention:
+        sharded = group.params_per_layer - group.replicated_params_per_layer
+        params["attention"] += group.num_layers * (group.replicated_params_per_layer + sharded / 8)
+    got = recipe.weights_by_component_bytes
+    assert got["attention"] == math.ceil(params["attention"] * 1)            # FP8
+    assert got["shared_experts"] == math.ceil(params["shared_experts"] * 2)  # BF16
+    assert got["routed_experts"] == math.ceil(params["routed_experts"] * NVFP4)
+    assert native.weights_by_component_bytes["attention"] == math.ceil(params["attention"] * 2)
+    assert recipe.dtypes_by_component["routed_experts"] == "nvfp4"
+    assert recipe.dtypes_by_component["attention"] == "fp8"
+    mx = k3_memory(tp=8, weight_dtype="attention:mxfp4").weights_by_component_bytes
+    nv = k3_memory(tp=8, weight_dtype="attention:nvfp4").weights_by_component_bytes
+    assert mx["attention"] / nv["attention"] == pytest.approx(MXFP4 / NVFP4, rel=1e-6)
+    assert k3_memory(tp=8, expert_dtype="fp8").weights_by_component_bytes["routed_experts"] == \
+        math.ceil(params["routed_experts"])
+
+
+def test_embeddings_and_dense_mlp_items():
+    base, changed = k3_memory(tp=8), k3_memory(tp=8, weight_dtype="embeddings:fp8+dense_mlp:fp8")
+    for key in ("embeddings", "dense_mlp"):
+        assert changed.weights_by_component_bytes[key] == pytest.approx(base.weights_by_component_bytes[key] / 2, abs=1)
+    assert changed.weights_by_component_bytes["attention"] == base.weights_by_component_bytes["attention"]
+
+
+def test_step_model_bytes_follow_the_components():
+    card, vendor = load_card("kimi-k3"), "nvidia"
+    p = resolve_precisions(card, Configuration(weight_dtype="recipe:nvfp4"), vendor)
+    assert (p.weight_bytes, p.shared_bytes, p.dense_mlp_bytes, p.expert_bytes) == (1.0, 2.0, 2.0, NVFP4)
+    assert (p.weight, p.expert, p.activation) == ("fp8", "fp4", "fp8")
+    plain = resolve_precisions(card, Configuration(weight_dtype="fp8"), vendor)
+    assert plain.weight_bytes == plain.shared_bytes == plain.dense_mlp_bytes == 1.0
+
+
+# -- the drafter ---------------------------------------------------------------------------------
+def test_drafter_weights_and_cache_are_counted():
+    card = load_card("kimi-k3")
+    none = k3_memory(tp=8, kv_cache_dtype="fp8")
+    eagle = k3_memory(tp=8, kv_cache_dtype="fp8", spec_method="eagle3")
+    assert "drafter" not in none.weights_by_component_bytes
+    hidden, inner = card.hidden_size, card.dense_intermediate_size
+    layer = (2 * hidden * hidden + 2 * hidden * 8 * 128 + 3 * hidden * inner) / 8
+    expected = (layer + 3 * hidden * hidden + 32_000 * hidden / 8) * 2            # BF16 head
+    assert eagle.weights_by_component_bytes["drafter"] == math.ceil(expected)
+    assert eagle.drafter_kv_bytes_per_token == 2 * 1 * 128 * 1                    # one GQA layer, 1 KV head/rank
+    assert eagle.kv_bytes_per_token == none.kv_bytes_per_token                    # the hand-off moves the target's
+    assert eagle.max_concurrency <= none.max_concurrency
+    fp8 = k3_memory(tp=8, kv_cache_dtype="fp8", spec_method="eagle3", weight_dtype="drafter:fp8")
+    assert fp8.weights_by_component_bytes["drafter"] == pytest.approx(expected / 2, abs=1)
+    dspark = k3_memory(tp=8, spec_method="dspark")
+    mean_layer = sum(v for k, v in none.weights_by_component_bytes.items()
+                     if k in ("attention", "dense_mlp", "shared_experts", "routed_experts", "other")) / card.num_layers
+    assert dspark.weights_by_component_bytes["drafter"] == pytest.approx(3 * mean_layer, rel=0.02)

@@ -1,0 +1,124 @@
+"""DEP with TP subgroups and DWDP prefill pools (issue 13): the layout grammar, legality,
+the memory table and the step model's communication, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from levers.catalog import Engine, parse_layout, parse_layout_options
+from levers.configuration import Configuration, parse_config_text
+from levers.errors import InputError
+from levers.legality import structural_reasons
+from predictor.cards.registry import load_card
+from predictor.feasibility import check_configuration, memory_for, pool_configs
+from predictor.hardware import parse_cluster
+from predictor.step.comm_cost import build_comm_model
+from predictor.step.simulate import SimulateStepModel
+
+NVFP4 = 4.5 / 8
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERASIM_HOME", str(tmp_path / "home"))
+
+
+def split(text: str) -> Configuration:
+    return Configuration().with_changes(parse_config_text(text))
+
+
+B_POOLS = ("disaggregated=true,prefill_layout=DWDP16,decode_layout=TP16/EP16/DP16/TS4,"
+           "all_to_all_backend=deepep,weight_dtype=recipe:nvfp4,kv_cache_dtype=fp8")
+
+
+def test_layout_grammar():
+    assert parse_layout_options("tp16/ep16/dp16/ts4").text == "TP16/EP16/DP16/TS4"
+    assert parse_layout("DWDP16") == (16, 16, 16)            # 16 GPUs of 16 ranks
+    assert parse_layout_options("dwdp8").dwdp == 8
+    for bad in ("DWDP8/TP2", "TS4", "TP8/TS2/TS2"):
+        with pytest.raises(InputError):
+            parse_layout_options(bad)
+    config = split(B_POOLS)
+    assert config.total_gpus == 32 and config.tp_subgroup == 4 and config.dwdp_ranks == 1
+
+
+def test_legality_of_the_new_layouts():
+    card, cluster = load_card("kimi-k3"), parse_cluster("gb300x4x8")
+    assert not structural_reasons(split(B_POOLS), Engine.TRTLLM, card, cluster)
+    on_vllm = structural_reasons(split(B_POOLS), Engine.VLLM, card, cluster)
+    assert any("DWDP" in r and "trtllm" in r for r in on_vllm)
+    decode_dwdp = split("disaggregated=true,prefill_layout=TP16/EP16/DP16,decode_layout=DWDP16")
+    assert any("prefill-pool layout" in r for r in structural_reasons(decode_dwdp, Engine.TRTLLM, card, cluster))
+    odd = split("disaggregated=true,prefill_layout=TP8/EP8/DP8,decode_layout=TP16/EP16/DP16/TS3")
+    assert any("TS3" in r for r in structural_reasons(odd, Engine.TRTLLM, card, cluster))
+    dense = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8"), Engine.TRTLLM,
+                               load_card("llama-3.1-70b"), parse_cluster("gb300x4x4"))
+    assert any("MoE" in r for r in dense)
+
+
+def test_pool_configs_keep_the_options():
+    prefill, decode = pool_configs(split(B_POOLS))
+    assert (prefill.tp, prefill.ep, prefill.attention_dp, prefill.replicas, prefill.dwdp_ranks) == (1, 1, 1, 16, 16)
+    assert (decode.tp, decode.attention_dp, decode.tp_subgroup, decode.dwdp_ranks) == (16, 16, 4, 1)
+    plain_prefill, plain_decode = pool_configs(split("disaggregated=true,prefill_layout=TP8,decode_layout=TP8"))
+    assert plain_prefill.prefill_layout is None and plain_decode.decode_layout is None   # unchanged for old layouts
+
+
+# -- DEP with TP subgroups -------------------------------------------------------------------------
+def test_tp_subgroup_memory_table():
+    """DEP16 with TS4: the sharded attention projections, shared experts and dense MLP are
+    stored 1/4 per GPU; the replicated parts, routed experts, KV and state are unchanged."""
+    card, cluster = load_card("kimi-k3"), parse_cluster("gb300x4x8")
+    _, with_groups = pool_configs(split(B_POOLS))
+    without = replace(with_groups, decode_layout=None)
+    a, b = memory_for(card, cluster, without, 200_000), memory_for(card, cluster, with_groups, 200_000)
+    rep = sum(g.num_layers * g.replicated_params_per_layer for g in card.attention)
+    sharded = sum(g.num_layers * (g.params_per_layer - g.replicated_params_per_layer) for g in card.attention)
+    assert a.weights_by_component_bytes["attention"] == math.ceil(rep + sharded)          # FP8, attention TP 1
+    assert b.weights_by_component_bytes["attention"] == math.ceil(rep + sharded / 4)
+    shared = card.moe_layers * card.shared_params_per_moe_layer() * 2
+    assert a.weights_by_component_bytes["shared_experts"] == math.ceil(shared)
+    assert b.weights_by_component_bytes["shared_experts"] == math.ceil(shared / 4)
+    assert b.weights_by_component_bytes["dense_mlp"] == math.ceil(a.weights_by_component_bytes["dense_mlp"] / 4)
+    for key in ("routed_experts", "embeddings", "other"):
+        assert a.weights_by_component_bytes[key] == b.weights_by_component_bytes[key]
+    assert (a.kv_bytes_per_token, a.state_bytes_per_sequence) == (b.kv_bytes_per_token, b.state_bytes_per_sequence)
+    assert b.kv_pool_bytes > a.kv_pool_bytes and b.max_concurrency >= a.max_concurrency
+
+
+def test_tp_subgroup_traffic_per_token():
+    """(T-1) H s_a + ((T-1)/T) H s_a per token per block, FP8 activations (s_a = 1)."""
+    card, cluster = load_card("kimi-k3"), parse_cluster("gb300x4x8")
+    _, decode = pool_configs(split(B_POOLS))
+    comm = build_comm_model(card, cluster, decode).subgroup
+    h = card.hidden_size
+    assert comm.traffic_bytes_per_token() == pytest.approx(3 * h + 0.75 * h)
+    assert comm.blocks == card.num_layers + card.moe_layers + card.dense_layers
+    assert build_comm_model(card, cluster, replace(decode, decode_layout=None)).subgroup is None
+    # the step pays the subgroup collectives and saves weight bandwidth
+    model = SimulateStepModel(card, cluster, "trtllm", decode)
+    plain = SimulateStepModel(card, cluster, "trtllm", replace(decode, decode_layout=None))
+    step, base = model.decode(64, 50_000), plain.decode(64, 50_000)
+    assert step.get("communication") > base.get("communication")
+    assert step.get("gemm") < base.get("gemm")
+    assert step.get("attention") == pytest.approx(base.get("attention"))      # core attention stays local
+
+
+# -- DWDP -----------------------------------------------------------------------------------------
+def test_dwdp_memory_table():
+    """Each rank: non-expert weights whole (TP1), 1/16 of the routed experts, two staging
+    buffers of 15/16 of one layer's routed experts."""
+    card, cluster = load_card("kimi-k3"), parse_cluster("gb300x4x8")
+    prefill, _ = pool_configs(split(B_POOLS))
+    m = memory_for(card, cluster, prefill, 200_000)
+    layer = card.num_experts * card.expert_params() * NVFP4
+    assert m.weights_by_component_bytes["routed_experts"] == math.ceil(card.moe_layers * layer / 16)
+    assert m.weights_by_component_bytes["dwdp_staging"] == math.ceil(2 * layer * 15 / 16)
+    attention = sum(g.num_layers * g.params_per_layer for g in card.attention)
+    assert m.weights_by_component_bytes["attention"] == math.ceil(attention * 1)        # FP8, whole
+    assert m.fits
+    feasible = check_configuration(card, cluster, Engine.TRTLLM, split(B_POOLS), 200_000)
+    assert feasible.legal and feasible.prefill_memory.weights_by_component_bytes["dwdp_staging"] > 0
