@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from agent.cli.app import app, cli_errors, console, int_option, print_json
 from agent.cli.render import MISSING, number, objective_header, paragraph, table
@@ -116,7 +117,8 @@ def levers(engine: Optional[str] = EngineOpt, json_out: bool = JsonOpt) -> None:
                                                           ("legal values", "left"), ("description", "left")],
                  wrap=(2, 3, 4))
     for lever, row in zip(LEVERS, rows):
-        grid.add_row(str(row["index"]), row["name"], row["kind"], lever.accepted_text(chosen), row["description"])
+        grid.add_row(str(row["index"]), row["name"], row["kind"], escape(lever.accepted_text(chosen)),
+                     escape(row["description"]))     # literal text: `[/TSt]` is not markup
     console.print(grid)
 
 
