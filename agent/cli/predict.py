@@ -23,12 +23,13 @@ from agent.cli.info import (
     configuration_from_options,
     with_acceptance,
 )
+from agent.cli.memory_view import memory_pools, memory_table
 from agent.cli.render import MISSING, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
 from predictor.predict import default_store, predict
 from predictor.prediction import Prediction
 from predictor.target import Target, check_workload_context, resolve_target
-from predictor.units import US_PER_MS
+from predictor.units import MS_PER_S, US_PER_MS
 from predictor.workload import parse_workload
 
 # Shown in this order when predicted. TPOT and tok/s/user sit at the same statistic (the
@@ -37,6 +38,7 @@ SHOWN_METRICS = (
     ("TTFT", "mean", "ttft_ms_mean", "ms"), ("TTFT", "p90", "ttft_ms_p90", "ms"),
     ("TPOT", "mean", "tpot_ms_mean", "ms"), ("TPOT", "p50", "tpot_ms_p50", "ms"),
     ("tok/s/user", "p50 of 1/TPOT", "interactivity_p50", "tok/s/user"),
+    ("tok/s/user", "P90 = 1000/p90 TPOT", "tpot_ms_p90", "tok/s/user"),
     ("ITL", "mean", "itl_ms_mean", "ms"), ("ITL", "p90", "itl_ms_p90", "ms"),
     ("E2E", "mean", "e2e_ms_mean", "ms"),
     ("throughput (output)", "per GPU", "output_throughput_per_gpu", "tok/s/GPU"),
@@ -53,6 +55,16 @@ def _hits(hits: dict) -> str:
     intervals = hits.get("intervals", {})
     parts = [("overall", hits["overall"])] + list(hits.get("per_tier", {}).items())
     return ", ".join(f"{name} {with_interval(value, intervals.get(name))}" for name, value in parts)
+
+
+def _shown(result: Prediction, key: str, unit: str) -> tuple[float, tuple | None, tuple | None]:
+    """(value, DES 90% interval, 80% interval) of a shown row; a TPOT key shown in
+    tok/s/user is its inverse, 1000 / TPOT (the intervals' ends swap)."""
+    value, seeds, interval = result.metrics[key], result.seed_intervals.get(key), result.intervals.get(key)
+    if not (key.startswith("tpot_ms") and unit == "tok/s/user"):
+        return value, seeds, interval
+    inverse = lambda pair: (MS_PER_S / pair[1], MS_PER_S / pair[0]) if pair and min(pair) > 0 else None  # noqa: E731
+    return MS_PER_S / value, inverse(seeds), inverse(interval)
 
 
 def target_with_default_engine(model: str, cluster: str | None, engine: str | None) -> Target:
@@ -72,6 +84,9 @@ def predict_command(
     replications: int = typer.Option(PREDICT_REPLICATIONS, "--replications", parser=int_option("--replications", 1, 32),
                                      help="DES workload draws; metrics are their mean with a 90% interval."),
     acceptance: Optional[str] = AcceptanceOpt,
+    requests: Optional[int] = typer.Option(None, "--requests", parser=int_option("--requests", 16, 10_000_000),
+                                           help="Requests each DES replay releases (default: 40 per client on "
+                                                "agentic); fewer is faster and noisier."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."""
@@ -79,7 +94,7 @@ def predict_command(
     configuration = configuration_from_options(config, concurrency)
     spec = with_acceptance(parse_workload(workload), acceptance)
     check_workload_context(target.card, spec.context_tokens, spec.name)
-    result = predict(target, configuration, spec, seed=seed, replications=replications)
+    result = predict(target, configuration, spec, seed=seed, replications=replications, num_requests=requests)
     if json_out:
         print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
                     "configuration_text": configuration.describe(), **prediction_json(result)})
@@ -110,8 +125,8 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
                         ("80% interval", "right"), ("unit", "left")], wrap=(1,))
     for label, stat, key, unit in SHOWN_METRICS:
         if result.metrics.get(key) is not None:
-            interval = result.intervals.get(key)
-            grid.add_row(label, stat, with_interval(result.metrics[key], result.seed_intervals.get(key)),
+            value, seeds, interval = _shown(result, key, unit)
+            grid.add_row(label, stat, with_interval(value, seeds),
                          f"{number(interval[0])}-{number(interval[1])}" if interval else MISSING, unit)
     paragraph(console, title, indent=0)
     console.print(grid)
@@ -125,11 +140,8 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
                  "brackets after a value: the 90% interval over DES replications")
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
-    memory = result.memory.to_json() if result.memory else {}
-    if memory:
-        say(console, f"memory per GPU: weights {number(memory['weights_per_gpu_gb'])} GB, "
-                     f"KV pool {number(memory['kv_pool_per_gpu_gb'])} GB, "
-                     f"max concurrency {number(memory['max_concurrency'])} sequences")
+    if result.memory is not None:
+        console.print(memory_table(memory_pools(target, configuration, result.memory)))
     step = result.breakdown.get("decode_step")
     if step:
         terms = ", ".join(f"{k.removesuffix('_us')} {number(v / US_PER_MS)}" for k, v in step.items()
