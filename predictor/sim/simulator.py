@@ -35,6 +35,7 @@ from predictor.sim.rank import Rank
 from predictor.sim.replica import Replica
 from predictor.sim.request import Request
 from predictor.sim.results import (
+    LATENCY_NAMES,
     Recorder,
     SimResult,
     Window,
@@ -103,7 +104,9 @@ class Simulation:
         measured = self._measured()
         if len(measured) < MIN_REQUESTS:
             return
-        flat = {f"{name}_{stat}": value for name, dist in latency_distributions(measured, self.recorder).items()
+        names = tuple(dict.fromkeys(rule.key.rsplit("_", 1)[0] for rule in self.stop_rules))
+        flat = {f"{name}_{stat}": value for name, dist in
+                latency_distributions(measured, self.recorder, tuple(n for n in names if n in LATENCY_NAMES)).items()
                 for stat, value in dist.items()}
         for rule in self.stop_rules:
             value = flat.get(rule.key)
