@@ -13,6 +13,9 @@ timed by wall clock and by the child's CPU seconds (user + system, from
   stand-in for configuration B: four TP4 prefill replicas do not fit Kimi-K3's weights
   without DWDP), default fidelity, one replication (target <= 3 s on one core), and the
   current default of 3 replications;
+- deployment_b: issue 13's deployment B as shipped in ``examples/`` (DWDP16 prefill,
+  DEP16 decode, shared host pool, 512 clients), current checkout only (the baseline
+  cannot express it; its ratio is to the baseline's stand-in run);
 - pareto: ``inferasim pareto --model kimi-k3 --workload agentic --max-points N
   --workers 2`` predictions per second (target >= 1 on 2 cores).
 
@@ -51,6 +54,9 @@ JOBS = {
                   "--config", DISAGG, "--workload", "agentic", "--json"],
 }
 ONE_REPLICATION = ["--replications", "1"]      # the current code's option (the baseline has one)
+#: deployment B of issue 13 as shipped (examples/): the baseline cannot express DWDP, so
+#: this job runs on the current checkout only (its ratio is to the stand-in above)
+DEPLOYMENT_B = ROOT / "examples" / "kimi-k3-gb300-dwdp16-dep16.txt"
 FIDELITY_CASES = (   # (model, cluster, engine, levers, requests)
     ("kimi-k3", "mi355x", "vllm", "tp=8,spec_method=ngram,spec_depth=2,concurrency=16", 640),
     ("kimi-k3", "mi355x", "vllm", "tp=8,concurrency=64", 1024),
@@ -94,21 +100,28 @@ def summary(job: str, data: dict) -> dict:
         metrics = best.get("metrics") or {}
         return {"trials": data.get("num_trials"), "best_concurrency": (best.get("configuration") or {}).get("concurrency"),
                 "output_tok_s_gpu": metrics.get("output_throughput_per_gpu"), "itl_p90_ms": metrics.get("itl_ms_p90")}
-    if job.startswith("disagg"):
+    if job.startswith("disagg") or job == "deployment_b":
         metrics = data.get("all_metrics") or {}
         return {k: metrics.get(k) for k in ("output_throughput_per_gpu", "ttft_ms_mean", "itl_ms_p90")}
     return {"points_per_s": data.get("points_per_s"), "num_priced": data.get("num_priced"),
             "wall_s": data.get("wall_s")}
 
 
-def speed(baseline: Path, repeats: int, pareto_points: int, timeout_s: float) -> dict:
+def speed(baseline: Path, repeats: int, pareto_points: int, timeout_s: float, only: set[str] | None = None) -> dict:
     jobs = dict(JOBS)
     jobs["pareto"] = ["pareto", "--model", "kimi-k3", "--workload", "agentic", "--max-points", str(pareto_points),
                       "--workers", "2", "--no-plot", "--json"]
+    if DEPLOYMENT_B.is_file():
+        jobs["deployment_b"] = ["predict", *DEPLOYMENT_B.read_text().split(), "--json"]
+    if only:
+        jobs = {job: args for job, args in jobs.items() if job in only or (job == "disagg512" and "deployment_b" in only)}
     report: dict = {}
     for job, args in jobs.items():
-        variants = {"baseline": (baseline, args), "current": (ROOT, args + (ONE_REPLICATION if job == "disagg512" else []))}
-        if job == "disagg512":
+        replicated = job in ("disagg512", "deployment_b")
+        variants = {"baseline": (baseline, args), "current": (ROOT, args + (ONE_REPLICATION if replicated else []))}
+        if job == "deployment_b":
+            variants = {"current": variants["current"], "current_3_replications": (ROOT, args)}
+        if replicated:
             variants["current_3_replications"] = (ROOT, args)
         if job == "pareto":
             variants["current"] = (ROOT, args + ["--out", tempfile.mkdtemp()])
@@ -121,7 +134,7 @@ def speed(baseline: Path, repeats: int, pareto_points: int, timeout_s: float) ->
                               "wall_s": statistics.median(r["wall_s"] for r in results),
                               "exit": [r["exit"] for r in results], "result": summary(job, results[-1]["data"])}
                        for name, results in runs.items()}
-        base = report[job]["baseline"]
+        base = report[job].get("baseline") or report["disagg512"]["baseline"]
         for name, figures in report[job].items():
             figures["cpu_ratio_to_baseline"] = round(figures["cpu_s"] / base["cpu_s"], 3) if base["cpu_s"] else None
     return report
@@ -168,12 +181,14 @@ def main() -> None:
     parser.add_argument("--pareto-points", type=int, default=48)
     parser.add_argument("--timeout-s", type=float, default=3600.0)
     parser.add_argument("--skip-speed", action="store_true", help="only the fast-vs-exact result check")
+    parser.add_argument("--jobs", help="comma-separated subset of main,disagg512,deployment_b,pareto")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     host = machine()
     report = {"machine": host, "baseline": str(args.baseline)}
     if not args.skip_speed:
-        report["speed"] = speed(args.baseline.resolve(), args.repeats, args.pareto_points, args.timeout_s)
+        only = set(args.jobs.split(",")) if args.jobs else None
+        report["speed"] = speed(args.baseline.resolve(), args.repeats, args.pareto_points, args.timeout_s, only)
     report["fidelity"] = fidelity()
     report["load_average_1min_end"] = round(os.getloadavg()[0], 2)
     if args.json:
