@@ -236,7 +236,7 @@ def width_limit(cluster: Cluster, endpoint: str | None) -> tuple[int, str]:
 def _refuse_reducible(request: HarvestRequest, card: ModelCard, cluster: Cluster, engine: Engine,
                       config: Configuration) -> None:
     """Refuse a layout that is not one anchor, saying how METHOD §3.14 reduces it and
-    printing the harvest command of each reduced layout (`predictor.harvest.targets`
+    printing the harvest command of each reduced layout (`predictor.harvest.layouts`
     also checks each against memory and the other refusals)."""
     devices, span = width_limit(cluster, request.endpoint)
     reductions = anchor_layouts(config, devices)

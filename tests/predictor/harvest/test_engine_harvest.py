@@ -1,14 +1,23 @@
-"""A real harvest on this CPU: llama-cpp-python's server with SmolLM2-135M (marker
-`engine`; `pytest -m engine tests/predictor/harvest/test_engine_harvest.py -s`).
+"""The closed loop on a real engine (marker `engine`): harvest an anchor from llama.cpp's
+server on this CPU (SmolLM2-135M), predict four configurations the anchor did not
+measure with the analytical model and the DES, run each for real with the harvester's
+client, and compare (METHOD §2, §4, §5).
 
-The anchor must validate, and because llama.cpp serves one request at a time the decode
-waves above batch 1 and the packed probe must be flagged serialised. The anchored step
-model then predicts TTFT and TPOT at a prompt length the harvest did not use, which is
-measured on the same server. Tolerances are wide on purpose and stated: this runs on a
-shared 2-core VM where other work moves single measurements by tens of percent.
-Set INFERASIM_GGUF to the .gguf file (default ~/.cache/inferasim/..., where
-`scripts/local_llm.sh setup` puts it), and
-INFERASIM_HARVEST_REPORT to a path to keep the figures as JSON.
+    INFERASIM_HARVEST_REPORT=/tmp/closed-loop.json \
+        .venv/bin/python -m pytest -p no:xdist -m engine tests/predictor/harvest/test_engine_harvest.py -s
+
+llama-cpp-python's server (0.3.36) has no parallel slots: it serves one request at a
+time and queues the rest. The harvest shows it (the decode waves at batch 2..8 never
+ran together and are flagged `serialised-decode`, so the anchor keeps batch 1), and the
+predictions model it with the levers: `max_running_requests=1` (the engine's own cap,
+which the DES's llamacpp profile also applies), prefix caching off (unique prompts).
+
+Points (none measured by the harvest): a prompt length between the sweep's (384), an
+output length 8x the sweep's (128), a closed loop of 4 clients, and 16 clients, twice
+the widest decode wave. Tolerances (|predicted / measured - 1|) are stated below, with
+what was measured on a busy shared 2-core VM; docs/SCORES.md keeps the table. Set
+INFERASIM_GGUF to another .gguf file (default: where `scripts/local_llm.sh setup` puts
+it) and INFERASIM_HARVEST_REPORT to keep the figures as JSON.
 """
 
 import json
@@ -22,73 +31,117 @@ from predictor.anchors.store import load_anchor_file
 from predictor.harvest import harvester
 from predictor.harvest.client import OpenAIStreamClient
 from predictor.harvest.harvester import run_harvest
+from predictor.harvest.loop import LoopPoint, measure_loop, predict_loop
 from predictor.harvest.plan import HarvestRequest, plan_harvest
 from predictor.harvest.process import EngineProcess, group_alive
 from predictor.harvest.prompts import PromptFactory
-from predictor.harvest.validate import measure_point, predict_point, relative_error
+from predictor.target import Target
 
 pytestmark = pytest.mark.engine
 
 GGUF = Path(os.environ.get("INFERASIM_GGUF", Path(os.environ.get("INFERASIM_CACHE", "~/.cache/inferasim"))
                            / "SmolLM2-135M-Instruct.Q4_1.gguf")).expanduser()
-UNSEEN_PROMPT_TOKENS = 384          # between the sweep's 256 and 512, used by no sweep
-OUTPUT_TOKENS = 16
-CHECK_REPEATS = 5
-TTFT_TOLERANCE = 0.5                # |predicted / measured - 1| on a loaded 2-core VM
-TPOT_TOLERANCE = 0.6
+THREADS = 1                          # one engine thread: the client and the OS keep the other core
+POINTS = (
+    LoopPoint("prompt 384 (sweep 64, 256)", clients=1, requests_per_client=4, prompt_tokens=384, output_tokens=16),
+    LoopPoint("output 128 (sweep 16)", clients=1, requests_per_client=4, prompt_tokens=64, output_tokens=128),
+    LoopPoint("closed loop, 4 clients", clients=4, requests_per_client=3, prompt_tokens=128, output_tokens=32),
+    LoopPoint("16 clients (waves to 8)", clients=16, requests_per_client=2, prompt_tokens=64, output_tokens=16),
+)
+TOLERANCE = {"tpot_ms": 0.20, "ttft_ms": 0.30, "output_tokens_per_s": 0.20}
+# Run last: the anchor's own point again. Its error is the machine's drift since the
+# harvest (a shared VM changes speed by tens of percent), shown beside the others.
+DRIFT = LoopPoint("drift: the anchor's own point", clients=1, requests_per_client=3, prompt_tokens=64,
+                  output_tokens=16)
 
 
 @pytest.fixture(scope="module")
 def gguf():
-    pytest.importorskip("llama_cpp.server")
+    pytest.importorskip("llama_cpp.server", reason="install the local extra: scripts/local_llm.sh setup")
     if not GGUF.is_file():
-        pytest.skip(f"{GGUF} not found (scripts/harvest_cpu.sh fetches it)")
+        pytest.skip(f"{GGUF} not found (scripts/local_llm.sh setup fetches it)")
     return GGUF
 
 
-def test_real_cpu_harvest_then_unseen_prompt_length(gguf, tmp_path, monkeypatch):
+def harvested(gguf, tmp_path, monkeypatch):
     plan = plan_harvest(HarvestRequest(
-        engine="llamacpp", model=str(gguf), cluster="cpu", config_text="tp=1", threads=1, prompt_tokens=64,
-        second_prompt_tokens=256, decode_tokens=OUTPUT_TOKENS, prefill_lengths=(32, 64, 128, 256, 512), repeats=3,
+        engine="llamacpp", model=str(gguf), cluster="cpu", config_text="tp=1", threads=THREADS, prompt_tokens=64,
+        second_prompt_tokens=256, decode_tokens=16, prefill_lengths=(32, 64, 128, 256, 512), repeats=3,
         probe_seqs=4, probe_tokens=128, ready_timeout_s=120.0))
-    started: list[EngineProcess] = []
+    started = []
 
-    class Recording(EngineProcess):
+    class Recording(harvester.EngineProcess):
         def start(self) -> None:
             super().start()
             started.append(self)
 
     monkeypatch.setattr(harvester, "EngineProcess", Recording)
-    report = run_harvest(plan, directory=tmp_path / "anchors", log_path=tmp_path / "engine.log")
-
-    # the engine is gone, the anchor file validates, serialisation is flagged
+    report = run_harvest(plan, directory=tmp_path / "anchors", log_path=tmp_path / "harvest.log")
     assert len(started) == 1 and not group_alive(started[0].pid)
-    anchor = load_anchor_file(report.path)
-    assert anchor == report.anchor
-    assert {"serialised-decode", "serialised-probe"} <= set(anchor.flags)
-    assert anchor.decode_sweep.batch_sizes == (1,) and not anchor.decode_sweep.is_full_sweep
-    assert anchor.signature.engine_version.startswith("llama_cpp_python==")
-    assert anchor.prefill_sweep.prompt_tokens == (32, 64, 128, 256, 512)
+    return plan, report
 
-    predicted, flags = predict_point(anchor, plan.card, plan.cluster, plan.engine, plan.config,
-                                     UNSEEN_PROMPT_TOKENS, OUTPUT_TOKENS)
+
+def measured_points(plan, tmp_path):
     base = f"http://{plan.launch_request.host}:{plan.launch_request.port}"
     client = OpenAIStreamClient(base, plan.served_name, extras=plan.adapter.request_extras(plan.eos_token_id),
                                 tokenize_path=plan.adapter.tokenize_path, tokenize_body=plan.adapter.tokenize_body)
-    with client, EngineProcess(plan.launch.argv, ready=lambda: client.get_json("/v1/models") is not None,
-                               timeout_s=120.0, log_path=tmp_path / "check.log") as engine:
+    with client, EngineProcess(plan.launch.argv, ready=lambda: client.is_up(plan.adapter.health_path),
+                               timeout_s=120.0, log_path=tmp_path / "loop.log") as engine:
         factory = PromptFactory(random.Random(7), client.tokenize_count)
         client.stream(factory.make(64).text, 4)                                      # warm-up
-        measured = measure_point(client, factory, UNSEEN_PROMPT_TOKENS, OUTPUT_TOKENS, CHECK_REPEATS)
+        figures = [measure_loop(client, factory, point) for point in (*POINTS, DRIFT)]
     assert not group_alive(engine.pid)
+    return figures
 
-    ttft_error = relative_error(predicted.ttft_ms, measured.ttft_ms)
-    tpot_error = relative_error(predicted.tpot_ms, measured.tpot_ms)
-    figures = {"anchor": json.loads(anchor.model_dump_json()), "predicted": predicted.to_json(),
-               "measured": measured.to_json(), "ttft_error": ttft_error, "tpot_error": tpot_error,
-               "step_model_flags": list(flags), "checks": [c.to_json() for c in report.checks]}
-    print(json.dumps({k: v for k, v in figures.items() if k != "anchor"}, indent=1))
+
+def error(predicted, measured, key):
+    return getattr(predicted, key) / getattr(measured, key) - 1.0
+
+
+def table(rows):
+    lines = ["| point | model | TTFT ms | TPOT ms | output tok/s | TTFT err | TPOT err | tok/s err |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        m = row["measured"]
+        lines.append(f"| {row['point']['name']} | measured | {m['ttft_ms']:.0f} | {m['tpot_ms']:.2f} | "
+                     f"{m['output_tokens_per_s']:.2f} | | | |")
+        for model in ("analytical", "des"):
+            p, e = row[model], row[f"{model}_error"]
+            lines.append(f"| | {model} | {p['ttft_ms']:.0f} | {p['tpot_ms']:.2f} | {p['output_tokens_per_s']:.2f} | "
+                         f"{e['ttft_ms']:+.1%} | {e['tpot_ms']:+.1%} | {e['output_tokens_per_s']:+.1%} |")
+    return "\n".join(lines)
+
+
+def test_harvest_predict_measure_compare(gguf, tmp_path, monkeypatch):
+    plan, report = harvested(gguf, tmp_path, monkeypatch)
+    anchor = load_anchor_file(report.path)
+    assert anchor == report.anchor
+    # one request at a time: every wave above batch 1 serialised, flagged, left out
+    assert {"serialised-decode", "serialised-probe"} <= set(anchor.flags)
+    assert anchor.decode_sweep.batch_sizes == (1,) and not anchor.decode_sweep.is_full_sweep
+    assert [w.batch for w in report.measurements.waves] == [1, 2, 4, 8]
+    assert all(w.serialised for w in report.measurements.waves[1:])
+    assert anchor.prefill_sweep.prompt_tokens == (32, 64, 128, 256, 512)
+    assert anchor.signature.engine_version.startswith("llama_cpp_python==")
+    assert anchor.provenance.real_weights and anchor.provenance.command_line.startswith(plan.launch.argv[0])
+
+    target = Target(plan.card, plan.cluster, plan.engine)
+    config = plan.config.with_changes({"max_running_requests": 1, "prefix_cache": "off"})
+    measured = measured_points(plan, tmp_path)
+    rows = []
+    for point, figures in zip((*POINTS, DRIFT), measured):
+        row = {"point": point.to_json(), "measured": figures.to_json()}
+        for model, des in (("analytical", False), ("des", True)):
+            predicted = predict_loop(target, config, anchor, point, des=des)
+            assert predicted.mode == "anchored", (point.name, model)
+            row[model] = predicted.to_json()
+            row[f"{model}_error"] = {key: error(predicted, figures, key) for key in TOLERANCE}
+        rows.append(row)
+    print("\n" + table(rows))
     if os.environ.get("INFERASIM_HARVEST_REPORT"):
-        Path(os.environ["INFERASIM_HARVEST_REPORT"]).write_text(json.dumps(figures, indent=1))
-    assert abs(ttft_error) <= TTFT_TOLERANCE
-    assert abs(tpot_error) <= TPOT_TOLERANCE
+        Path(os.environ["INFERASIM_HARVEST_REPORT"]).write_text(json.dumps(
+            {"anchor": json.loads(anchor.model_dump_json()), "tolerance": TOLERANCE, "points": rows}, indent=1))
+    misses = [(row["point"]["name"], model, key, round(row[f"{model}_error"][key], 3))
+              for row in rows[:len(POINTS)] for model in ("analytical", "des") for key, limit in TOLERANCE.items()
+              if abs(row[f"{model}_error"][key]) > limit]
+    assert not misses, (misses, "drift since the harvest", rows[-1]["analytical_error"])
