@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduce the real CPU harvest (METHOD §4): llama-cpp-python's OpenAI-compatible server
-# with SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB, never committed), then the check at an
-# unseen prompt length (the `engine`-marked test).
+# with SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB, never committed), then the closed loop
+# (the `engine`-marked test: four unmeasured configurations predicted and measured).
 #
 #   scripts/harvest_cpu.sh            # fetch/build what is missing, harvest, check
 #   THREADS=2 scripts/harvest_cpu.sh  # engine threads (default 1: steadier on a busy VM)
@@ -52,5 +52,5 @@ EOF
 
 cd "$REPO"
 INFERASIM_GGUF="$GGUF" INFERASIM_HARVEST_REPORT="$OUT/check.json" \
-  "$VENV/bin/pytest" -m engine tests/predictor/harvest/test_engine_harvest.py -s -q
+  "$VENV/bin/pytest" -p no:xdist -m engine tests/predictor/harvest/test_engine_harvest.py -s -q
 echo "harvest: $OUT/harvest.json  check: $OUT/check.json"

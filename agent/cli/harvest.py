@@ -84,7 +84,7 @@ def _render_report(report: HarvestReport) -> None:
 @app.command("harvest")
 @cli_errors
 def harvest(
-    engine: str = typer.Option(..., "--engine", help="vllm, sglang, atom, trtllm (--endpoint only), llamacpp."),
+    engine: str = typer.Option(..., "--engine", help="vllm, sglang, atom, trtllm, llamacpp."),
     model: str = typer.Option(..., "--model", help="Model card name, or a .gguf file (llamacpp)."),
     cluster: str | None = typer.Option(None, "--cluster", help="A cluster (e.g. mi355x, h100x1) or cpu."),
     config: str | None = typer.Option(None, "--config", help="Anchor configuration k=v,... (widths, dtypes, ...)."),

@@ -6,9 +6,11 @@ A `LoopPoint` is a closed loop of `clients` clients with zero think time, each s
 `requests_per_client` unique prompts of `prompt_tokens` tokens for `output_tokens`
 tokens, every client starting at once. What is compared follows the simulator's
 steady-state semantics (`predictor.sim.api`): each client's first request is warm-up,
-so TTFT (from send, queueing included) and TPOT (mean inter-token gap of a request)
-are means over the other requests; output throughput is every output token over the
-whole run (first send to last token). `measure_loop` runs it against any
+so TTFT (from send, queueing included) is the mean over the other requests and TPOT
+the median of their inter-token gaps (as the harvester's decode sweep takes it, METHOD
+§4: on a shared machine a preempted step is a spike that a mean would carry; without
+spikes, one request decoding alone has every gap equal to its mean); output throughput
+is every output token over the whole run (first send to last token). `measure_loop` runs it against any
 `StreamClient`; `predict_loop` prices it with `predictor.predict` on one anchor (a
 store holding only it), analytically or in the DES (`need_distribution`).
 """
@@ -89,12 +91,11 @@ def loop_figures(traces: list[list[RequestTrace]]) -> LoopFigures:
     """Steady-state figures of a run (module docstring)."""
     every = [t for per_client in traces for t in per_client]
     steady = [t for per_client in traces for t in per_client[1:]] or every
-    tpots = [statistics.fmean(b - a for a, b in pairwise(t.token_times_s)) / S_PER_MS
-             for t in steady if len(t.token_times_s) > 1]
+    gaps = [b - a for t in steady for a, b in pairwise(t.token_times_s)]
     tokens = sum(t.completion_tokens or len(t.token_times_s) for t in every)
     span_s = max(t.last_token_s for t in every) - min(t.sent_s for t in every)
-    return LoopFigures(ttft_ms=statistics.fmean(t.ttft_ms for t in steady), tpot_ms=statistics.fmean(tpots),
-                       output_tokens_per_s=tokens / span_s)
+    return LoopFigures(ttft_ms=statistics.fmean(t.ttft_ms for t in steady),
+                       tpot_ms=statistics.median(gaps) / S_PER_MS, output_tokens_per_s=tokens / span_s)
 
 
 def measure_loop(client: StreamClient, factory: PromptFactory, point: LoopPoint) -> LoopFigures:
