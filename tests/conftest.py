@@ -4,7 +4,9 @@ ledgers), no LM configured, and LiteLLM kept offline (STYLE.md rule 10).
 Real-component tests (markers `llm`, `engine`, `ray`, `browser`) may skip locally with a
 reason (no server built, no model file, no Ray, no headless Chromium); in CI (`CI` set to true) a skip of one of
 them is turned into a failure that keeps the reason, so a green CI run means each of
-them really ran.
+them really ran. A whole module skipped at collection (a module-level `importorskip`)
+would take its tests out unseen, markers and all, so in CI that fails too
+(tests/test_ci_skips.py runs both rules on a scratch suite).
 """
 
 import os
@@ -40,3 +42,13 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"CI=true: the {'/'.join(real)} test {item.nodeid} must run, not skip "
                            f"(skip reason: {reason})")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and in_ci():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"CI=true: {collector.nodeid} was skipped at collection, its tests unseen ({reason})"
