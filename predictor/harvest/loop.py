@@ -12,7 +12,9 @@ the median of their inter-token gaps (as the harvester's decode sweep takes it, 
 spikes, one request decoding alone has every gap equal to its mean); output throughput
 is every output token over the whole run (first send to last token). `measure_loop` runs it against any
 `StreamClient`; `predict_loop` prices it with `predictor.predict` on one anchor (a
-store holding only it), analytically or in the DES (`need_distribution`).
+store holding only it, and the physics defaults as the prior the fit starts from: one
+anchor has no other models to learn a cross-model prior from), analytically or in the
+DES (`need_distribution`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from predictor.anchors.store import AnchorStore
 from predictor.harvest.client import RequestTrace, StreamClient, failed
 from predictor.harvest.prompts import PromptFactory
 from predictor.predict import predict
+from predictor.step.priors import Priors
 from predictor.target import Target
 from predictor.units import S_PER_MS
 from predictor.workload import WorkloadSpec
@@ -107,7 +110,7 @@ def predict_loop(target: Target, config: Configuration, anchor: Anchor, point: L
     """The point priced on ``anchor`` alone (module docstring)."""
     workload = WorkloadSpec("fixed", point.prompt_tokens, point.output_tokens)
     prediction = predict(target, config.with_changes({"concurrency": point.clients}), workload,
-                         store=AnchorStore.from_anchors([anchor]), need_distribution=des, seed=seed,
+                         store=AnchorStore.from_anchors([anchor]), priors=Priors(), need_distribution=des, seed=seed,
                          num_requests=point.num_requests if des else None)
     if prediction.metrics is None:
         raise ValueError(f"the point '{point.name}' is not predictable: {'; '.join(prediction.reasons)}")
