@@ -57,6 +57,10 @@ class KvPool:
     def free_tokens(self) -> int:
         return self.shape.capacity_tokens - self.used_tokens
 
+    def evictable_room(self) -> int:
+        """Tokens not held by running requests' own KV (free, or prefix cache it may evict)."""
+        return self.shape.capacity_tokens - self.private_tokens
+
     def footprint_tokens(self, request: Request) -> int:
         """KV one request needs with no cache hit."""
         return self._private_need(request, 0)

@@ -152,14 +152,17 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
             if not profile.chunks_prefill and chunks and rank.pool.prefill_need(request) > budget:
                 break
         if not request.is_kv_ready and not request.is_fetched and rank.pool.shared is not None:
-            if rank.num_loading or rank.fetching:
-                break                       # one fetch at a time: the queue waits for its head
-            request.is_fetched = True
-            request.load_target = rank.pool.fetchable(request)
-            if request.load_target:         # fetch its prefix first, then admit it
+            target = rank.pool.fetchable(request)
+            if target:                      # fetch its prefix first; skip it while it loads
+                tokens = target * rank.pool.shape.block_tokens
+                if rank.fetching_tokens and rank.fetching_tokens + tokens > rank.pool.evictable_room():
+                    break                   # no HBM room to fetch further ahead: the queue waits
+                request.is_fetched, request.load_target = True, target
+                rank.fetching_tokens += tokens
                 rank.waiting.remove(request)
                 rank.fetching.append(request)
-                break
+                continue
+            request.is_fetched = True
         if not request.is_kv_ready and not rank.pool.try_admit(request):
             break
         admit(rank, request, now_us)

@@ -15,7 +15,7 @@ from predictor.sim.host_pool import SharedHostPool, exposed_us, pool_size
 from predictor.sim.request import Request, RequestSpec
 from predictor.sim.workloads import ArrivalMode, Session
 from predictor.workload import WorkloadSpec
-from tests.predictor.sim.sim_fakes import fake_factory, fixed_capacity
+from tests.predictor.sim.sim_fakes import FakeStepModel, fake_factory, fixed_capacity
 
 FOUR_PREFILL = {"disaggregated": True, "prefill_layout": "TP1", "prefill_replicas": 4, "decode_layout": "TP1",
                 "decode_replicas": 2}
@@ -147,3 +147,33 @@ def test_a_shared_pool_on_a_colocated_deployment_serves_every_replica(target):
     none = run(target, levers, workload)
     shared = run(target, {**levers, "host_kv_tier_gb": "64:shared"}, workload)
     assert shared.hit_rate["overall"] > none.hit_rate["overall"] + 0.1
+
+
+
+class StepFloorPrefill(FakeStepModel):
+    """A prefill step with a large fixed cost (DWDP's exposed weight fetch): batching
+    prompts is what keeps such a pool ahead of its queue."""
+
+    def prefill_us(self, num_tokens, num_seqs=1, context_tokens=0.0):
+        self.calls += 1
+        return 200_000.0 + 0.2 * num_tokens
+
+
+def test_a_rank_fetches_ahead_and_batches_the_prompts_whose_prefixes_arrived(target):
+    """SGLang's HiCache prefetches a queued request's prefix and skips the request until it
+    lands (the queue does not wait): a prefill rank with a 200 ms step floor under 48
+    sessions admits several prompts loaded from the shared pool in one step. Fetching one
+    prefix at a time (the queue waiting for its head) admitted one per step. How far a rank
+    fetches ahead is bounded by the HBM its running requests leave (`KvPool.evictable_room`)."""
+    models: dict = {}
+    result = simulate(target, Configuration(**{**FOUR_PREFILL, "prefill_replicas": 1, "decode_replicas": 1,
+                                               "concurrency": 48, "host_kv_tier_gb": "4096:shared"}),
+                      agentic(48), step_model_factory=lambda config: models.setdefault(config, StepFloorPrefill()),
+                      capacity_model=fixed_capacity(RANK_TOKENS), num_requests=600, options=SimOptions(keep_rows=True))
+    loaded_per_admission: dict[float, int] = {}
+    for row in result.rows:
+        if row["dram_tokens"] > 0:
+            loaded_per_admission[row["admit_ms"]] = loaded_per_admission.get(row["admit_ms"], 0) + 1
+    assert result.hit_rate["per_tier"]["dram"] > 0.3
+    assert max(loaded_per_admission.values()) >= 2      # one fetch at a time: never more than 1
+    assert sum(n >= 2 for n in loaded_per_admission.values()) >= 3
