@@ -10,6 +10,10 @@ skew) sampled with a fixed seed: every sample is one layer; experts sit on ranks
 contiguous blocks. Tables are cached per (experts, top_k, ep) on a power-of-two token
 grid and interpolated in ``log2(tokens)``; above the largest sampled count the excess
 ``I - 1`` shrinks as ``1/sqrt(tokens)`` (the law of large numbers the samples follow).
+Sampling one grid point takes up to ~0.2 s, so the tables of every shipped model card
+at the standard EP widths ship precomputed (``predictor/data/imbalance_tables.json``,
+built by ``scripts/build_imbalance_tables.py`` with this sampler and seed: the same
+numbers); other shapes are sampled on first use.
 
 Also here, because anchored mode needs them too:
 - the EPLB bound ``I' = 1 + (I - 1) * E / (E + R)`` (Eq. 3), applied to both factors;
@@ -22,9 +26,11 @@ Also here, because anchored mode needs them too:
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 
 import numpy as np
 
@@ -87,9 +93,37 @@ def _distinct_picks(rng: np.random.Generator, rows: int, num_experts: int, top_k
         picks[repeated] = rng.integers(0, num_experts, size=(count, top_k))
 
 
+TABLE_FILE = "imbalance_tables.json"
+TABLE_EP_WIDTHS = (2, 4, 8, 16, 32, 64)
+
+
+def table_key(num_experts: int, top_k: int, ep: int, tokens: int) -> str:
+    return f"{num_experts}/{top_k}/{ep}/{tokens}"
+
+
+@lru_cache(maxsize=1)
+def shipped_tables() -> dict[str, tuple[float, float]]:
+    """The precomputed grid points (``table_key`` -> ``(I_n, I_d)``); empty if absent."""
+    path = resources.files("predictor") / "data" / TABLE_FILE
+    if not path.is_file():
+        return {}
+    return {key: (float(a), float(b)) for key, (a, b) in json.loads(path.read_text())["factors"].items()}
+
+
 @lru_cache(maxsize=4096)
 def sampled_factors(num_experts: int, top_k: int, ep: int, tokens: int) -> ImbalanceFactors:
-    """``I_n, I_d`` of a uniform top-k router at exactly ``tokens`` tokens (METHOD §3.5)."""
+    """``I_n, I_d`` of a uniform top-k router at exactly ``tokens`` tokens (METHOD §3.5):
+    the shipped table's value when it holds the point, else :func:`sample_factors`."""
+    if ep <= 1 or tokens < 1:
+        return NO_IMBALANCE
+    shipped = shipped_tables().get(table_key(num_experts, top_k, ep, tokens))
+    if shipped is not None:
+        return ImbalanceFactors(*shipped)
+    return sample_factors(num_experts, top_k, ep, tokens)
+
+
+def sample_factors(num_experts: int, top_k: int, ep: int, tokens: int) -> ImbalanceFactors:
+    """Sample ``I_n, I_d`` at ``tokens`` tokens with the fixed seed (deterministic)."""
     if ep <= 1 or tokens < 1:
         return NO_IMBALANCE
     if num_experts % ep:

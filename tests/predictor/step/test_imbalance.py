@@ -18,7 +18,10 @@ from predictor.step.imbalance import (
     imbalance_ratio,
     independent_fraction,
     router_coverage,
+    sample_factors,
     sampled_factors,
+    shipped_tables,
+    table_key,
     uniform_factors,
 )
 
@@ -54,6 +57,20 @@ def test_sampler_is_deterministic():
     first = sampled_factors(128, 4, 4, 32)
     sampled_factors.cache_clear()
     assert sampled_factors(128, 4, 4, 32) == first
+
+
+def test_shipped_tables_are_the_sampler_and_cover_the_cards():
+    # The package data is a cache of the sampler, not a second source: a few points
+    # (small and large token counts) resampled give the shipped values exactly, and every
+    # shipped MoE card's shape has its grid at a standard EP width.
+    tables = shipped_tables()
+    for key in ("256/8/8/1", "256/8/8/64", "128/8/4/512", "384/8/16/4096"):
+        experts, top_k, ep, tokens = map(int, key.split("/"))
+        fresh = sample_factors(experts, top_k, ep, tokens)
+        assert tables[key] == (fresh.tokens_factor, fresh.experts_factor)
+    for name in ("deepseek-r1", "kimi-k3", "qwen3-235b-a22b", "gpt-oss-120b"):
+        card = load_card(name)
+        assert table_key(card.num_experts, card.top_k, 8, LARGEST_SAMPLED_TOKENS) in tables
 
 
 def test_interpolation_between_grid_points_and_beyond_the_largest():
