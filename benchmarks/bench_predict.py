@@ -8,11 +8,14 @@ Measured in one process on one core:
 - analytical, *repeated*: one default configuration predicted N times (issue-3 figure:
   median time of one analytical prediction, target <= 1 ms);
 - DES: agentic runs of a few points of the same space.
-Baseline, measured in the same run: a trivial Python loop building the same number of
-metric dicts as the predictions return (the floor of "doing anything per point"), and
-for the DES the analytical prediction of the same points.
+Baselines, measured in the same run: a trivial Python loop building the same number of
+metric dicts as the predictions return (the floor of "doing anything per point"); for the
+DES the analytical prediction of the same points; and, with ``--baseline-ref``, the same
+analytical figures of an earlier commit (extracted with ``git archive``, run in a
+subprocess with this interpreter): issue 12 asks for the median against the step model
+before v2 (``fc2f303``).
 
-    /work/venv/bin/python benchmarks/bench_predict.py --model deepseek-r1 --points 2000 --des-runs 4
+    python benchmarks/bench_predict.py --model deepseek-r1 --points 2000 --des-runs 4 --baseline-ref fc2f303
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 from levers.configuration import Configuration
 from predictor.predict import predict
@@ -32,6 +39,8 @@ from predictor.target import resolve_target
 from predictor.workload import parse_workload
 
 ISSUE3_TARGET_MS = 1.0
+REPO = Path(__file__).resolve().parents[1]
+BASELINE_TIMEOUT_S = 1800.0
 
 
 def machine() -> dict:
@@ -47,6 +56,34 @@ def machine() -> dict:
     except (OSError, subprocess.CalledProcessError, ValueError):
         info["cpu"], info["cores"] = platform.processor(), None
     return info
+
+
+def extract(ref: str, folder: Path) -> Path:
+    """The tree of ``ref`` (git archive) in ``folder``."""
+    archive = folder / "tree.tar"
+    with archive.open("wb") as out:
+        subprocess.run(["git", "-C", str(REPO), "archive", ref], stdout=out, check=True, timeout=120)
+    tree = folder / "tree"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def baseline_figures(ref: str, args: argparse.Namespace) -> dict:
+    """The analytical figures of commit ``ref``'s own benchmark, same options, no DES."""
+    with tempfile.TemporaryDirectory(prefix="bench-predict-") as folder:
+        tree = extract(ref, Path(folder))
+        command = [sys.executable, "benchmarks/bench_predict.py", "--model", args.model, "--engine", args.engine,
+                   "--points", str(args.points), "--repeats", str(args.repeats), "--des-runs", "0", "--json"]
+        if args.cluster:
+            command += ["--cluster", args.cluster]
+        env = {**os.environ, "PYTHONPATH": str(tree), "INFERASIM_HOME": str(Path(folder) / "home")}
+        done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=BASELINE_TIMEOUT_S)
+        if done.returncode:
+            raise SystemExit(f"baseline {ref} failed: {done.stderr[-2000:]}")
+        report = json.loads(done.stdout)
+    return {"ref": ref, "analytical_sweep_like": report["analytical_sweep_like"],
+            "analytical_repeated": report["analytical_repeated"]}
 
 
 def sweep_points(target, workload, count: int) -> list[Configuration]:
@@ -94,6 +131,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2000)
     parser.add_argument("--des-runs", type=int, default=4)
     parser.add_argument("--des-requests", type=int, default=None, help="requests per DES run (default: the workload's)")
+    parser.add_argument("--baseline-ref", default=None, help="also measure this commit (e.g. fc2f303)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -119,6 +157,12 @@ def main() -> None:
     }
     if args.des_runs:
         report.update(des_report(target, points, args.des_runs, args.des_requests))
+    if args.baseline_ref:
+        base = report["baseline_commit"] = baseline_figures(args.baseline_ref, args)
+        report["ratio_repeated_median_vs_commit"] = round(
+            report["analytical_repeated"]["median_ms"] / base["analytical_repeated"]["median_ms"], 3)
+        report["ratio_sweep_like_median_vs_commit"] = round(
+            report["analytical_sweep_like"]["median_ms"] / base["analytical_sweep_like"]["median_ms"], 3)
     print(json.dumps(report, indent=1) if args.json else render(report))
 
 
@@ -147,6 +191,12 @@ def render(report: dict) -> str:
                  f"{r['per_s']}/s")
     lines.append(f"baseline: {b['dicts']} dicts of {b['keys']} keys in {b['total_s']} s; "
                  f"sweep-like predictions cost {report['ratio_sweep_like_vs_dict_loop']}x that")
+    if "baseline_commit" in report:
+        c = report["baseline_commit"]
+        lines.append(f"commit {c['ref']}: repeated median {c['analytical_repeated']['median_ms']} ms, sweep-like "
+                     f"median {c['analytical_sweep_like']['median_ms']} ms; this tree / that commit: repeated "
+                     f"{report['ratio_repeated_median_vs_commit']}x, sweep-like "
+                     f"{report['ratio_sweep_like_median_vs_commit']}x")
     if "des_agentic" in report:
         d = report["des_agentic"]
         lines.append(f"DES agentic: {d['runs']} runs ({d['legal']} legal) in {d['total_s']} s = {d['per_s']}/s, "

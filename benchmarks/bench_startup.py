@@ -21,12 +21,11 @@ import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-from bench_predict import machine  # noqa: I001  (same folder)
+from bench_predict import extract, machine  # noqa: I001  (same folder)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_BASELINE_REF = "fc2f303"   # main before lazy command loading (issue 15)
@@ -34,17 +33,6 @@ COMMANDS = {"--help": ["--help"], "models": ["models"],
             "levers": ["levers"], "anchors list": ["anchors", "list"]}
 ENTRY = "from agent.cli.main import main; main()"
 TIMEOUT_S = 120.0
-
-
-def extract(ref: str, folder: Path) -> Path:
-    """The tree of ``ref`` (git archive) in ``folder``."""
-    archive = folder / "tree.tar"
-    with archive.open("wb") as out:
-        subprocess.run(["git", "-C", str(REPO), "archive", ref], stdout=out, check=True, timeout=TIMEOUT_S)
-    tree = folder / "tree"
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
-    return tree
 
 
 def run_once(tree: Path | None, args: list[str], home: str) -> tuple[float, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from levers.errors import InputError, accepted_list, did_you_mean
@@ -230,6 +231,17 @@ _LAYOUT_TOKEN = re.compile(r"^(TP|EP|DP|TS|DWDP)(\d{1,5})$")
 
 def parse_layout_options(raw: Any, what: str = "layout") -> LayoutOptions:
     """``TPx/EPy/DPz[/TSt]`` or ``DWDPn`` (EP, DP and TS default to 1)."""
+    if isinstance(raw, str):
+        return _parse_layout_text(raw, what)   # a configuration's pools are read per prediction
+    return _parse_layout_options(raw, what)
+
+
+@lru_cache(maxsize=4096)
+def _parse_layout_text(raw: str, what: str) -> LayoutOptions:
+    return _parse_layout_options(raw, what)
+
+
+def _parse_layout_options(raw: Any, what: str) -> LayoutOptions:
     text = str(raw).strip().upper().replace(" ", "")
     parts: dict[str, int] = {}
     try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
@@ -53,6 +53,7 @@ class KindError:
 class ErrorBars:
     by_kind: dict[str, dict[str, KindError]]
     source: str = ""
+    _bounds: dict = field(default_factory=dict, compare=False, repr=False)   # (key, kinds) -> log bounds
 
     def error(self, kind: str, family: str) -> KindError | None:
         return self.by_kind.get(kind, {}).get(family)
@@ -82,17 +83,28 @@ class ErrorBars:
         """80% interval per metric key (module docstring)."""
         out: dict[str, tuple[float, float]] = {}
         for key, value in metrics.items():
-            family = _family(key)
-            if family is None or value is None or not math.isfinite(value):
+            if value is None or not math.isfinite(value):
                 continue
-            name, inverse = family
-            errors = [e for k in kinds if (e := self.error(k, name)) is not None]
-            if not errors:
-                continue
-            widest = max(errors, key=lambda e: e.q90 - e.q10)
-            low, high = (-widest.q90, -widest.q10) if inverse else (widest.q10, widest.q90)
-            out[key] = (value * math.exp(low), value * math.exp(high))
+            bounds = self._bounds.get((key, kinds), False)
+            if bounds is False:
+                bounds = self._bounds[(key, kinds)] = self._log_bounds(key, kinds)
+            if bounds is not None:
+                out[key] = (value * bounds[0], value * bounds[1])
         return out
+
+    def _log_bounds(self, key: str, kinds: tuple[str, ...]) -> tuple[float, float] | None:
+        """The interval's multipliers for ``key`` (computed once per key and kinds: a
+        search asks for thousands of intervals over a handful of kinds)."""
+        family = _family(key)
+        if family is None:
+            return None
+        name, inverse = family
+        errors = [e for k in kinds if (e := self.error(k, name)) is not None]
+        if not errors:
+            return None
+        widest = max(errors, key=lambda e: e.q90 - e.q10)
+        low, high = (-widest.q90, -widest.q10) if inverse else (widest.q10, widest.q90)
+        return math.exp(low), math.exp(high)
 
     def to_json(self) -> dict:
         return {"source": self.source, "kinds": {k: {f: {"q10": round(e.q10, 5), "q90": round(e.q90, 5),
