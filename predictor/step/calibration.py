@@ -20,8 +20,10 @@ Factors are time multipliers relative to the prior's term (1.0 = the prior):
   experts, routing skew beyond the uniform model); at least 1.
 - ``comm``: collectives (`predictor.step.comm_cost`, ``m / B`` of measured fits); at least 0.5.
 - ``launch_us``: cost per kernel of a forward (graph replay or eager issue), the
-  per-layer fixed cost; ``fixed_us``: per-step cost independent of the kernels (sampling,
-  scheduler, CPU-GPU sync). Both non-negative.
+  per-layer fixed cost: at least 2 us (a kernel's launch, ramp and tail; METHOD §3.15
+  measures 4.98 us on MI355X), so the fixed cost of a layer cannot vanish into the weight
+  reads, which TP shards; ``fixed_us``: per-step cost independent of the kernels
+  (sampling, scheduler, CPU-GPU sync), non-negative.
 - ``host_ms`` and ``host_us_per_token``: per-request host time on TTFT and end-to-end only
   (METHOD §3.12), 0-1000 ms and 5-11 us per prompt token.
 """
@@ -36,7 +38,7 @@ COMPUTE_MIN = 0.8
 MOE_MIN = 1.0
 COMM_MIN = 0.5
 SCALE_MAX = 100.0    # a sanity bound, not physics: llama.cpp on a CPU reaches ~3% of its peak FLOP/s
-LAUNCH_MAX_US = 100.0
+LAUNCH_MIN_US, LAUNCH_MAX_US = 2.0, 100.0
 FIXED_MAX_US = 100_000.0
 HOST_MAX_MS = 1000.0
 HOST_PER_TOKEN_MIN_US, HOST_PER_TOKEN_MAX_US = 5.0, 11.0
@@ -46,7 +48,7 @@ HOST_DEFAULT_MS = 1.0               # HTTP + scheduling + detokenisation with no
 FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us")
 BOUNDS: dict[str, tuple[float, float]] = {
     "bandwidth": (BANDWIDTH_MIN, SCALE_MAX), "compute": (COMPUTE_MIN, SCALE_MAX), "moe": (MOE_MIN, SCALE_MAX),
-    "comm": (COMM_MIN, SCALE_MAX), "launch_us": (0.0, LAUNCH_MAX_US), "fixed_us": (0.0, FIXED_MAX_US),
+    "comm": (COMM_MIN, SCALE_MAX), "launch_us": (LAUNCH_MIN_US, LAUNCH_MAX_US), "fixed_us": (0.0, FIXED_MAX_US),
     "host_ms": (0.0, HOST_MAX_MS), "host_us_per_token": (HOST_PER_TOKEN_MIN_US, HOST_PER_TOKEN_MAX_US),
 }
 

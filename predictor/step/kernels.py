@@ -23,10 +23,14 @@ Kernels per layer (unfused; "q" = one quant kernel when activations are fp8/fp4)
 ``allreduce_algorithm=fused_rmsnorm`` removes one RMSNorm per all-reduce.
 
 Eager mode (graph_capture none, or more rows per rank than the largest captured batch)
-issues every kernel from the CPU: 25 us each, counting the Python module calls and tensor
-bookkeeping around each kernel in a serving engine (an assumption: eager decode of a 30-60
-layer model is CPU-bound at roughly 10-50 ms per step, 1-2k kernels). The GPU hides CPU time
-while it is busy, so only the excess of the forward's CPU issue time over its GPU time is
+issues every kernel from the CPU: `predictor.step.roofline.EAGER_CPU_US_PER_KERNEL`
+(8 us) each, the Python and dispatcher work around one kernel of a compiled
+(torch.compile/Inductor) or C++ forward.
+Measured on the dev corpora: gpt-oss-120b's 1k-token TTFT on B200/vLLM falls from 44 to
+27 ms between TP1 and TP8 (host time ~24 ms at every width); the earlier assumption of
+25 us per kernel made every width's ~750-kernel prefill CPU-bound at ~19 ms, flat in TP.
+Eager decode of a 30-60 layer model (1-2k kernels) stays CPU-bound at 8-16 ms. The GPU
+hides CPU time while it is busy, so only the excess of the forward's CPU issue time over its GPU time is
 exposed: small-kernel decode steps pay, long prefill kernels hide it. Piecewise capture
 issues only the attention kernels (and the graph pieces between them, one per layer) eagerly.
 """
@@ -41,7 +45,6 @@ from predictor.memory import heads_per_rank
 from predictor.step.comm_cost import EP_BACKENDS
 from predictor.step.operators import Precisions
 
-EAGER_CPU_US_PER_KERNEL = 25.0
 SAMPLING_KERNELS = 3
 BF16, FP32, TOPK_ENTRY = 2, 4, 8
 
@@ -51,18 +54,6 @@ class KernelCounts:
     per_forward: int
     attention: int       # kernels that stay eager under piecewise capture
     per_forward_head: int  # embedding, final norm, LM head, gather, sampling
-
-    def launch_us(self, launch_us: float, graph_capture: str, is_captured: bool, gpu_busy_us: float) -> float:
-        """Launch floor of one forward, plus the eager CPU issue time the GPU's
-        ``gpu_busy_us`` of work does not hide."""
-        floor = self.per_forward * launch_us
-        if graph_capture == "none" or not is_captured:
-            issued = self.per_forward
-        elif graph_capture == "piecewise":
-            issued = 2 * self.attention
-        else:
-            return floor
-        return floor + max(0.0, issued * EAGER_CPU_US_PER_KERNEL - (gpu_busy_us + floor))
 
 
 def _attention_kernels(group: AttentionGroup) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from predictor.step.calibration import Calibration
 
-EAGER_CPU_US_PER_KERNEL = 25.0      # see predictor.step.kernels
+EAGER_CPU_US_PER_KERNEL = 8.0      # CPU issue per kernel outside a graph (see predictor.step.kernels)
 GEMM, ATTENTION, MOE = 0, 1, 2      # which breakdown term a roofline belongs to
 TERM_NAMES = ("gemm", "attention", "moe")
 
