@@ -17,10 +17,15 @@ The points are recomputed from the measurements every round (never from the prev
 round's points: nothing accumulates) and the anchor refitted; `REFINE_ROUNDS` rounds.
 The anchors are fitted around cross-model priors learned once from all of them.
 
-The first wave's one-off stall (rows giving both a mean and a median TTFT) is fitted as
-before: what the run's mean adds beyond the modelled first wave, paid by one request in
-`row.requests_per_client`, at most `MAX_STALL_MS` (an anchor held at that bound is flagged
-`stall-at-bound`). The anchors finally carry the host time their calibration fitted.
+The first wave's one-off stall is read from the shape of the TTFT distribution, not its
+level: in rows giving both a mean and a median TTFT, the one request in
+`row.requests_per_client` that meets the first wave raises the mean, not the median, so
+the stall is how much the measured mean exceeds the median beyond what the modelled first
+wave explains, times `row.requests_per_client` (median over the anchor's rows, at most
+`MAX_STALL_MS`; an anchor held at that bound is flagged `stall-at-bound`). A TTFT level
+the model misses stays a residual, in the error bars, not a stall carried to every
+target (a level-fitted stall of 180 ms on gpt-oss-120b's B200 TP1 anchor added 18 ms to
+every TP8 TTFT it priced). The anchors finally carry the host time their calibration fitted.
 """
 
 from __future__ import annotations
@@ -154,7 +159,9 @@ def _fit_stall(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -
             continue
         prediction = predicted[row.id]
         if _uses(prediction, anchor_id):
-            miss = measured.ttft_ms_mean - prediction.metrics["ttft_ms_mean"]
+            metrics = prediction.metrics
+            modelled_skew = metrics["ttft_ms_mean"] - metrics.get("ttft_ms_p50", metrics["ttft_ms_mean"])
+            miss = (measured.ttft_ms_mean - measured.ttft_ms_median) - modelled_skew
             shifts.append(miss * row.requests_per_client / _ttft_sensitivity(prediction))
     if shifts:
         stall = max(0.0, group.first_wave_stall_ms + statistics.median(shifts))
