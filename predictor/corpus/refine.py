@@ -104,14 +104,29 @@ def _settled(build: AnchorBuild, priors: Priors) -> AnchorBuild:
     return replace(build, anchors=tuple(anchors))
 
 
+# A decode point read from a TPOT that is over 30% prefill interference inherits the
+# prefill model's error: on AIConfigurator's Qwen3-32B/H100 4k/128 rows it read 8.6 ms at
+# batch 16 and 4k context, below the same anchor's 1.5k-context steps (cross-width TPOT
+# 11.1% -> 10.0%, load 8.4% -> 8.0%).
+MIN_DECODE_SHARE = 0.7
+
+
 def _read_decode(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -> None:
+    """The anchor's decode points: each row's TPOT times its predicted pure-decode share.
+    Rows whose TPOT is mostly other requests' prefill (share below `MIN_DECODE_SHARE`) say
+    little about the decode step and much about the prefill model's error, so they are
+    read only when the group has no better row."""
     points: dict[tuple[int, int], list[float]] = {}
     rows: dict[tuple[int, int], list[str]] = {}
+    read = []
     for role in group.decode:
         row, prediction = role.row, predicted[role.row.id]
-        if not _uses(prediction, anchor_id) or prediction.metrics["tpot_ms_mean"] <= 0:
+        if _uses(prediction, anchor_id) and prediction.metrics["tpot_ms_mean"] > 0:
+            read.append((role, row, _decode_share(prediction, tokens_per_step(row))))
+    floor = MIN_DECODE_SHARE if any(share >= MIN_DECODE_SHARE for *_, share in read) else 0.0
+    for role, row, share in read:
+        if share < floor:
             continue
-        share = _decode_share(prediction, tokens_per_step(row))
         key = (context_of(row), decode_batch(role))
         points.setdefault(key, []).append(tokens_per_step(row) * row.measured.tpot_ms_mean * share)
         rows.setdefault(key, []).append(row.id)

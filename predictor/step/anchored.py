@@ -30,7 +30,7 @@ from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile, load_gpu
 from predictor.step.calibration import Calibration
 from predictor.step.cost import Mode
-from predictor.step.fit import Point, fit_points
+from predictor.step.fit import SIGMA_PREFILL_POINT, SIGMA_SERVED_PREFILL_POINT, Point, fit_points
 from predictor.step.simulate import SimulateStepModel
 from predictor.units import US_PER_MS
 
@@ -137,7 +137,9 @@ def _points(anchor: Anchor, card: ModelCard, engine: str, profile: GpuProfile) -
 
 def _fit(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, profile: GpuProfile) -> Calibration:
     points = _points(anchor, card, engine, profile)
-    return fit_points(points, _host_prior(prior, anchor), profile.kernel_launch_us, source=f"anchor:{anchor.id}")
+    served = bool(anchor.provenance.source_rows)   # built from served-run rows (a corpus), not sweeps
+    return fit_points(points, _host_prior(prior, anchor), profile.kernel_launch_us, source=f"anchor:{anchor.id}",
+                      prefill_sigma=SIGMA_SERVED_PREFILL_POINT if served else SIGMA_PREFILL_POINT)
 
 
 def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,

@@ -38,7 +38,11 @@ PARAMS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us", "host_
 SIGMA_PRIOR = {"bandwidth": 0.35, "compute": 0.35, "moe": 0.35, "comm": 0.5, "launch_us": 0.6, "fixed_us": 1.5,
                "host_ms": 1.5, "host_us_per_token": 0.3}
 SIGMA_DECODE_POINT = 0.03      # log: run-to-run noise of a measured step
-SIGMA_PREFILL_POINT = 0.08     # log: a TTFT carries host jitter
+SIGMA_PREFILL_POINT = 0.08     # log: a measured prefill sweep's TTFT carries host jitter
+SIGMA_SERVED_PREFILL_POINT = 0.25   # log: a TTFT read from a served run (corpus anchors) also
+#   carries queueing the wave model only approximates; trusted like a sweep, it pinned compute
+#   at 4x the roofline on AIConfigurator's Qwen3-32B/H100 TTFTs while the same runs' TPOT growth
+#   with load (prefill riding the decode steps) measures ~1.1x (load protocol TPOT 10.6% -> 8.4%)
 FLOOR = {"launch_us": 0.05, "fixed_us": 1.0, "host_ms": 0.01}   # log-space floors of additive factors
 ITERATIONS = 30
 STEP_LIMIT = 1.0               # largest change of one log factor per iteration
@@ -131,11 +135,14 @@ def prior_values(prior: Calibration, default_launch_us: float) -> dict[str, floa
 
 
 def fit_points(points: list[Point], prior: Calibration, default_launch_us: float, *,
-               source: str, sigma_scale: float = 1.0, frozen: tuple[str, ...] = ()) -> Calibration:
+               source: str, sigma_scale: float = 1.0, frozen: tuple[str, ...] = (),
+               prefill_sigma: float = SIGMA_PREFILL_POINT) -> Calibration:
     """The MAP calibration for ``points`` around ``prior`` (module docstring).
-    ``frozen`` factors stay at the prior (e.g. the host time of a decode-only anchor)."""
+    ``frozen`` factors stay at the prior (e.g. the host time of a decode-only anchor);
+    ``prefill_sigma``: the log noise of the prefill points (`SIGMA_SERVED_PREFILL_POINT`
+    for TTFTs read from served runs)."""
     arrays = _Arrays(points)
-    sigma_points = np.where(arrays.is_prefill, SIGMA_PREFILL_POINT, SIGMA_DECODE_POINT)
+    sigma_points = np.where(arrays.is_prefill, prefill_sigma, SIGMA_DECODE_POINT)
     start = prior_values(prior, default_launch_us)
     z0 = _to_z(start)
     sigma = np.array([SIGMA_PRIOR[n] * sigma_scale for n in PARAMS])

@@ -53,8 +53,9 @@ def test_closed_loop_obeys_littles_law_and_the_step_formula():
     expected_step_ms = (5000 + 50 * batch + 0.1 * 1024 * others / 1024) / 1000
     assert state.step_ms == pytest.approx(expected_step_ms, rel=1e-9)
     assert state.tpot_ms == state.step_ms
-    # TTFT: one chunk of 1024 tokens riding in a decode step of the other clients.
-    assert state.ttft_ms == pytest.approx((5000 + 50 * round(others) + 102.4) / 1000, rel=1e-9)
+    # TTFT: half a step's wait for the running step, then one chunk of 1024 tokens riding
+    # in a decode step of the other clients.
+    assert state.ttft_ms == pytest.approx(state.step_ms / 2 + (5000 + 50 * round(others) + 102.4) / 1000, rel=1e-9)
     assert 63 < state.running < 64
 
 
