@@ -72,6 +72,8 @@ EAGLE3_KERNELS_PER_LAYER = 14
 DRAFT_HEAD_KERNELS = 4   # LM head + 3 sampling kernels per draft token
 CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4) + tuple(range(8, 1025, 8))   # engines' default ladder
 
+DECODE_MEMO_LIMIT = 4096   # memoised decode steps per model before the memo is reset
+
 
 @dataclass(frozen=True, slots=True)
 class _Gemm:
@@ -130,6 +132,7 @@ class SimulateStepModel:
         self.card, self.cluster, self.engine, self.config = card, cluster, engine, config
         self.calibration, self.mode, self.anchor_id = calibration, mode, anchor_id
         self.first_wave_stall_ms = first_wave_stall_ms
+        self._decode_memo: dict[tuple[int, float], tuple[float, ...]] = {}
         self._flags = tuple(flags)
         gpu = cluster.gpu
         self._precisions = p = resolve_precisions(card, config, gpu.vendor)
@@ -474,6 +477,17 @@ class SimulateStepModel:
         return sum(sum(self._priced(part).values()) for part in self._draft_raw(requests, micro, context))
 
     def _decode_terms(self, batch: int, context: float) -> tuple[float, ...]:
+        """The decode step's terms; memoised per (batch, context): a steady state asks for
+        the same step tens of times while it converges, and drafting re-prices layers."""
+        key = (batch, context)
+        found = self._decode_memo.get(key)
+        if found is None:
+            if len(self._decode_memo) > DECODE_MEMO_LIMIT:
+                self._decode_memo.clear()
+            found = self._decode_memo[key] = self._price_decode(batch, context)
+        return found
+
+    def _price_decode(self, batch: int, context: float) -> tuple[float, ...]:
         micro, requests, q = self._decode_shape(batch)
         padded_micro = self._padded(micro)
         padded_requests = -(-padded_micro // self._dp)

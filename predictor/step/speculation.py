@@ -167,7 +167,15 @@ def parse_entropy(name: str) -> Entropy:
 
 def acceptance_curve(model: str, method: str, entropy: str = Entropy.LOW, thinking: str = DEFAULT_THINKING,
                      override: Sequence[float] | None = None) -> AcceptanceCurve:
-    """``L(k)`` for ``model`` (a card name) and ``method`` by the order in the module doc."""
+    """``L(k)`` for ``model`` (a card name) and ``method`` by the order in the module doc
+    (cached: every step model of a search asks for its curve)."""
+    return _acceptance_curve(model, str(method), str(entropy), str(thinking),
+                             None if override is None else tuple(override))
+
+
+@lru_cache(maxsize=1024)
+def _acceptance_curve(model: str, method: str, entropy: str, thinking: str,
+                      override: tuple[float, ...] | None) -> AcceptanceCurve:
     spec, scale = parse_method(method), ENTROPY_SCALE[parse_entropy(entropy)]
     if override is not None:
         values = [float(v) for v in override]
