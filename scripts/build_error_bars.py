@@ -21,7 +21,9 @@ over both corpora under the transfer kind the protocol measures:
 and their 10th / 90th percentiles and median APE per metric family (TPOT, TTFT,
 throughput) are written. Rerun after the anchors or the model change; `--report FILE`
 writes every protocol's summary line per corpus (with the coverage of the intervals just
-written, `--coverage` re-scores once with them).
+written, `--coverage` re-scores once with them; those bands pool both corpora, so that
+coverage is in-sample, and each line also carries `cross_corpus_coverage`: the share of
+its residuals inside the band the other corpus alone measured).
 
 Usage: python scripts/build_error_bars.py [--report FILE] [--coverage] [--protocols LIST]
 """
@@ -52,19 +54,41 @@ KIND_OF = {"in-ladder": "in-ladder", "cross-width": "width", "tp4-to-8": "width"
            "none": "none"}
 
 
-def measure(protocols) -> tuple[dict, dict]:
+def measure(protocols) -> tuple[dict, dict, dict]:
+    """Residuals pooled by transfer kind, every protocol's summary per corpus, and the
+    residuals per corpus and protocol (for the out-of-sample coverage)."""
     pooled: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    report = {}
+    report, by_corpus = {}, {}
     for name, path in CORPORA:
         started = time.perf_counter()
         rows = list(read_corpus(path, name).rows)
         scored = score_protocols(rows, protocols)
-        report[name] = scored["protocols"]
+        report[name], by_corpus[name] = scored["protocols"], scored["residuals"]
         for protocol, residuals in scored["residuals"].items():
             for family, values in residuals.items():
                 pooled[KIND_OF[protocol]][family].extend(values)
         print(f"{name}: {len(rows)} rows, {len(protocols)} protocols in {time.perf_counter() - started:.0f} s")
-    return pooled, report
+    return pooled, report, by_corpus
+
+
+def cross_corpus_coverage(by_corpus: dict) -> dict:
+    """Out-of-sample coverage: each corpus's residuals against the 80% band measured on
+    the *other* corpus alone (the shipped bars pool both, so their own coverage is
+    in-sample by construction)."""
+    out: dict = {}
+    names = list(by_corpus)
+    for name in names:
+        others = [n for n in names if n != name]
+        out[name] = {}
+        for protocol, families in by_corpus[name].items():
+            out[name][protocol] = {}
+            for family, values in families.items():
+                reference = [v for n in others for v in by_corpus[n].get(protocol, {}).get(family, [])]
+                if len(values) < 5 or len(reference) < 5:
+                    continue
+                low, high = quantile(reference, 0.1), quantile(reference, 0.9)
+                out[name][protocol][family] = sum(low <= v <= high for v in values) / len(values)
+    return out
 
 
 def error_bars(pooled: dict) -> dict:
@@ -87,13 +111,17 @@ def main() -> None:
     parser.add_argument("--protocols", default="all")
     args = parser.parse_args()
     protocols = parse_protocols(args.protocols) if args.protocols != "all" else PROTOCOLS
-    pooled, report = measure(protocols)
+    pooled, report, by_corpus = measure(protocols)
     OUT.write_text(json.dumps(error_bars(pooled), indent=1) + "\n", "utf-8")
     print(f"wrote {OUT}")
     if args.coverage:
         shipped_error_bars.cache_clear()
-        _, report = measure(protocols)
+        _, report, _ = measure(protocols)
     if args.report:
+        for name, entries in report.items():
+            held_out = cross_corpus_coverage(by_corpus).get(name, {})
+            for entry in entries:
+                entry["cross_corpus_coverage"] = held_out.get(entry["protocol"], {})
         args.report.write_text(json.dumps(report, indent=1) + "\n", "utf-8")
         print(f"wrote {args.report}")
 

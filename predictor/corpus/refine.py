@@ -14,7 +14,11 @@ run contained, at the anchor's current calibration:
   beyond it: ``T1 = TTFT_measured - (TTFT_model - T1_model)``, kept within
   [1/4, 4] x ``T1_model``.
 The points are recomputed from the measurements every round (never from the previous
-round's points: nothing accumulates) and the anchor refitted; `REFINE_ROUNDS` rounds.
+round's points: nothing accumulates) and the anchor refitted; `REFINE_ROUNDS` rounds. One
+round reads the points through the anchors' first fit; more rounds fit each anchor's own
+rows closer and carry worse to other widths (measured with 1 / 2 / 3 rounds:
+AIConfigurator cross-width TPOT 10.0 / 13.0 / 12.4%, in-ladder 4.8 / 4.6 / 4.4%;
+InferenceX cross-width 3.3 / 4.0 / 3.8%, in-ladder 3.4 / 3.4 / 3.4%).
 The anchors are fitted around cross-model priors learned once from all of them.
 
 The first wave's one-off stall is read from the shape of the TTFT distribution, not its
@@ -49,7 +53,7 @@ from predictor.step.priors import Priors, dtype_class, learn_from_anchors
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
-REFINE_ROUNDS = 3
+REFINE_ROUNDS = 1
 MAX_STALL_MS = 10_000.0       # METHOD §3.12 bound: a larger one-off stall is flagged, not fitted
 PREFILL_POINT_RANGE = 4.0     # a prefill point stays within this factor of the model's T1
 
