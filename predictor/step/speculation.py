@@ -169,13 +169,16 @@ def acceptance_curve(model: str, method: str, entropy: str = Entropy.LOW, thinki
                      override: Sequence[float] | None = None) -> AcceptanceCurve:
     """``L(k)`` for ``model`` (a card name) and ``method`` by the order in the module doc
     (cached: every step model of a search asks for its curve)."""
-    return _acceptance_curve(model, str(method), str(entropy), str(thinking),
-                             None if override is None else tuple(override))
+    if override is not None and not isinstance(override, tuple):
+        override = tuple(override)
+    # the forced length rides in the key: a forced curve equals the plain tuple of its values
+    return _acceptance_curve(model, str(method), str(entropy), str(thinking), override,
+                             getattr(override, "forced_al", None))
 
 
 @lru_cache(maxsize=1024)
 def _acceptance_curve(model: str, method: str, entropy: str, thinking: str,
-                      override: tuple[float, ...] | None) -> AcceptanceCurve:
+                      override: tuple[float, ...] | None, _forced_al: float | None) -> AcceptanceCurve:
     spec, scale = parse_method(method), ENTROPY_SCALE[parse_entropy(entropy)]
     if override is not None:
         values = [float(v) for v in override]
