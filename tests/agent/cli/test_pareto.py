@@ -35,8 +35,10 @@ def test_json_output_files_and_frontier(runner, tmp_path):
     assert len(frontier) >= 3
     for point in data["frontier"]:
         assert point["mode"] in ("anchored", "rank-only") and point["configuration_text"] and point["configuration"]["tp"] >= 1
-    for xy in frontier:   # rounded to 4 decimals in JSON: compare with a stated tolerance
-        assert not any(dominates(p, (xy[0] * (1 + 1e-6), xy[1] * (1 + 1e-6))) for p in points)
+    # JSON rounds to 4 decimals and the CSV to 6 significant digits (2985.2465 is 2985.25
+    # there): a point dominates a frontier point only beyond that rounding
+    for xy in frontier:
+        assert not any(dominates(p, (xy[0] * (1 + 1e-5), xy[1] * (1 + 1e-5))) for p in points)
     interactivity = [xy[1] for xy in frontier]
     assert interactivity == sorted(interactivity)   # ordered along the frontier
     throughput = [xy[0] for xy in frontier]
