@@ -58,7 +58,8 @@ def memory_capacity(target: Target) -> CapacityModel:
         if memory.kv_pool_bytes <= 0 or memory.kv_bytes_per_token <= 0:
             raise InputError("--config", f"no room for a KV pool ({memory.reason or 'weights fill HBM'})",
                              "a wider layout, lower-precision weights or a larger kv_memory_fraction")
-        whole = memory_for(target.card, target.cluster, replace(config, tp=1, ep=1, attention_dp=1, dcp=1, pp=1))
+        whole = memory_for(target.card, target.cluster, replace(config, tp=1, ep=1, attention_dp=1, dcp=1, pp=1,
+                                                                     prefill_layout=None, decode_layout=None))
         return PoolCapacity(int(memory.kv_pool_bytes // memory.cache_bytes_per_token),
                             float(memory.kv_bytes_per_token), float(memory.state_bytes_per_sequence),
                             target.card.num_layers, float(whole.kv_bytes_per_token),

@@ -122,3 +122,17 @@ def test_dwdp_memory_table():
     assert m.fits
     feasible = check_configuration(card, cluster, Engine.TRTLLM, split(B_POOLS), 200_000)
     assert feasible.legal and feasible.prefill_memory.weights_by_component_bytes["dwdp_staging"] > 0
+
+
+def test_the_des_sizes_pools_with_tp_subgroups_and_dwdp():
+    """The DES's pool capacity (one copy of the KV at TP1) of a /TS4 decode pool and a DWDP
+    prefill pool: the layout text does not leak into the single-GPU copy."""
+    from predictor.sim.capacity import memory_capacity
+    from predictor.target import resolve_target
+    capacity = memory_capacity(resolve_target("kimi-k3", "gb300x4x8", "trtllm"))
+    prefill, decode = pool_configs(split(B_POOLS))
+    card = load_card("kimi-k3")
+    latent = sum(g.num_layers * (g.kv_lora_rank + g.qk_rope_head_dim) for g in card.attention if not g.kind.is_linear)
+    for pool in (prefill, decode):
+        sized = capacity(pool)
+        assert sized.kv_capacity_tokens > 0 and sized.copy_kv_bytes_per_token == latent    # FP8: 1 byte a value
