@@ -72,3 +72,20 @@ def test_example_json_is_the_deployment_the_issue_names():
     dtypes = b["memory"]["weight_dtypes_by_component"]
     assert (dtypes["routed_experts"], dtypes["attention"], dtypes["shared_experts"]) == ("nvfp4", "fp8", "bf16")
     assert b["metrics"]["output_throughput_per_gpu"] > 0 and b["breakdown"]["des"]["hit_rate"]["host_tier"] == "shared"
+
+
+def test_the_families_plan_is_legal_and_spans_8_to_32_gpus():
+    """examples/kimi-k3-gb300-families.yaml (docs/EXAMPLES.md's plan-mix): every candidate
+    legal and fits, both families present, 8 to 32 GPUs."""
+    from agent.mix.config import parse_mix_text
+    from levers.catalog import Engine
+    from predictor.cards.registry import load_card
+    from predictor.feasibility import check_configuration
+    from predictor.hardware import parse_cluster
+    spec = parse_mix_text((EXAMPLES / "kimi-k3-gb300-families.yaml").read_text())
+    (plan,) = spec.models
+    card, cluster = load_card(plan.name), parse_cluster(plan.cluster)
+    for config in plan.candidates:
+        assert check_configuration(card, cluster, Engine.TRTLLM, config, 32768).legal, config.describe()
+    assert {c.disaggregated for c in plan.candidates} == {False, True}
+    assert {c.total_gpus for c in plan.candidates} == {8, 16, 24, 32}
