@@ -89,3 +89,12 @@ def test_the_families_plan_is_legal_and_spans_8_to_32_gpus():
         assert check_configuration(card, cluster, Engine.TRTLLM, config, 32768).legal, config.describe()
     assert {c.disaggregated for c in plan.candidates} == {False, True}
     assert {c.total_gpus for c in plan.candidates} == {8, 16, 24, 32}
+
+
+def test_p90_interactivity_is_the_inverse_of_p90_tpot_with_its_intervals_swapped():
+    from agent.cli.predict import _shown
+    from predictor.prediction import Prediction
+    result = Prediction(True, (), None, None, (), {"tpot_ms_p90": 20.0}, None,
+                        seed_intervals={"tpot_ms_p90": (16.0, 25.0)}, intervals={"tpot_ms_p90": (10.0, 40.0)})
+    assert _shown(result, "tpot_ms_p90", "tok/s/user") == (50.0, (40.0, 62.5), (25.0, 100.0))
+    assert _shown(result, "tpot_ms_p90", "ms") == (20.0, (16.0, 25.0), (10.0, 40.0))
