@@ -63,7 +63,7 @@ def test_a_search_killed_at_any_trial_resumes_into_the_uninterrupted_one(tmp_pat
 def test_kill_9_of_a_real_search_then_resume_equals_the_uninterrupted_search(tmp_path):
     """The real predictor, a real SIGKILL mid-search (its stale lock left behind)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "INFERASIM_HOME": str(tmp_path / "home")}
-    args = ["tune", "--model", "qwen3-30b-a3b", "--cluster", "h100x1", "--workload", "1k/1k", "--budget", "150",
+    args = ["tune", "--model", "qwen3-30b-a3b", "--cluster", "h100x1", "--workload", "1k/1k", "--budget", "300",
             "--no-llm", "--workers", "1", "--seed", "7", "--json"]
     code = "import sys; from agent.cli.main import main; sys.argv = ['inferasim', *sys.argv[1:]]; main()"
     whole = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
@@ -72,8 +72,10 @@ def test_kill_9_of_a_real_search_then_resume_equals_the_uninterrupted_search(tmp
     expected = _configs(Path(json.loads(whole.stdout)["ledger"]))
     ledgers = tmp_path / "home" / "ledgers"
     before = set(ledgers.glob("*.json"))
+    # the victim runs at the lowest priority so that on a loaded machine this poller still
+    # sees it mid-search (at normal priority it once finished all its trials between polls)
     victim = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+                              stderr=subprocess.DEVNULL, preexec_fn=lambda: os.nice(19))
     ledger = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -89,7 +91,7 @@ def test_kill_9_of_a_real_search_then_resume_equals_the_uninterrupted_search(tmp
     victim.kill()
     victim.wait(timeout=10)
     data = json.loads(ledger.read_text())
-    assert data["status"] == "running" and 90 <= len(data["trials"]) < 150
+    assert data["status"] == "running" and 90 <= len(data["trials"]) < 300
     assert lock_path(ledger).exists()                         # left behind by the kill
     resumed = runner.invoke(app, ["tune", "--resume", str(ledger), "--workers", "1", "--json"])
     assert resumed.exit_code == 0, resumed.output

@@ -66,3 +66,10 @@ def test_a_replay_that_clearly_misses_a_bound_stops_and_says_why(target):
     assert stopped.metrics["ttft_ms_mean"] > 3 * full.metrics["ttft_ms_mean"] / 10
     kept = run(target, 1, stop_rules=(StopRule("ttft_ms_mean", full.metrics["ttft_ms_mean"]),))
     assert "stopped_early" not in kept.extra and kept.metrics == full.metrics
+
+
+def test_interval_of_a_non_negative_quantity_stays_non_negative():
+    mean, (low, high) = mean_interval([0.5, 1.0, 120.0])   # a heavy-tailed TTFT in seconds
+    assert low == 0.0 and high > mean
+    _, (signed_low, _) = mean_interval([-1.0, 0.5, 120.0])  # a signed quantity keeps its t interval
+    assert signed_low < 0.0
