@@ -158,6 +158,11 @@ def list_gpus() -> list[GpuProfile]:
     return list(_profiles_by_key().values())
 
 
+def has_gpu_profile(name: str) -> bool:
+    """Whether the registry holds a profile named ``name`` (a CPU harvest's does not)."""
+    return name.strip().lower() in _profiles_by_key()
+
+
 def load_gpu(name: str) -> GpuProfile:
     """The profile named `name`, case-insensitive ("mi355x", "H100", "gb200")."""
     profile = _profiles_by_key().get(name.strip().lower())

@@ -27,7 +27,7 @@ from typing import Callable, Iterable
 
 from predictor.anchors.anchor import Anchor
 from predictor.cards.model_card import ModelCard
-from predictor.hardware import load_gpu
+from predictor.hardware import has_gpu_profile, load_gpu
 from predictor.step.anchored import calibrate
 from predictor.step.calibration import PHYSICS, Calibration
 
@@ -152,7 +152,9 @@ def learn_from_anchors(anchors: Iterable[Anchor], cards: Callable[[str], ModelCa
     learned again (`rounds` times). What one anchor cannot tell apart (a per-kernel cost
     from a weight read that does not change with batch) the anchors of other models on the
     same GPU and engine can, since they share the efficiencies but not the weights."""
-    anchors = list(anchors)
+    # A CPU harvest (llama.cpp) has no registry profile (it is measured on its own
+    # machine) and teaches nothing about a GPU's efficiencies: it calibrates only itself.
+    anchors = [a for a in anchors if has_gpu_profile(a.signature.accelerator)]
     launch = {a.signature.accelerator.lower(): load_gpu(a.signature.accelerator).kernel_launch_us for a in anchors}
     fitted = [fitted_anchor(a, cards(a.signature.model)) for a in anchors]
     priors = learn(fitted, default_launch_us=launch, exclude_model=exclude_model)
