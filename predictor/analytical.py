@@ -197,9 +197,7 @@ def wave_tokenize_ms(model: StepModel, load: Load) -> float:
     Measured on the dev corpora: mean TTFT of the in-ladder protocol 18.4% -> 15.5%
     (InferenceX), 21.6% -> 18.2% (AIConfigurator)."""
     clients = min(load.concurrency, load.running_cap)
-    per_token_us = getattr(model, "host_us_per_prompt_token", None)
-    per_token_us = TOKENIZE_US_PER_TOKEN if per_token_us is None else per_token_us
-    return max(0.0, clients - 1) / 2.0 * per_token_us * load.isl / US_PER_MS
+    return max(0.0, clients - 1) / 2.0 * _host_parts(model)[1] * load.isl / US_PER_MS
 
 
 def benchmark_ttft_ms(model: StepModel, load: Load, state: SteadyState, requests_per_client: int) -> float:
@@ -241,11 +239,16 @@ def host_time_ms(model: StepModel, isl: int) -> float:
     ``host_us_per_prompt_token``); otherwise a documented default: 1 ms plus
     tokenisation at 8 us per prompt token (the midpoint of 5-11 us).
     """
+    fixed_ms, per_token_us = _host_parts(model)
+    return fixed_ms + per_token_us * isl / US_PER_MS
+
+
+def _host_parts(model: StepModel) -> tuple[float, float]:
+    """(fixed ms, us per prompt token) of ``model``'s host time (`host_time_ms`)."""
     fixed = getattr(model, "host_time_ms", None)
-    per_token = getattr(model, "host_us_per_prompt_token", None)
     if fixed is None:
-        return HOST_BASE_MS + TOKENIZE_US_PER_TOKEN * isl / US_PER_MS
-    return fixed + (per_token or 0.0) * isl / US_PER_MS
+        return HOST_BASE_MS, TOKENIZE_US_PER_TOKEN
+    return fixed, getattr(model, "host_us_per_prompt_token", None) or 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,8 +118,9 @@ def main() -> None:
         shipped_error_bars.cache_clear()
         _, report, _ = measure(protocols)
     if args.report:
+        held_out_by_corpus = cross_corpus_coverage(by_corpus)
         for name, entries in report.items():
-            held_out = cross_corpus_coverage(by_corpus).get(name, {})
+            held_out = held_out_by_corpus.get(name, {})
             for entry in entries:
                 entry["cross_corpus_coverage"] = held_out.get(entry["protocol"], {})
         args.report.write_text(json.dumps(report, indent=1) + "\n", "utf-8")

@@ -266,22 +266,19 @@ class Simulation:
     def _enqueue(self, request: Request, rank: Rank, pool: Pool) -> list[tuple[float, Event]]:
         rank.waiting.append(request)
         replica = pool.replicas[rank.replica_index]
-        if replica.plan is None:
-            if replica.kick_pending:
-                return []
-            replica.kick_pending = True
-            return [(self.now_us, Kick(replica))]
-        if rank.num_running >= replica.limits.running_cap:
+        if replica.plan is not None and rank.num_running >= replica.limits.running_cap:
             return []
-        plan = replica.truncate(self.now_us)
-        return [] if plan is None else [(plan.end_us, StepEnd(replica, replica.stamp))]
+        return self._nudge(replica)
 
     def _wake(self, rank: Rank, pool: Pool) -> list[tuple[float, Event]]:
-        """KV freed on ``rank``: let its replica retry what waits (cut a running step at
-        its next boundary, or kick an idle replica)."""
+        """KV freed on ``rank``: let its replica retry what waits."""
         if not rank.waiting:
             return []
-        replica = pool.replicas[rank.replica_index]
+        return self._nudge(pool.replicas[rank.replica_index])
+
+    def _nudge(self, replica) -> list[tuple[float, Event]]:
+        """Make ``replica`` look at its queue: kick it if idle (once), else cut its running
+        step at the next boundary."""
         if replica.plan is None:
             if replica.kick_pending:
                 return []
