@@ -21,6 +21,14 @@ def in_ci() -> bool:
 
 
 @pytest.fixture(autouse=True)
+def empty_replay_store():
+    """Every test starts without the replays earlier tests recorded (predictor.sim.reuse)."""
+    from predictor.sim import reuse
+    reuse.STORE.clear()
+    reuse.STORE.reused = reuse.STORE.checked = 0
+
+
+@pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch):
     home = tmp_path / "inferasim-home"
     home.mkdir()

@@ -18,7 +18,9 @@ the window ends when the last request is released.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import time
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,6 +32,7 @@ from predictor.sim.capacity import CapacityModel, memory_capacity
 from predictor.sim.deployment import BuildInputs, StepModelFactory, build_deployment
 from predictor.sim.prefix_cache import EvictionPolicy
 from predictor.sim.replications import combine, seed_sequence
+from predictor.sim.reuse import STORE, Bounds, Recording, fingerprint, workload_key
 from predictor.sim.results import Recorder, SimResult
 from predictor.sim.router import Router
 from predictor.sim.simulator import Progress, Simulation
@@ -121,13 +124,22 @@ def _share(progress: Progress | None, replication: int, replications: int) -> Pr
 def _replay(target: Target, config: Configuration, replayable: Workload, requests: int,
             root: np.random.SeedSequence, step_model_factory: StepModelFactory, capacity: CapacityModel,
             options: SimOptions, progress: Progress | None, stop_rules: tuple[StopRule, ...] = ()) -> SimResult:
-    workload_rng, router_rng = (np.random.default_rng(s) for s in root.spawn(2))
+    started = time.perf_counter()
+    recording = Recording()
     recorder = Recorder()
     cluster = target.cluster
-    inputs = BuildInputs(target.engine, step_model_factory, capacity, replayable.block_tokens, options.eviction,
-                         cluster.gpu.host_link_gbps, recorder, options.exact_prices, cluster.gpu.nic_bw_gbps)
+    inputs = BuildInputs(target.engine, recording.factory(step_model_factory), capacity, replayable.block_tokens,
+                         options.eviction, cluster.gpu.host_link_gbps, recorder, options.exact_prices,
+                         cluster.gpu.nic_bw_gbps)
     deployment = build_deployment(config, inputs, scale_up_gpus=cluster.scale_up_gpus(),
                                   fabric_gbps=cluster.gpu.intra_node_bw_gbps, nic_gbps=cluster.gpu.nic_bw_gbps)
+    key = _replay_key(deployment, config, replayable, requests, root, options, stop_rules)
+    found = STORE.find(key, recording, Bounds.of(deployment).limits) if key is not None else None
+    if found is not None:
+        if progress is not None:
+            progress(requests, requests)
+        return replace(copy.deepcopy(found), sim_wall_s=time.perf_counter() - started)
+    workload_rng, router_rng = (np.random.default_rng(s) for s in root.spawn(2))
     source = SessionSource(replayable, requests, config.concurrency, workload_rng)
     router = Router(config.router, router_rng, by_prefill_work=deployment.decode is not None)
     simulation = Simulation(deployment, source, router, recorder, progress,
@@ -135,4 +147,23 @@ def _replay(target: Target, config: Configuration, replayable: Workload, request
     result = simulation.run()
     if isinstance(replayable, TraceWorkload):
         result.extra["bad_lines_skipped"] = replayable.bad_lines
+    if key is not None:
+        # a run its stop rules did not stop is the run without them
+        unstopped = () if stop_rules and "stopped_early" not in result.extra else None
+        keys = (key,) if unstopped is None else (key, key[:-1] + (unstopped,))
+        STORE.keep(keys, recording, copy.deepcopy(result), Bounds.of(deployment))
     return result
+
+
+def _replay_key(deployment, config: Configuration, replayable: Workload, requests: int,
+                root: np.random.SeedSequence, options: SimOptions, stop_rules: tuple[StopRule, ...]) -> tuple | None:
+    """What a replay reads besides its step models' answers (`predictor.sim.reuse`); None
+    for trace replays (their sessions are too many to compare cheaply)."""
+    if not isinstance(replayable, (AgenticWorkload, SyntheticWorkload)):
+        return None
+    workload = workload_key(replayable)
+    if workload is None:
+        return None
+    entropy = root.entropy if isinstance(root.entropy, int) else tuple(root.entropy)
+    return (fingerprint(deployment), workload, config.concurrency, config.arrival_rate,
+            str(config.router), requests, entropy, tuple(root.spawn_key), options, stop_rules)

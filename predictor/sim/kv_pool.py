@@ -48,6 +48,7 @@ class KvPool:
         self.holds_output = holds_output    # False on a disaggregated prefill pool (its requests leave)
         self.shared = shared                # the deployment's shared host pool: written through
         self.private_tokens = 0
+        self.peak_tokens = 0                # the most tokens any check compared with the capacity
 
     @property
     def used_tokens(self) -> int:
@@ -57,9 +58,24 @@ class KvPool:
     def free_tokens(self) -> int:
         return self.shape.capacity_tokens - self.used_tokens
 
-    def evictable_room(self) -> int:
-        """Tokens not held by running requests' own KV (free, or prefix cache it may evict)."""
-        return self.shape.capacity_tokens - self.private_tokens
+    def can_fetch(self, tokens: int) -> bool:
+        """Whether ``tokens`` of prefix fit beside running requests' own KV (in free room or
+        in prefix cache it may evict)."""
+        demand = self.private_tokens + tokens
+        self.peak_tokens = max(self.peak_tokens, demand)
+        return demand <= self.shape.capacity_tokens
+
+    def fits_alone(self, tokens: int) -> bool:
+        """Whether one request's ``tokens`` fit in the empty pool."""
+        self.peak_tokens = max(self.peak_tokens, tokens)
+        return tokens <= self.shape.capacity_tokens
+
+    def _overflow(self, need: int = 0) -> int:
+        """Tokens by which the pool would pass its capacity with ``need`` more (<= 0: fits)."""
+        demand = self.used_tokens + need
+        if demand > self.peak_tokens:
+            self.peak_tokens = demand
+        return demand - self.shape.capacity_tokens
 
     def footprint_tokens(self, request: Request) -> int:
         """KV one request needs with no cache hit."""
@@ -85,7 +101,7 @@ class KvPool:
             cache.pin(request.block_ids, hit)
         hit_tokens = min(hit * shape.block_tokens, max(0, request.prompt_tokens - 1))
         need = self._private_need(request, hit * shape.block_tokens)
-        shortfall = need - self.free_tokens()
+        shortfall = self._overflow(need)
         if shortfall > 0 and cache is not None:
             cache.evict(-(-shortfall // shape.block_tokens))
             shortfall = need - self.free_tokens()
@@ -104,7 +120,7 @@ class KvPool:
     def reserve(self, request: Request) -> bool:
         """A disaggregated decode rank reserves the request's whole KV before it arrives."""
         need = self._private_need(request, 0)
-        if need > self.free_tokens():
+        if self._overflow(need) > 0:
             return False
         self.private_tokens += need
         request.reserved_tokens = need
@@ -159,7 +175,7 @@ class KvPool:
             cache.pin(request.block_ids, start)
         added = cache.insert(request.block_ids, start, stop)
         cache.pin(request.block_ids, stop)
-        overflow = -self.free_tokens()
+        overflow = self._overflow()
         if overflow > 0:
             cache.evict(-(-overflow // self.shape.block_tokens))
         cache.unpin(request.block_ids, stop)
@@ -175,7 +191,7 @@ class KvPool:
         cache.pin(request.block_ids, start)
         promoted = cache.promote(request.block_ids, start, stop)
         cache.pin(request.block_ids, start + promoted)
-        overflow = -self.free_tokens()
+        overflow = self._overflow()
         if overflow > 0:
             cache.evict(-(-overflow // self.shape.block_tokens))
         cache.unpin(request.block_ids, start + promoted)

@@ -19,13 +19,12 @@ from the anchor's context are raised too.
 
 from __future__ import annotations
 
-import numpy as np
-
 FIT_POINTS = 3            # real answers that determine base, per-context and per-prior
 TOLERANCE = 1e-6          # relative agreement that trusts (and keeps trusting) a fit
 RECHECK_EVERY = 256       # a real call among this many answers
 MIN_SPREAD = 1.0          # tokens: points closer than this in context do not inform a slope
 REACH = 1.25              # a fit answers up to 25% beyond the contexts real answers span
+RANK_TOLERANCE = 1e-9     # a 2-axis fit needs its axes this far from collinear (1 - r^2)
 
 
 class AffineFit:
@@ -81,24 +80,20 @@ class AffineFit:
     def _fit(self) -> None:
         """Solve on all but the newest point; trust the fit if the newest agrees."""
         *known, (context, prior, us) = self.points
-        contexts, priors, prices = (np.array(column, dtype=float) for column in zip(*known))
-        columns = [np.ones_like(contexts)]
-        varies = [np.ptp(contexts) >= MIN_SPREAD, np.ptp(priors) >= MIN_SPREAD]
-        columns += [values for values, used in zip((contexts, priors), varies) if used]
-        matrix = np.stack(columns, axis=1)
-        if np.linalg.matrix_rank(matrix) < matrix.shape[1]:
+        contexts = [c for c, _, _ in known]
+        priors = [q for _, q, _ in known]
+        varies = (max(contexts) - min(contexts) >= MIN_SPREAD, max(priors) - min(priors) >= MIN_SPREAD)
+        solved = _least_squares(known, varies)
+        if solved is None:
             return
-        solved = iter(np.linalg.lstsq(matrix, prices, rcond=None)[0])
-        base = float(next(solved))
-        per_context = float(next(solved)) if varies[0] else 0.0
-        per_prior = float(next(solved)) if varies[1] else 0.0
+        base, per_context, per_prior = solved
         if (not varies[0] and abs(context - contexts[0]) >= MIN_SPREAD) or \
                 (not varies[1] and abs(prior - priors[0]) >= MIN_SPREAD):
             return                  # the newest point moves along an axis the fit never saw
         if abs(base + per_context * context + per_prior * prior - us) <= TOLERANCE * max(abs(us), 1.0):
             self.coefficients = (base, per_context, per_prior)
-            self.known = (min(contexts.min(), context), max(contexts.max(), context),
-                          min(priors.min(), prior), max(priors.max(), prior))
+            self.known = (min(min(contexts), context), max(max(contexts), context),
+                          min(min(priors), prior), max(max(priors), prior))
         elif len(self.points) > 3 * FIT_POINTS:
             self.retired = True      # real answers that no affine function explains
 
@@ -119,3 +114,34 @@ class AffineFit:
     def extremes(self) -> set[tuple[float, float]]:
         """The shapes (context, prior) at the edges of what the fit answered."""
         return {self.low_context, self.high_context, self.low_prior, self.high_prior}
+
+
+def _least_squares(points: list[tuple[float, float, float]], varies: tuple[bool, bool]) -> tuple[float, float, float] | None:
+    """(base, per_context, per_prior) fitting ``us`` on the axes that vary, by the normal
+    equations of the centred axes (at most three unknowns: plain Python is ~10x numpy's
+    lstsq here); None when the axes are degenerate (collinear points)."""
+    n = len(points)
+    mean_c = sum(c for c, _, _ in points) / n
+    mean_p = sum(q for _, q, _ in points) / n
+    mean_us = sum(u for _, _, u in points) / n
+    axes = [i for i, used in enumerate(varies) if used]
+    rows = [((c - mean_c, q - mean_p), u - mean_us) for c, q, u in points]
+    slopes = [0.0, 0.0]
+    if len(axes) == 1:
+        a = axes[0]
+        sxx = sum(x[a] * x[a] for x, _ in rows)
+        if sxx <= 0.0:
+            return None
+        slopes[a] = sum(x[a] * y for x, y in rows) / sxx
+    elif len(axes) == 2:
+        s00 = sum(x[0] * x[0] for x, _ in rows)
+        s11 = sum(x[1] * x[1] for x, _ in rows)
+        s01 = sum(x[0] * x[1] for x, _ in rows)
+        det = s00 * s11 - s01 * s01
+        if det <= RANK_TOLERANCE * s00 * s11:
+            return None
+        s0y = sum(x[0] * y for x, y in rows)
+        s1y = sum(x[1] * y for x, y in rows)
+        slopes = [(s11 * s0y - s01 * s1y) / det, (s00 * s1y - s01 * s0y) / det]
+    return mean_us - slopes[0] * mean_c - slopes[1] * mean_p, slopes[0], slopes[1]
+

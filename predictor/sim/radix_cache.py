@@ -75,6 +75,20 @@ def _common(keys: list[int], a: int, seg: list[int], b: int) -> int:
     return lo
 
 
+def _matched(keys: list[int], key: Callable[[int], int], pos: int, take: int) -> int:
+    """Leading keys of a run that match the prompt from ``pos``, knowing the first does and
+    key ``take - 1`` does not. A block id names its whole prefix, so the matching keys are
+    a leading run: a binary search reads O(log n) ids instead of converting the slice."""
+    lo, hi = 1, take - 1            # keys[:lo] match; keys[hi:] do not
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if keys[mid - 1] == key(pos + mid - 1):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class LeafFirstCache:
     """Leaf-first LRU over HBM, with an optional host tier of ``dram_capacity_blocks``."""
 
@@ -112,7 +126,7 @@ class LeafFirstCache:
             keys = child.keys
             take = min(len(keys), limit - pos)
             if keys[take - 1] != key(pos + take - 1):
-                take = _common(keys, 0, _as_list(ids[pos:pos + take]), 0)
+                take = _matched(keys, key, pos, take)
             if in_hbm:
                 in_hbm = take <= child.hbm_len
                 hbm = pos + (take if in_hbm else child.hbm_len)

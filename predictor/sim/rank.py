@@ -32,6 +32,7 @@ class Rank:
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.num_loading = 0
+        self.peak_demand = 0                # most running + waiting a running cap was checked against
         self.step = 0                       # decode steps this rank has run
         self.num_decoders = 0
         self.num_measured = 0               # decoders whose ITLs are recorded

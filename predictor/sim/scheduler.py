@@ -145,6 +145,8 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
             break
         chunks.append((request, take))
         budget -= take
+    if rank.waiting:            # what a running cap could bind on (predictor.sim.reuse)
+        rank.peak_demand = max(rank.peak_demand, rank.num_running + len(rank.waiting))
     for request in admission_order(rank, profile.policy, limits.running_cap - rank.num_running):
         if not request.is_kv_ready:
             if budget <= 0:
@@ -155,7 +157,7 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
             target = rank.pool.fetchable(request)
             if target:                      # fetch its prefix first; skip it while it loads
                 tokens = target * rank.pool.shape.block_tokens
-                if rank.fetching_tokens and rank.fetching_tokens + tokens > rank.pool.evictable_room():
+                if rank.fetching_tokens and not rank.pool.can_fetch(rank.fetching_tokens + tokens):
                     break                   # no HBM room to fetch further ahead: the queue waits
                 request.is_fetched, request.load_target = True, target
                 rank.fetching_tokens += tokens

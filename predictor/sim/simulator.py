@@ -266,8 +266,10 @@ class Simulation:
     def _enqueue(self, request: Request, rank: Rank, pool: Pool) -> list[tuple[float, Event]]:
         rank.waiting.append(request)
         replica = pool.replicas[rank.replica_index]
-        if replica.plan is not None and rank.num_running >= replica.limits.running_cap:
-            return []
+        if replica.plan is not None:
+            rank.peak_demand = max(rank.peak_demand, rank.num_running + 1)
+            if rank.num_running >= replica.limits.running_cap:
+                return []
         return self._nudge(replica)
 
     def _wake(self, rank: Rank, pool: Pool) -> list[tuple[float, Event]]:
@@ -310,7 +312,7 @@ class Simulation:
     def _check_fits(self, request: Request, rank: Rank, pool: Pool) -> None:
         need = rank.pool.footprint_tokens(request)
         capacity = rank.pool.shape.capacity_tokens
-        if need > capacity:
+        if not rank.pool.fits_alone(need):
             raise InputError("--config", f"request {request.rid} ({request.prompt_tokens} prompt + "
                              f"{request.output_tokens} output tokens) needs {need} KV tokens but one "
                              f"{pool.role} rank's pool holds {capacity}",

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from levers.configuration import Configuration
-from predictor.sim import simulate
+from predictor.sim import reuse, simulate
 from predictor.sim.replications import mean_interval, overlap, t95
 from predictor.sim.stop import StopRule
 from predictor.workload import AGENTIC
@@ -32,6 +32,7 @@ def test_one_replication_is_the_plain_run_and_has_no_interval(target):
     assert plain.seed_intervals == {} and plain.replications == 1
     pair = run(target, 2)
     assert pair.replications == 2 and pair.num_requests > plain.num_requests
+    reuse.STORE.clear()                # replayed, not the kept result (predictor.sim.reuse)
     other = run(target, 1, seed=0)
     assert other.metrics == plain.metrics
 
