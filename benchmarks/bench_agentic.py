@@ -152,6 +152,7 @@ def fidelity() -> list[dict]:
     from levers.configuration import Configuration, parse_config_text
     from predictor.predict import step_model_for
     from predictor.sim import SimOptions, simulate
+    from predictor.sim.reuse import STORE
     from predictor.target import resolve_target
     from predictor.workload import AGENTIC
 
@@ -165,6 +166,7 @@ def fidelity() -> list[dict]:
 
             def factory(replica_config, models=models):
                 return models.setdefault(replica_config, step_model_for(target, replica_config))
+            STORE.clear()                          # each run replayed, not reused (predictor.sim.reuse)
             started = time.process_time()
             result = simulate(target, config, AGENTIC, step_model_factory=factory, num_requests=requests,
                               options=SimOptions(exact_prices=exact))

@@ -78,8 +78,8 @@ class SharedHostPool:
         resident = self.cache.match(request.block_ids, request.num_blocks)[0]
         if not resident or not self.checkpoint_blocks:
             return resident
-        probe = _with_checkpoint(request.block_ids, resident, self.checkpoint_blocks)
-        return resident if self.cache.match(probe, len(probe))[0] == len(probe) else 0
+        tail = _checkpoint_ids(request.block_ids, resident, self.checkpoint_blocks)
+        return resident if self.cache.continues(request.block_ids, resident, tail) else 0
 
     def store(self, request: Request) -> None:
         """Write a computed prompt (and its checkpoint) through; evict leaves to capacity."""
@@ -97,10 +97,16 @@ class SharedHostPool:
             self.cache.evict(overflow)
 
 
-def _with_checkpoint(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> np.ndarray:
-    """``ids[:blocks]`` followed by the checkpoint's blocks (ids derived from the last)."""
+def _checkpoint_ids(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> list[int]:
+    """The ids of the checkpoint stored with ``ids[:blocks]`` (derived from its last block)."""
     tag = (int(ids[blocks - 1]) & (CHECKPOINT_TAG - 1)) | CHECKPOINT_TAG
-    return np.concatenate([ids[:blocks], tag + np.arange(checkpoint_blocks, dtype=np.int64)])
+    return list(range(tag, tag + checkpoint_blocks))
+
+
+def _with_checkpoint(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> np.ndarray:
+    """``ids[:blocks]`` followed by the checkpoint's blocks."""
+    tail = np.array(_checkpoint_ids(ids, blocks, checkpoint_blocks), dtype=np.int64)
+    return np.concatenate([ids[:blocks], tail])
 
 
 @dataclass(slots=True)

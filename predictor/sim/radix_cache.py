@@ -141,6 +141,24 @@ class LeafFirstCache:
             self._hint(node.keys[resident - 1 - node.depth], node)
         return hbm, resident
 
+    def continues(self, ids: Sequence[int], num_blocks: int, tail: list[int]) -> bool:
+        """Whether ``tail`` follows ``ids[:num_blocks]`` (all resident in HBM) in HBM: the
+        walk starts at the node holding block ``num_blocks - 1``, not at the root."""
+        node = self._node_at(ids, num_blocks)
+        offset, done = num_blocks - node.depth, 0
+        while done < len(tail):
+            if offset < len(node.keys):
+                n = min(len(node.keys) - offset, len(tail) - done)
+                if offset + n > node.hbm_len or node.keys[offset:offset + n] != tail[done:done + n]:
+                    return False
+                done, offset = done + n, offset + n
+                continue
+            node = node.children.get(tail[done])
+            if node is None:
+                return False
+            offset = 0
+        return True
+
     def _hint(self, key: int, node: _Node) -> None:
         hints = self._hints
         if len(hints) >= HINTS_LIMIT:

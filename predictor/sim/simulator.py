@@ -159,7 +159,7 @@ class Simulation:
         per_gpu = (stored - hbm) * block_tokens * capacity.kv_bytes_per_token
         per_gpu += capacity.state_bytes_per_sequence if self.deployment.shared_pool.checkpoint_blocks else 0.0
         cached = stored * block_tokens
-        hidden_us = pool.model.prefill_us(max(1, request.prompt_tokens - cached), 1, cached)
+        hidden_us = pool.replicas[rank.replica_index].pricer.prefill_us(max(1, request.prompt_tokens - cached), 1, cached)
         rank.num_loading += 1
         return rank.net_link.load(self.now_us, per_gpu, hidden_us, capacity.num_layers)
 

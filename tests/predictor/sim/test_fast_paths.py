@@ -164,3 +164,14 @@ def test_fixed_length_replays_agree_fast_and_exact(target):
     exact, _ = replay(target, config, WorkloadSpec("fixed", 8192, 256), exact=True, requests=320)
     for key in KEYS:
         assert fast.metrics[key] == pytest.approx(exact.metrics[key], rel=RESULT_TOLERANCE), key
+
+
+def test_a_prefill_asked_twice_is_priced_once_and_exactly():
+    """The shared-pool fetch's overlap prices the prefill the rank later runs at the same
+    shape (`simulator._network_load`): the second ask is the kept exact answer."""
+    model = CurvedStepModel()
+    pricer = StepPricer(model, exact=True)
+    first = pricer.prefill_us(5_000, 1, 12_000.0)
+    shape = StepShape(0, 0.0, 0.0, 5_000, 1, 12_000.0, 0.0, False)
+    assert pricer.step_us(shape) == first == model.prefill_us(5_000, 1, 12_000.0)
+    assert model.calls == 2 and pricer.calls == 1          # the direct check above is the second

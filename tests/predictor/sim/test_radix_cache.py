@@ -104,3 +104,27 @@ def test_eviction_takes_the_least_recently_used_tail_first():
     assert cache.match(old, 4) == (3, 3)    # the older tail shrinks first
     assert cache.evict(2) == 2
     assert cache.match(old, 4) == (2, 2) and cache.match(new, 4) == (3, 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, BRANCHES - 1), min_size=1, max_size=12), st.integers(0, 6)),
+                min_size=1, max_size=40))
+def test_continues_agrees_with_a_walk_of_the_whole_extended_prompt(steps):
+    """`continues` (from the node holding the prefix's last block) answers as matching
+    the prefix followed by the tail from the root, and partial matches of runs agree
+    with a per-block comparison."""
+    cache = LeafFirstCache()
+    for path, evict in steps:
+        ids = prompt(path)
+        cache.insert(ids, cache.match(ids, len(ids))[1], len(ids))
+        cache.evict(evict)
+        for probe_path, _ in steps:
+            probe = prompt(probe_path)
+            hbm, _ = cache.match(probe, len(probe))
+            expected = 0
+            while expected < len(probe) and probe[expected] in cache.where:
+                expected += 1
+            assert hbm == expected
+            for cut in range(1, hbm + 1):
+                tail = [int(k) for k in probe[cut:]]
+                assert cache.continues(probe, cut, tail) == (hbm == len(probe))
