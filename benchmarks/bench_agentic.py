@@ -117,16 +117,20 @@ def speed(baseline: Path, repeats: int, pareto_points: int, timeout_s: float, on
     if only:
         jobs = {job: args for job, args in jobs.items() if job in only or (job == "disagg512" and "deployment_b" in only)}
     report: dict = {}
+    # a baseline with --replications (after fc2f303) runs one replication too, like for like
+    base_one = ONE_REPLICATION if "--replications" in (baseline / "agent" / "cli" / "predict.py").read_text() else []
     for job, args in jobs.items():
         replicated = job in ("disagg512", "deployment_b")
-        variants = {"baseline": (baseline, args), "current": (ROOT, args + (ONE_REPLICATION if replicated else []))}
+        variants = {"baseline": (baseline, args + (base_one if replicated else [])),
+                    "current": (ROOT, args + (ONE_REPLICATION if replicated else []))}
         if job == "deployment_b":
             variants = {"current": variants["current"], "current_3_replications": (ROOT, args)}
             if (baseline / "examples" / DEPLOYMENT_B.name).is_file():      # a baseline that expresses B
-                variants = {"baseline": (baseline, args + ONE_REPLICATION), **variants,
-                            "baseline_3_replications": (baseline, args)}
+                variants = {"baseline": (baseline, args + base_one), **variants}
         if replicated:
             variants["current_3_replications"] = (ROOT, args)
+            if base_one and "baseline" in variants:
+                variants["baseline_3_replications"] = (baseline, args)
         if job == "pareto":
             variants["current"] = (ROOT, args + ["--out", tempfile.mkdtemp()])
             variants["baseline"] = (baseline, args + ["--out", tempfile.mkdtemp()])
