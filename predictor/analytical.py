@@ -21,6 +21,8 @@ decode steps; throughput per GPU counts both pools.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from predictor.step.cost import StepModel
@@ -43,6 +45,8 @@ class Load:
     chunk_tokens: int = 8192
     gpus: int = 1                 # GPUs of one replica
     replicas: int = 1
+    host_us: float = 0.0          # per-request host time a closed-loop client waits out (METHOD §3.12)
+    host_overlaps: bool = True    # host work overlaps the steps (False: it shares their cores, a CPU engine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +143,21 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         admission_ttft_us = mixed_total_us
         e2e_us = admission_ttft_us + wait_us + osl_steps * step_us
         if closed:
-            rate_per_s = in_system / (e2e_us / US_PER_S)
-            running = in_system * (osl_steps * step_us) / e2e_us if e2e_us else 0.0
+            # A client's cycle is its request's engine time plus the host time it waits
+            # out (HTTP, tokenising, detokenising); clients queued beyond the running cap
+            # hide the others' host time, so a saturated engine runs at cap / e2e (unless
+            # the host work runs on the steps' own cores).
+            busy_us = e2e_us if load.host_overlaps else e2e_us + load.host_us
+            rate_per_s = min(load.concurrency / max(e2e_us + load.host_us, 1e-9), in_system / max(busy_us, 1e-9)) * US_PER_S
+            running = rate_per_s * osl_steps * step_us / US_PER_S
         else:
             running = min(cap, rate_per_s * osl_steps * step_us / US_PER_S)
             if running >= cap:
                 overloaded = True
     queue_us = wait_us
-    if closed and load.concurrency > cap:
+    if closed and load.concurrency > cap and rate_per_s:
         # Little's law over the whole closed loop: clients beyond the cap wait.
-        queue_us += (load.concurrency - cap) / rate_per_s * US_PER_S if rate_per_s else 0.0
+        queue_us += max(0.0, load.concurrency / rate_per_s * US_PER_S - e2e_us - load.host_us)
     mixed_one_us = model.mixed_us(min(load.chunk_tokens, load.isl), max(1, round(running)), ctx)
     steps_per_s = US_PER_S / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / steps_per_s) if steps_per_s else 0.0
@@ -164,10 +173,12 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
 MAX_WAVE_STEPS = 4096
 
 
-def first_wave_ttft_us(model: StepModel, load: Load) -> float:
+def first_wave_ttft_us(model: StepModel, load: Load, decodes_here: bool = True) -> float:
     """Mean TTFT from admission of ``C`` prompts arriving together at an idle replica
     (the start of a fixed-count benchmark): prompts are prefilled in arrival order,
-    ``chunk_tokens`` per step, and each admitted request decodes in the later steps."""
+    ``chunk_tokens`` per step, and each admitted request decodes in the later steps
+    (``decodes_here``; a prefill pool's requests decode elsewhere, so its steps stay pure
+    prefill)."""
     clients = int(min(load.concurrency, load.running_cap))
     if clients <= 0:
         return 0.0
@@ -178,7 +189,7 @@ def first_wave_ttft_us(model: StepModel, load: Load) -> float:
         step_tokens = min(budget, total_tokens - done_tokens)
         if step_tokens <= 0:
             break
-        if decoding:
+        if decoding and decodes_here:
             clock_us += model.mixed_us(step_tokens, decoding, load.isl)
         else:
             clock_us += model.prefill_us(step_tokens, max(1, step_tokens // max(1, load.isl)))
@@ -286,14 +297,14 @@ def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools
         wait_us = utilisation / (2 * (1 - utilisation)) * service_us
         ttft_us = wait_us + single_us + pools.handoff_us + step_us / 2.0
         e2e_us = ttft_us + osl_steps * step_us
-        rate = min(total_concurrency / (e2e_us / US_PER_S), prefill_capacity * 0.98,
+        rate = min(total_concurrency / ((e2e_us + pools.decode.host_us) / US_PER_S), prefill_capacity * 0.98,
                    decode_cap / (max(osl_steps, 1e-9) * step_us / US_PER_S))
         target = min(per_replica_cap, max(1.0, rate * osl_steps * step_us / US_PER_S / pools.decode.replicas))
         running = 0.5 * running + 0.5 * target  # damped: the step depends on the batch
     overloaded = rate >= prefill_capacity * 0.97
     queue_us = 0.0
     if total_concurrency > decode_cap:
-        queue_us = (total_concurrency - decode_cap) / rate * US_PER_S
+        queue_us = max(0.0, total_concurrency / rate * US_PER_S - e2e_us - pools.decode.host_us)
     state = SteadyState(
         ttft_ms=(ttft_us + queue_us) / US_PER_MS, ttft_admission_ms=ttft_us / US_PER_MS,
         tpot_ms=step_us / L / US_PER_MS, itl_ms=step_us / US_PER_MS, e2e_ms=(e2e_us + queue_us) / US_PER_MS,
@@ -301,6 +312,28 @@ def disaggregated_state(prefill_model: StepModel, decode_model: StepModel, pools
         running=running, requests_per_s=rate, mixed_step_fraction=0.0, overloaded=overloaded,
     )
     return state, rate
+
+
+def disaggregated_benchmark_ttft_ms(prefill_model: StepModel, decode_model: StepModel, pools: PoolLoad,
+                                    total_concurrency: float, state: SteadyState,
+                                    requests_per_client: int) -> float:
+    """Mean TTFT of a fixed-count run on a split deployment (METHOD §3.11): the first
+    request of each client meets the first wave, the others the steady state. The wave is
+    the ``C`` prompts arriving together, spread over the prefill replicas, each replica
+    prefilling its share in arrival order at its token budget; then the hand-off and the
+    decode pool's pick-up, and any one-off start-up stall the pools' anchors measured (half
+    of each, as the steady state bills host time). Measured on InferenceX's Dynamo rows:
+    the mean TTFT exceeds the median by ~1/10 of this wave (gpt-oss-120b, one TP1 prefill
+    worker, 128 clients: mean 153 ms, median 71 ms)."""
+    replicas = max(1, pools.prefill.replicas)
+    wave = Load(pools.decode.isl, pools.decode.osl, math.ceil(total_concurrency / replicas),
+                running_cap=max(1, math.ceil(total_concurrency)), chunk_tokens=pools.prefill_budget_tokens)
+    wave_us = first_wave_ttft_us(prefill_model, wave, decodes_here=False) + pools.handoff_us + state.step_ms * US_PER_MS / 2.0
+    stall_ms = (getattr(prefill_model, "first_wave_stall_ms", 0.0) + getattr(decode_model, "first_wave_stall_ms", 0.0)) / 2.0
+    front_end = Load(pools.decode.isl, pools.decode.osl, total_concurrency, running_cap=max(1, math.ceil(total_concurrency)))
+    wave_ms = wave_us / US_PER_MS + stall_ms + wave_tokenize_ms(prefill_model, front_end)
+    wave_share = 1.0 / max(1, requests_per_client)
+    return wave_share * max(wave_ms, state.ttft_admission_ms) + (1.0 - wave_share) * state.ttft_ms
 
 
 def rate_guess(running: float, osl_steps: float, step_us: float, pools: PoolLoad) -> float:

@@ -20,6 +20,7 @@ from predictor.analytical import (
     Load,
     PoolLoad,
     benchmark_ttft_ms,
+    disaggregated_benchmark_ttft_ms,
     disaggregated_state,
     host_time_ms,
     single_ttft_ms,
@@ -138,7 +139,8 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         arrival_rate=config.arrival_rate / replicas,
         running_cap=_running_cap(config, memory),
         chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
-        gpus=config.replica_gpus, replicas=replicas,
+        gpus=config.replica_gpus, replicas=replicas, host_us=host_time_ms(model, workload.isl) * US_PER_MS,
+        host_overlaps=target.cluster.gpu.vendor != "cpu",
     )
     state = steady_state(model, load)
     source = "analytical"
@@ -180,12 +182,14 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     link = link_gbps(config.total_gpus, cluster.scale_up_gpus(), cluster.gpu.intra_node_bw_gbps,
                      cluster.gpu.nic_bw_gbps)
     kv_bytes = workload.isl * memory.kv_bytes_per_token + memory.state_bytes_per_sequence
+    host_ms = host_time_ms(prefill_model, workload.isl) / 2.0 + host_time_ms(decode_model, 0) / 2.0
     pools = PoolLoad(
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
                      replicas=config.prefill_replicas),
         decode=Load(workload.isl, workload.osl, config.concurrency / config.decode_replicas,
                     running_cap=_running_cap(config, memory),
-                    gpus=decode_config.replica_gpus, replicas=config.decode_replicas),
+                    gpus=decode_config.replica_gpus, replicas=config.decode_replicas,
+                    host_us=host_ms * US_PER_MS),
         prefill_budget_tokens=config.max_batched_tokens * max(1, prefill_config.attention_dp),
         handoff_us=handoff_us(backend, kv_bytes, target.card.num_layers, link),
     )
@@ -193,8 +197,10 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     total_gpus = config.total_gpus
     fleet = Load(workload.isl, workload.osl, config.concurrency, gpus=total_gpus, replicas=1)
     fleet_state = replace(state, requests_per_s=rate)
-    host_ms = host_time_ms(prefill_model, workload.isl) / 2.0 + host_time_ms(decode_model, 0) / 2.0
     metrics = fleet_state.metrics(fleet, host_ms)
+    if workload.requests_per_client:
+        metrics["ttft_ms_mean"] = disaggregated_benchmark_ttft_ms(
+            prefill_model, decode_model, pools, config.concurrency, state, workload.requests_per_client) + host_ms
     metrics["ttft_single_ms"] = (single_ttft_ms(prefill_model, workload.isl, config.max_batched_tokens)
                                  - host_time_ms(prefill_model, workload.isl) + host_ms)
     batch, decode_step, prefill_step, step_metrics = _steps(prefill_model, decode_model, workload, state.running)

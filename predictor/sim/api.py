@@ -130,7 +130,7 @@ def _replay(target: Target, config: Configuration, replayable: Workload, request
     cluster = target.cluster
     inputs = BuildInputs(target.engine, recording.factory(step_model_factory), capacity, replayable.block_tokens,
                          options.eviction, cluster.gpu.host_link_gbps, recorder, options.exact_prices,
-                         cluster.gpu.nic_bw_gbps)
+                         cluster.gpu.nic_bw_gbps, host_on_engine=cluster.gpu.vendor == "cpu")
     deployment = build_deployment(config, inputs, scale_up_gpus=cluster.scale_up_gpus(),
                                   fabric_gbps=cluster.gpu.intra_node_bw_gbps, nic_gbps=cluster.gpu.nic_bw_gbps)
     key = _replay_key(deployment, config, replayable, requests, root, options, stop_rules)

@@ -87,6 +87,7 @@ class BuildInputs:
     recorder: Recorder
     exact_prices: bool = False      # no price rounding or merged runs (predictor.sim.pricing)
     nic_gbps: float = 0.0           # per GPU, toward a shared host pool
+    host_on_engine: bool = False    # host work runs on the cores that run the steps (a CPU engine)
 
 
 def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpus: int,
@@ -95,10 +96,10 @@ def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpu
     entry_config = config if pools is None else pools[0]
     shared = _shared_pool(config, inputs, entry_config)
     if pools is None:
-        entry = _pool("colocated", config, inputs, shared=shared)
+        entry = _pool("colocated", config, inputs, host_billed=1.0 if inputs.host_on_engine else 0.0, shared=shared)
         return Deployment(entry, None, None, config.total_gpus, shared)
     prefill_config, decode_config = pools
-    prefill = _pool("prefill", prefill_config, inputs, bill_host_on_prefill=True, shared=shared)
+    prefill = _pool("prefill", prefill_config, inputs, host_billed=0.5, shared=shared)
     for replica in prefill.replicas:
         replica.admits_for_decode = True
     decode = _pool("decode", decode_config, inputs)
@@ -131,8 +132,11 @@ def _limits(config: Configuration, engine: Engine, role: str) -> Limits:
                   1 + (config.spec_depth if speculating else 0))
 
 
-def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_prefill: bool = False,
+def _pool(role: str, config: Configuration, inputs: BuildInputs, host_billed: float = 0.0,
           shared: SharedHostPool | None = None) -> Pool:
+    """One pool's replicas. ``host_billed``: the share of each request's host time billed on
+    the step that admits its prompt (a split's prefill pool bills half; an engine whose
+    host work shares the steps' cores bills all of it) instead of added to its TTFT."""
     model = inputs.step_model_factory(config)
     capacity = inputs.capacity_model(config)
     profile = PROFILES[inputs.engine]
@@ -156,8 +160,8 @@ def _pool(role: str, config: Configuration, inputs: BuildInputs, bill_host_on_pr
             rank = Rank(len(units), r, pool, link, tokens_per_step, net)
             ranks.append(rank)
             units.append(rank)
-        billed = (0.5 * host.fixed_us, 0.5 * host.per_token_us) if bill_host_on_prefill else (0.0, 0.0)
+        billed = (host_billed * host.fixed_us, host_billed * host.per_token_us)
         replicas.append(Replica(r, ranks, SCHEDULERS[inputs.engine], pricer, limits, inputs.recorder,
                                 host_us_on_prefill=billed[0], host_us_per_prompt_token=billed[1]))
-    share = 0.0 if bill_host_on_prefill else 1.0
+    share = 0.0 if host_billed else 1.0
     return Pool(role, replicas, units, model, capacity, host, share)

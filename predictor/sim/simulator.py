@@ -298,7 +298,9 @@ class Simulation:
             self._warmup_left -= 1
             if self._warmup_left == 0:
                 self._window_start = self.recorder.snapshot(self.now_us)
-        releases = self.source.on_finish(request, self.now_us)
+        # The client has the answer once the host time it waits out has passed (METHOD
+        # §3.12): its next request or think time starts then.
+        releases = self.source.on_finish(request, self.now_us + request.host_us)
         for _, new in releases:
             self._warmup_left += new.is_warmup
         if self.progress is not None:
