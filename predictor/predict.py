@@ -40,7 +40,7 @@ from predictor.step.fusions import fusion_opportunities
 from predictor.step.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
 from predictor.step.priors import Priors
 from predictor.target import Target
-from predictor.uncertainty import ErrorBars, shipped_error_bars
+from predictor.uncertainty import ErrorBars, fit_tier, shipped_error_bars
 from predictor.units import BYTES_PER_GB, MS_PER_S, US_PER_MS
 from predictor.workload import WorkloadSpec
 
@@ -90,12 +90,13 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
 def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars) -> Prediction:
     """Mode, transfer kinds and intervals (`predictor.uncertainty`)."""
     kinds = anchoring.kinds
+    calibration = anchoring.calibration_json()
     mode = bars.mode(kinds, anchoring.has_anchor)
     flags = (*prediction.flags, "rank-only") if mode is Mode.RANK_ONLY else prediction.flags
     return replace(prediction, mode=mode, anchor_id=anchoring.anchor_id, flags=tuple(dict.fromkeys(flags)),
                    transfer=bars.primary(kinds), transfer_kinds=kinds,
-                   intervals=bars.intervals(prediction.metrics or {}, kinds),
-                   calibration=anchoring.calibration_json())
+                   intervals=bars.intervals(prediction.metrics or {}, kinds, fit_tier(calibration)),
+                   calibration=calibration)
 
 
 def _memory_metrics(memory: MemoryBreakdown, config: Configuration) -> dict[str, float]:

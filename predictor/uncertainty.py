@@ -12,6 +12,13 @@ metric family (TPOT, TTFT, throughput) the table holds the 10th and 90th percent
 - **Interval**: ``[predicted * exp(q10), predicted * exp(q90)]`` of the widest kind that
   applies (the inverse for interactivity, which is 1/TPOT); memory metrics are exact
   arithmetic and carry none.
+- **Fit tier**: an anchor that its own calibration reproduces closely (median decode
+  residual at most `TIGHT_FIT_RESIDUAL`) transfers with smaller errors than one it fits
+  loosely, so each kind's band is also measured per tier (`fit_tier`) and a prediction
+  takes its tier's band when the tier holds `MIN_TIER_ROWS` residuals of that kind.
+  Measured on the dev corpora's transfer protocols (one band per kind, then per tier):
+  InferenceX's 80% bands held 90-96% of TPOT rows, AIConfigurator's 71-75%; per tier
+  85-93% and 72-78%.
 - **Mode**: `anchored` when an anchor of the model calibrates the prediction and the
   widest applicable kind measured at most `DECISION_GRADE_APE` median error on TPOT and on
   throughput; otherwise `rank-only` (simulate mode and cross-model priors always are).
@@ -30,6 +37,9 @@ from predictor.anchors.coverage import CROSS_MODEL, IN_LADDER, NONE, TRANSFER_KI
 from predictor.step.cost import Mode
 
 DECISION_GRADE_APE = 10.0     # % median APE on TPOT and throughput (the product's accuracy target)
+TIGHT_FIT_RESIDUAL = 0.025    # median |log| decode residual of an anchor's own fit (module docstring)
+MIN_TIER_ROWS = 40            # residuals a tier's band needs before it replaces the kind's
+TIERS = ("tight", "loose")
 FAMILIES = ("tpot", "ttft", "throughput")
 # Which family's error a metric key carries, and whether it is the inverse of it.
 _FAMILY_OF = (("interactivity", "tpot", True), ("generation_rate", "tpot", True), ("tpot", "tpot", False),
@@ -49,13 +59,36 @@ class KindError:
     rows: int
 
 
+def fit_tier(calibration: dict | None) -> str | None:
+    """The fit tier of a prediction's calibration JSON (`Prediction.calibration`: one
+    calibration, or ``{"pools": [...]}``): `tight` when every anchor-fitted calibration's
+    median decode residual is at most `TIGHT_FIT_RESIDUAL`, else `loose`; None without a
+    fitted anchor."""
+    if not calibration:
+        return None
+    worst = None
+    for item in calibration.get("pools", [calibration]):
+        residuals = (item or {}).get("residuals") or {}
+        if str((item or {}).get("source", "")).startswith("anchor:") and residuals.get("num_decode_points"):
+            worst = max(worst or 0.0, float(residuals.get("decode_median_abs", 0.0)))
+    if worst is None:
+        return None
+    return "tight" if worst <= TIGHT_FIT_RESIDUAL else "loose"
+
+
 @dataclass(frozen=True)
 class ErrorBars:
     by_kind: dict[str, dict[str, KindError]]
     source: str = ""
-    _bounds: dict = field(default_factory=dict, compare=False, repr=False)   # (key, kinds) -> log bounds
+    by_tier: dict[str, dict[str, dict[str, KindError]]] = field(default_factory=dict)   # tier -> kind -> family
+    _bounds: dict = field(default_factory=dict, compare=False, repr=False)   # (key, kinds, tier) -> log bounds
 
-    def error(self, kind: str, family: str) -> KindError | None:
+    def error(self, kind: str, family: str, tier: str | None = None) -> KindError | None:
+        """The measured error of ``kind`` on ``family``: its ``tier``'s when that tier
+        measured enough rows (module docstring), else the kind's."""
+        found = self.by_tier.get(tier, {}).get(kind, {}).get(family) if tier else None
+        if found is not None and found.rows >= MIN_TIER_ROWS:
+            return found
         return self.by_kind.get(kind, {}).get(family)
 
     def width(self, kind: str, family: str) -> float:
@@ -79,27 +112,28 @@ class ErrorBars:
                     return Mode.RANK_ONLY
         return Mode.ANCHORED
 
-    def intervals(self, metrics: dict[str, float], kinds: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    def intervals(self, metrics: dict[str, float], kinds: tuple[str, ...],
+                  tier: str | None = None) -> dict[str, tuple[float, float]]:
         """80% interval per metric key (module docstring)."""
         out: dict[str, tuple[float, float]] = {}
         for key, value in metrics.items():
             if value is None or not math.isfinite(value):
                 continue
-            bounds = self._bounds.get((key, kinds), False)
+            bounds = self._bounds.get((key, kinds, tier), False)
             if bounds is False:
-                bounds = self._bounds[(key, kinds)] = self._log_bounds(key, kinds)
+                bounds = self._bounds[(key, kinds, tier)] = self._log_bounds(key, kinds, tier)
             if bounds is not None:
                 out[key] = (value * bounds[0], value * bounds[1])
         return out
 
-    def _log_bounds(self, key: str, kinds: tuple[str, ...]) -> tuple[float, float] | None:
-        """The interval's multipliers for ``key`` (computed once per key and kinds: a
+    def _log_bounds(self, key: str, kinds: tuple[str, ...], tier: str | None) -> tuple[float, float] | None:
+        """The interval's multipliers for ``key`` (computed once per key, kinds and tier: a
         search asks for thousands of intervals over a handful of kinds)."""
         family = _family(key)
         if family is None:
             return None
         name, inverse = family
-        errors = [e for k in kinds if (e := self.error(k, name)) is not None]
+        errors = [e for k in kinds if (e := self.error(k, name, tier)) is not None]
         if not errors:
             return None
         widest = max(errors, key=lambda e: e.q90 - e.q10)
@@ -107,15 +141,23 @@ class ErrorBars:
         return math.exp(low), math.exp(high)
 
     def to_json(self) -> dict:
-        return {"source": self.source, "kinds": {k: {f: {"q10": round(e.q10, 5), "q90": round(e.q90, 5),
-                                                         "median_ape": round(e.median_ape, 3), "rows": e.rows}
-                                                     for f, e in fam.items()} for k, fam in self.by_kind.items()}}
+        return {"source": self.source, "kinds": _kinds_json(self.by_kind),
+                "tiers": {tier: _kinds_json(kinds) for tier, kinds in self.by_tier.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> ErrorBars:
-        by_kind = {k: {f: KindError(e["q10"], e["q90"], e["median_ape"], e["rows"]) for f, e in fam.items()}
-                   for k, fam in data.get("kinds", {}).items() if k in TRANSFER_KINDS}
-        return cls(by_kind, data.get("source", ""))
+        return cls(_kinds(data.get("kinds", {})), data.get("source", ""),
+                   {tier: _kinds(kinds) for tier, kinds in data.get("tiers", {}).items() if tier in TIERS})
+
+
+def _kinds_json(by_kind: dict[str, dict[str, KindError]]) -> dict:
+    return {k: {f: {"q10": round(e.q10, 5), "q90": round(e.q90, 5), "median_ape": round(e.median_ape, 3),
+                    "rows": e.rows} for f, e in fam.items()} for k, fam in by_kind.items()}
+
+
+def _kinds(data: dict) -> dict[str, dict[str, KindError]]:
+    return {k: {f: KindError(e["q10"], e["q90"], e["median_ape"], e["rows"]) for f, e in fam.items()}
+            for k, fam in data.items() if k in TRANSFER_KINDS}
 
 
 def _family(key: str) -> tuple[str, bool] | None:

@@ -19,7 +19,8 @@ over both corpora under the transfer kind the protocol measures:
 | none | none |
 
 and their 10th / 90th percentiles and median APE per metric family (TPOT, TTFT,
-throughput) are written. Rerun after the anchors or the model change; `--report FILE`
+throughput) are written, once per kind and once per kind and fit tier of the prediction's
+anchor (`predictor.uncertainty.fit_tier`). Rerun after the anchors or the model change; `--report FILE`
 writes every protocol's summary line per corpus (with the coverage of the intervals just
 written, `--coverage` re-scores once with them; those bands pool both corpora, so that
 coverage is in-sample, and each line also carries `cross_corpus_coverage`: the share of
@@ -54,10 +55,12 @@ KIND_OF = {"in-ladder": "in-ladder", "cross-width": "width", "tp4-to-8": "width"
            "none": "none"}
 
 
-def measure(protocols) -> tuple[dict, dict, dict]:
-    """Residuals pooled by transfer kind, every protocol's summary per corpus, and the
-    residuals per corpus and protocol (for the out-of-sample coverage)."""
+def measure(protocols) -> tuple[dict, dict, dict, dict]:
+    """Residuals pooled by transfer kind (and by fit tier and kind), every protocol's
+    summary per corpus, and the residuals per corpus and protocol (for the out-of-sample
+    coverage)."""
     pooled: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    tiers: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     report, by_corpus = {}, {}
     for name, path in CORPORA:
         started = time.perf_counter()
@@ -67,8 +70,12 @@ def measure(protocols) -> tuple[dict, dict, dict]:
         for protocol, residuals in scored["residuals"].items():
             for family, values in residuals.items():
                 pooled[KIND_OF[protocol]][family].extend(values)
+        for protocol, by_tier in scored["tiered_residuals"].items():
+            for tier, residuals in by_tier.items():
+                for family, values in residuals.items():
+                    tiers[tier][KIND_OF[protocol]][family].extend(values)
         print(f"{name}: {len(rows)} rows, {len(protocols)} protocols in {time.perf_counter() - started:.0f} s")
-    return pooled, report, by_corpus
+    return pooled, tiers, report, by_corpus
 
 
 def cross_corpus_coverage(by_corpus: dict) -> dict:
@@ -91,7 +98,7 @@ def cross_corpus_coverage(by_corpus: dict) -> dict:
     return out
 
 
-def error_bars(pooled: dict) -> dict:
+def _bands(pooled: dict) -> dict:
     kinds = {}
     for kind, families in pooled.items():
         kinds[kind] = {}
@@ -101,7 +108,12 @@ def error_bars(pooled: dict) -> dict:
             apes = [abs(math.exp(v) - 1.0) * 100.0 for v in values]   # |meas/pred - 1|, in %
             kinds[kind][family] = {"q10": quantile(values, 0.1), "q90": quantile(values, 0.9),
                                    "median_ape": statistics.median(apes), "rows": len(values)}
-    return {"source": "scripts/build_error_bars.py on InferenceX and AIConfigurator dev corpora", "kinds": kinds}
+    return kinds
+
+
+def error_bars(pooled: dict, tiers: dict) -> dict:
+    return {"source": "scripts/build_error_bars.py on InferenceX and AIConfigurator dev corpora",
+            "kinds": _bands(pooled), "tiers": {tier: _bands(kinds) for tier, kinds in sorted(tiers.items())}}
 
 
 def main() -> None:
@@ -111,12 +123,12 @@ def main() -> None:
     parser.add_argument("--protocols", default="all")
     args = parser.parse_args()
     protocols = parse_protocols(args.protocols) if args.protocols != "all" else PROTOCOLS
-    pooled, report, by_corpus = measure(protocols)
-    OUT.write_text(json.dumps(error_bars(pooled), indent=1) + "\n", "utf-8")
+    pooled, tiers, report, by_corpus = measure(protocols)
+    OUT.write_text(json.dumps(error_bars(pooled, tiers), indent=1) + "\n", "utf-8")
     print(f"wrote {OUT}")
     if args.coverage:
         shipped_error_bars.cache_clear()
-        _, report, _ = measure(protocols)
+        _, _, report, _ = measure(protocols)
     if args.report:
         held_out_by_corpus = cross_corpus_coverage(by_corpus)
         for name, entries in report.items():

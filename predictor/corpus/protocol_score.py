@@ -31,6 +31,7 @@ from predictor.corpus.refine import REFINE_ROUNDS, predict_row, refine
 from predictor.corpus.row import CorpusRow
 from predictor.corpus.summary import METRICS, RowKind, RowResult, noise_by_config, summarize
 from predictor.step.priors import Priors, learn_from_anchors
+from predictor.uncertainty import fit_tier
 
 ABSURD_FACTOR = 3.0
 PredictFn = Callable[..., object]
@@ -110,6 +111,16 @@ def residuals(results: Iterable[RowResult]) -> dict[str, list[float]]:
     return out
 
 
+def tiered_residuals(results: Iterable[RowResult]) -> dict[str, dict[str, list[float]]]:
+    """`residuals` per fit tier of the predictions (`predictor.uncertainty.fit_tier`)."""
+    by_tier: dict[str, list[RowResult]] = defaultdict(list)
+    for result in results:
+        tier = fit_tier(result.prediction.calibration)
+        if tier is not None:
+            by_tier[tier].append(result)
+    return {tier: residuals(items) for tier, items in by_tier.items()}
+
+
 # --- running a protocol -----------------------------------------------------------------------
 
 def _store_and_priors(anchor_rows: list[CorpusRow], refine_rounds: int, predict_fn) -> tuple[AnchorStore, int]:
@@ -168,12 +179,13 @@ def parse_protocols(text: str) -> tuple[Protocol, ...]:
 def score_protocols(rows: list[CorpusRow], protocols: Iterable[Protocol], **options) -> dict:
     """Every protocol's summary line (module docstring), and its raw residuals."""
     noise = noise_by_config(rows)
-    lines, raw = [], {}
+    lines, raw, tiered = [], {}, {}
     for protocol in protocols:
         scored = run_protocol(rows, protocol, **options)
         lines.append(scored.summary(noise))
         raw[str(protocol)] = residuals(scored.results)
-    return {"protocols": lines, "residuals": raw}
+        tiered[str(protocol)] = tiered_residuals(scored.results)
+    return {"protocols": lines, "residuals": raw, "tiered_residuals": tiered}
 
 
 def ape_of(result: RowResult, metric: str) -> float | None:
