@@ -19,7 +19,10 @@ the window ends when the last request is released.
 from __future__ import annotations
 
 import copy
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -108,10 +111,28 @@ def simulate(target: Target, config: Configuration, workload: WorkloadSpec | Wor
     if not 1 <= replications <= MAX_REPLICATIONS:
         raise InputError("--replications", f"{replications} replications", f"1 to {MAX_REPLICATIONS}")
     capacity = capacity_model or memory_capacity(target)
-    runs = [_replay(target, config, replayable, requests, seed_sequence(seed, r), step_model_factory,
-                    capacity, options, _share(progress, r, replications), stop_rules)
-            for r in range(replications)]
+    with _older_objects_frozen():
+        runs = [_replay(target, config, replayable, requests, seed_sequence(seed, r), step_model_factory,
+                        capacity, options, _share(progress, r, replications), stop_rules)
+                for r in range(replications)]
     return combine(runs)
+
+
+@contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    """The cyclic garbage collector skips what was alive before the replay (`gc.freeze`):
+    a replay allocates hundreds of thousands of objects, and each full collection walked
+    the whole process too (the session bank, the anchors, the kept replays: 14% of the
+    main job's CPU was collection). Reference counting still frees them; cycles among
+    them wait until the replay ends. A process that froze objects itself is left alone."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _share(progress: Progress | None, replication: int, replications: int) -> Progress | None:

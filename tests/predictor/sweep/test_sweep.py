@@ -15,8 +15,11 @@ from predictor.sweep.executors import (
     LocalPoolExecutor,
     RayExecutor,
     SerialExecutor,
+    SweepJob,
     chunk_ranges,
     make_executor,
+    pool_chunks,
+    prepared,
 )
 from predictor.sweep.frontier import Bound, FrontierRule, dominates
 from predictor.sweep.output import COLUMNS, write_sweep
@@ -29,7 +32,7 @@ from predictor.sweep.space import (
     speculative_variants,
 )
 from predictor.target import resolve_target
-from predictor.workload import parse_workload
+from predictor.workload import AGENTIC, parse_workload
 
 WORKLOAD = parse_workload("1k/1k")
 SMALL = SpaceOptions(concurrency_ladder=(1, 4, 16, 64, 1024), max_spec_depth=2)
@@ -131,6 +134,21 @@ def test_chunks_cover_every_group_once():
         chunks = chunk_ranges(num_groups, workers)
         covered = [i for start, stop in chunks for i in range(start, stop)]
         assert covered == list(range(num_groups))
+
+
+def test_an_agentic_pool_starts_the_dearest_groups_first_and_covers_each_once(small_target):
+    job = SweepJob.for_target(small_target, AGENTIC, SMALL, predict_fn=fake_predict)
+    _, plan = prepared(job)
+    chunks = pool_chunks(job, len(plan.groups), 2)
+    assert sorted(start for _, (start, _) in chunks) == list(range(len(plan.groups)))
+    costs = [plan.groups[start].concurrency * len(plan.families[plan.groups[start].family].variants)
+             for _, (start, _) in chunks]
+    assert costs == sorted(costs, reverse=True) and costs[0] > costs[-1]
+    fixed = SweepJob.for_target(small_target, WORKLOAD, SMALL, predict_fn=fake_predict)
+    assert [c for _, c in pool_chunks(fixed, 100, 2)] == chunk_ranges(100, 2)   # in order
+    serial = run_sweep(small_target, AGENTIC, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
+    pooled = run_sweep(small_target, AGENTIC, options=SMALL, executor=LocalPoolExecutor(2), predict_fn=fake_predict)
+    assert pooled.points == serial.points and pooled.frontier == serial.frontier
 
 
 def test_best_speculative_variant_is_kept_per_concurrency(small_target):
