@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from predictor.target import Target
 
 MAX_REPLICATIONS = 32
+YOUNG_COLLECTION_ALLOCATIONS = 5_000   # during a replay (default 700): most of its objects die young
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +130,12 @@ def _older_objects_frozen() -> Iterator[None]:
         yield
         return
     gc.freeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, *thresholds[1:])
     try:
         yield
     finally:
+        gc.set_threshold(*thresholds)
         gc.unfreeze()
 
 
