@@ -135,11 +135,19 @@ def _points(anchor: Anchor, card: ModelCard, engine: str, profile: GpuProfile) -
     return found
 
 
+def fit_inputs(anchor: Anchor, card: ModelCard, engine: str,
+               gpu: GpuProfile | None = None) -> tuple[list[Point], float]:
+    """The points a fit of ``anchor`` reads and their prefill points' log noise (a corpus
+    anchor's TTFTs come from served runs, a harvest's from a concurrency-1 sweep)."""
+    profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
+    served = bool(anchor.provenance.source_rows)
+    return _points(anchor, card, engine, profile), SIGMA_SERVED_PREFILL_POINT if served else SIGMA_PREFILL_POINT
+
+
 def _fit(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, profile: GpuProfile) -> Calibration:
-    points = _points(anchor, card, engine, profile)
-    served = bool(anchor.provenance.source_rows)   # built from served-run rows (a corpus), not sweeps
+    points, prefill_sigma = fit_inputs(anchor, card, engine, profile)
     return fit_points(points, _host_prior(prior, anchor), profile.kernel_launch_us, source=f"anchor:{anchor.id}",
-                      prefill_sigma=SIGMA_SERVED_PREFILL_POINT if served else SIGMA_PREFILL_POINT)
+                      prefill_sigma=prefill_sigma)
 
 
 def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,

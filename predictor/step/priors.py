@@ -2,8 +2,15 @@
 dtype class, learned from every anchor that has been fitted, for models with no anchor
 and as the prior every anchor fit starts from.
 
-A prior is the median, in log space, of the fitted factors of the anchors under one key,
-with the spread (median absolute deviation) it was learned with. Lookup falls back from
+A prior is the calibration that best reproduces the measured points of every anchor
+under one key together (one MAP fit over their points, at most `POINTS_PER_ANCHOR` of
+each so that no anchor outweighs the others): what the models of a GPU, engine and dtype
+class share. The median of the anchors' own factors, used before, is not that: one
+anchor's decode is bandwidth-bound and sets its bandwidth factor, another's compute, and
+the median of each factor over both priced every member slow (AIConfigurator, no anchor:
+TensorRT-LLM on Blackwell 15-23% slow for each of Llama-3.1-70B, DeepSeek-R1 and
+gpt-oss-120b from the others' median). Fitted records without points (tests) fall back
+to the median. Lookup falls back from
 the most specific key to the least: (GPU, engine, dtype class) -> (GPU, engine) ->
 (engine, dtype class) -> (GPU) -> (engine) -> every anchor -> the physics defaults of
 `predictor.step.operators`. A key needs at least `MIN_ANCHORS` anchors.
@@ -28,10 +35,12 @@ from typing import Callable, Iterable
 from predictor.anchors.anchor import Anchor
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import has_gpu_profile, load_gpu
-from predictor.step.anchored import calibrate
+from predictor.step.anchored import calibrate, fit_inputs
 from predictor.step.calibration import PHYSICS, Calibration
+from predictor.step.fit import SIGMA_SERVED_PREFILL_POINT, Point, fit_points
 
 MIN_ANCHORS = 2
+POINTS_PER_ANCHOR = 8
 PRIOR_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us", "host_ms", "host_us_per_token")
 ADDITIVE_FLOOR = {"launch_us": 0.05, "fixed_us": 1.0, "host_ms": 0.01}
 LEVELS = ("gpu,engine,dtype", "gpu,engine", "engine,dtype", "gpu", "engine", "all")
@@ -57,6 +66,8 @@ class Fitted:
     dtype: str
     model: str
     calibration: Calibration
+    points: tuple[Point, ...] = ()          # what the anchor measured (a pooled prior fits them)
+    prefill_sigma: float = SIGMA_SERVED_PREFILL_POINT
 
 
 @dataclass(frozen=True)
@@ -109,20 +120,40 @@ def _median_calibration(key: str, members: list[Calibration], default_launch_us:
 
 def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], exclude_model: str | None = None) -> Priors:
     """Priors from fitted anchors (``exclude_model``: leave that model out)."""
-    groups: dict[str, list[Calibration]] = defaultdict(list)
+    groups: dict[str, list[Fitted]] = defaultdict(list)
     launch: dict[str, float] = {}
     for item in fitted:
         if exclude_model is not None and item.model.lower() == exclude_model.lower():
             continue
         for key in prior_keys(item.gpu, item.engine, item.dtype):
-            groups[key].append(item.calibration)
+            groups[key].append(item)
             launch.setdefault(key, default_launch_us.get(item.gpu.lower(), 5.0))
     by_key, counts = {}, {}
     for key, members in groups.items():
         if len(members) >= MIN_ANCHORS:
-            by_key[key] = _median_calibration(key, members, launch[key])
+            by_key[key] = _pooled_calibration(key, members, launch[key])
             counts[key] = len(members)
     return Priors(by_key, counts)
+
+
+def _pooled_calibration(key: str, members: list[Fitted], default_launch_us: float) -> Calibration:
+    """One fit over the members' points (module docstring); the median without points."""
+    if not all(m.points for m in members):
+        return _median_calibration(key, [m.calibration for m in members], default_launch_us)
+    points = [p for m in members for p in _spread(m.points, POINTS_PER_ANCHOR)]
+    sigma = max(m.prefill_sigma for m in members)
+    fitted = fit_points(points, PHYSICS, default_launch_us, source=f"prior:{key}", prefill_sigma=sigma)
+    return Calibration(**{n: getattr(fitted, n) for n in PRIOR_FACTORS}, source=f"prior:{key}")
+
+
+def _spread(points: tuple[Point, ...], limit: int) -> tuple[Point, ...]:
+    """At most ``limit`` of ``points``, evenly spaced, every prefill point kept first."""
+    prefill = [p for p in points if p.kind == "prefill"][:limit]
+    decode = [p for p in points if p.kind != "prefill"]
+    room = max(0, limit - len(prefill))
+    if len(decode) > room:
+        decode = [decode[round(i * (len(decode) - 1) / max(1, room - 1))] for i in range(room)] if room else []
+    return (*prefill, *decode)
 
 
 @lru_cache(maxsize=1)
@@ -138,8 +169,9 @@ def shipped_priors() -> Priors:
 def fitted_anchor(anchor: Anchor, card: ModelCard, prior: Calibration = PHYSICS) -> Fitted:
     """One anchor fitted around ``prior``, as the priors see it."""
     sig = anchor.signature
+    points, prefill_sigma = fit_inputs(anchor, card, sig.engine)
     return Fitted(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype), card.name,
-                  calibrate(anchor, card, sig.engine, prior))
+                  calibrate(anchor, card, sig.engine, prior), tuple(points), prefill_sigma)
 
 
 EM_ROUNDS = 1   # refits of every anchor around the priors of the round before
@@ -147,17 +179,19 @@ EM_ROUNDS = 1   # refits of every anchor around the priors of the round before
 
 def learn_from_anchors(anchors: Iterable[Anchor], cards: Callable[[str], ModelCard], *,
                        exclude_model: str | None = None, rounds: int = EM_ROUNDS) -> Priors:
-    """Priors from a set of anchors: each anchor fitted around the physics defaults, the
-    priors learned, then every anchor refitted around its own group's prior and the priors
-    learned again (`rounds` times). What one anchor cannot tell apart (a per-kernel cost
-    from a weight read that does not change with batch) the anchors of other models on the
-    same GPU and engine can, since they share the efficiencies but not the weights."""
+    """Priors from a set of anchors: one fit per key over its anchors' points (module
+    docstring). What one anchor cannot tell apart (a per-kernel cost from a weight read that
+    does not change with batch) the anchors of other models on the same GPU and engine can,
+    since they share the efficiencies but not the weights. Fitted records without points
+    fall back to the median of their factors, refitted around it `rounds` times."""
     # A CPU harvest (llama.cpp) has no registry profile (it is measured on its own
     # machine) and teaches nothing about a GPU's efficiencies: it calibrates only itself.
     anchors = [a for a in anchors if has_gpu_profile(a.signature.accelerator)]
     launch = {a.signature.accelerator.lower(): load_gpu(a.signature.accelerator).kernel_launch_us for a in anchors}
     fitted = [fitted_anchor(a, cards(a.signature.model)) for a in anchors]
     priors = learn(fitted, default_launch_us=launch, exclude_model=exclude_model)
+    if all(item.points for item in fitted):
+        return priors            # a pooled prior does not depend on the members' own fits
     for _ in range(rounds):
         fitted = [fitted_anchor(a, cards(a.signature.model), _own_prior(priors, a)) for a in anchors]
         priors = learn(fitted, default_launch_us=launch, exclude_model=exclude_model)
