@@ -47,9 +47,12 @@ def store_priors(store: AnchorStore) -> Priors:
     return found
 
 
-def prior_for(target: Target, config: Configuration, priors: Priors) -> Calibration:
+def prior_for(target: Target, config: Configuration, priors: Priors, *, seed: bool = False) -> Calibration:
+    """The prior of ``config``: what prices it with no anchor, or (``seed``) what an
+    anchor's fit for it starts from (`predictor.step.priors.Priors.seed`)."""
     sig = signature_for(target.card, target.cluster, target.engine, config)
-    return priors.lookup(target.cluster.gpu.name, str(target.engine), dtype_class(sig.weight_dtype, sig.expert_dtype))
+    key = (target.cluster.gpu.name, str(target.engine), dtype_class(sig.weight_dtype, sig.expert_dtype))
+    return priors.seed(*key) if seed else priors.lookup(*key)
 
 
 @dataclass
@@ -90,9 +93,9 @@ class Anchoring:
 
     def _build(self, config: Configuration) -> StepModel:
         t = self.target
-        prior = prior_for(t, config, self.priors)
         selection = self._select(config)
         self.selections.append(selection)
+        prior = prior_for(t, config, self.priors, seed=selection.anchor is not None)
         if selection.anchor is None:
             self.calibrations.append(prior)
             model = SimulateStepModel(t.card, t.cluster, t.engine, config, self.acceptance, calibration=prior,

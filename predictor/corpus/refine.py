@@ -95,7 +95,7 @@ def _settled(build: AnchorBuild, priors: Priors) -> AnchorBuild:
     for anchor in build.anchors:
         sig = anchor.signature
         card = load_card(sig.model)
-        prior = priors.lookup(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype))
+        prior = priors.seed(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype))
         fitted = calibrate(anchor, card, sig.engine, prior)
         flags = list(anchor.flags)
         if fitted.host_ms >= HOST_MAX_MS * 0.999:
