@@ -551,8 +551,11 @@ class SimulateStepModel:
         prefill_attention = sum(max(bw * m, cp * c) for m, c in (
             op.prefill_parts(rank_prefill, 1, prefill_context, self._bf16_flops, self._bytes_per_us)
             for op in self._attention))
-        attention = self._attention_us(requests, context, q) + prefill_attention
-        draft = self._draft_us(requests, micro, context) if self._depth else 0.0
+        # The decode part's attention and drafting are the decode step's own at this batch
+        # (memoised there: a replay's mixed steps each carry a new prefill size, not batch).
+        decode = self._decode_terms(int(decode_batch), context)
+        attention = decode[1] + prefill_attention
+        draft = decode[7]
         comm += self._dwdp_exposed_us(tokens, 1, prefill_context)
         return (gemm + head_gemm, attention, moe, comm, launch + head_launch, other + head_other,
                 self.calibration.fixed_us, draft, self._pipeline_us(int(decode_batch), tokens + micro * q))
