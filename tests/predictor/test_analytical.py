@@ -100,3 +100,54 @@ def test_disaggregated_pools_have_no_prefill_interference():
     assert state.step_ms == pytest.approx(state.decode_step_ms)
     assert rate * state.e2e_ms / 1000 == pytest.approx(64, rel=0.02)
     assert state.ttft_ms > (2000 + 102.4 + 500) / 1000
+
+
+def test_a_closed_loop_client_waits_out_its_host_time():
+    """A client's cycle is the engine time plus the host time it waits out (METHOD §3.12)."""
+    host_us = 200_000.0
+    bare = steady_state(LinearModel(), Load(1024, 1025, concurrency=8))
+    hosted = steady_state(LinearModel(), Load(1024, 1025, concurrency=8, host_us=host_us))
+    # Little's law over the whole cycle: clients = rate x (e2e + host)
+    assert hosted.requests_per_s * (hosted.e2e_ms + host_us / 1000) / 1000 == pytest.approx(8, rel=1e-6)
+    assert hosted.requests_per_s < bare.requests_per_s
+
+
+def test_queued_clients_hide_host_time_unless_it_shares_the_engines_cores():
+    host_us = 200_000.0
+    free = steady_state(LinearModel(), Load(1024, 1025, concurrency=128, running_cap=32))
+    gpu = steady_state(LinearModel(), Load(1024, 1025, concurrency=128, running_cap=32, host_us=host_us))
+    cpu = steady_state(LinearModel(), Load(1024, 1025, concurrency=128, running_cap=32, host_us=host_us,
+                                           host_overlaps=False))
+    # a saturated GPU engine runs at cap / e2e whatever the clients' host time ...
+    assert gpu.requests_per_s == pytest.approx(free.requests_per_s, rel=1e-6)
+    # ... while on a CPU engine the host work is part of each request's service
+    assert cpu.requests_per_s == pytest.approx(32 / ((cpu.e2e_ms - (cpu.ttft_ms - cpu.ttft_admission_ms)
+                                                      + host_us / 1000) / 1000), rel=1e-3)
+    assert cpu.requests_per_s < 0.99 * gpu.requests_per_s
+
+
+def test_a_split_benchmark_meets_its_first_wave_at_the_prefill_pool():
+    """C prompts arriving together queue at the prefill pool; one request in
+    ``requests_per_client`` meets that wave (predictor.analytical)."""
+    from predictor.analytical import TOKENIZE_US_PER_TOKEN, disaggregated_benchmark_ttft_ms, wave_tokenize_ms
+
+    model = LinearModel()
+    def wave(clients, requests_per_client, replicas=1):
+        pools = PoolLoad(prefill=Load(1024, 1025, 0, replicas=replicas), decode=Load(1024, 1025, clients, running_cap=512),
+                         prefill_budget_tokens=8192, handoff_us=500.0)
+        state, _ = disaggregated_state(model, model, pools, clients)
+        return disaggregated_benchmark_ttft_ms(model, model, pools, clients, state, requests_per_client), state
+
+    one, state = wave(128, 1)
+    # 128 prompts of 1024 tokens, 8 a step of 2000 + 0.1 * 8192 us: mean finish of 16 steps;
+    # then the hand-off, half a decode step, and the front end's serial tokenisation of the
+    # 127 prompts ahead (half of them on average, METHOD §3.12's default per-token cost)
+    step_us = 2000 + 0.1 * 8192
+    mean_finish_us = sum(step_us * k for k in range(1, 17)) / 16
+    tokenise_ms = wave_tokenize_ms(model, Load(1024, 1025, 128, running_cap=128))
+    assert tokenise_ms == pytest.approx(127 / 2 * TOKENIZE_US_PER_TOKEN * 1024 / 1000)
+    assert one == pytest.approx((mean_finish_us + 500 + state.step_ms * 1000 / 2) / 1000 + tokenise_ms, rel=1e-6)
+    ten, _ = wave(128, 10)
+    assert ten == pytest.approx(0.1 * one + 0.9 * state.ttft_ms, rel=1e-6)
+    assert wave(32, 10)[0] < ten                        # the wave grows with the clients
+    assert wave(128, 10, replicas=4)[0] < ten           # and shrinks with prefill replicas
