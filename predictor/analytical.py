@@ -215,9 +215,15 @@ def benchmark_ttft_ms(model: StepModel, load: Load, state: SteadyState, requests
     """Mean TTFT of a run of ``requests_per_client`` requests per client: the first
     request of each client meets the first wave (and any one-off start-up stall its
     anchor measured), the others the steady state."""
-    wave_share = 1.0 / max(1, requests_per_client)
     wave_ms = (first_wave_ttft_us(model, load) / US_PER_MS + getattr(model, "first_wave_stall_ms", 0.0)
                + wave_tokenize_ms(model, load))
+    return _with_first_wave(wave_ms, state, requests_per_client)
+
+
+def _with_first_wave(wave_ms: float, state: SteadyState, requests_per_client: int) -> float:
+    """Mean TTFT when one request in ``requests_per_client`` meets the first wave (no
+    sooner than its own admission) and the others the steady state."""
+    wave_share = 1.0 / max(1, requests_per_client)
     return wave_share * max(wave_ms, state.ttft_admission_ms) + (1.0 - wave_share) * state.ttft_ms
 
 
@@ -332,8 +338,7 @@ def disaggregated_benchmark_ttft_ms(prefill_model: StepModel, decode_model: Step
     stall_ms = (getattr(prefill_model, "first_wave_stall_ms", 0.0) + getattr(decode_model, "first_wave_stall_ms", 0.0)) / 2.0
     front_end = Load(pools.decode.isl, pools.decode.osl, total_concurrency, running_cap=max(1, math.ceil(total_concurrency)))
     wave_ms = wave_us / US_PER_MS + stall_ms + wave_tokenize_ms(prefill_model, front_end)
-    wave_share = 1.0 / max(1, requests_per_client)
-    return wave_share * max(wave_ms, state.ttft_admission_ms) + (1.0 - wave_share) * state.ttft_ms
+    return _with_first_wave(wave_ms, state, requests_per_client)
 
 
 def rate_guess(running: float, osl_steps: float, step_us: float, pools: PoolLoad) -> float:

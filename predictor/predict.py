@@ -153,17 +153,17 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         return _analytical_disaggregated(target, config, workload, anchoring, memory)
     model = anchoring.model(config)
     replicas = max(1, config.replicas)
+    host_ms = host_time_ms(model, workload.isl)
     load = Load(
         isl=workload.isl, osl=workload.osl, concurrency=config.concurrency / replicas,
         arrival_rate=config.arrival_rate / replicas,
         running_cap=_running_cap(target.engine, config, memory, workload),
         chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
-        gpus=config.replica_gpus, replicas=replicas, host_us=host_time_ms(model, workload.isl) * US_PER_MS,
+        gpus=config.replica_gpus, replicas=replicas, host_us=host_ms * US_PER_MS,
         host_overlaps=target.cluster.gpu.vendor != "cpu",
     )
     state = steady_state(model, load)
     source = "analytical"
-    host_ms = host_time_ms(model, workload.isl)
     metrics = state.metrics(load, host_ms)
     metrics["ttft_single_ms"] = single_ttft_ms(model, workload.isl, load.chunk_tokens)
     if workload.requests_per_client and not runs_in_waves(target.engine, workload):

@@ -1,16 +1,18 @@
 """Cross-model priors (METHOD §2): the calibration factors typical of a GPU, engine and
-dtype class, learned from every anchor that has been fitted, for models with no anchor
-and as the prior every anchor fit starts from.
+dtype class, learned from every anchor that has been fitted, in two tables.
 
-A prior is the calibration that best reproduces the measured points of every anchor
-under one key together (one MAP fit over their points, at most `POINTS_PER_ANCHOR` of
-each so that no anchor outweighs the others): what the models of a GPU, engine and dtype
-class share. The median of the anchors' own factors, used before, is not that: one
-anchor's decode is bandwidth-bound and sets its bandwidth factor, another's compute, and
-the median of each factor over both priced every member slow (AIConfigurator, no anchor:
-TensorRT-LLM on Blackwell 15-23% slow for each of Llama-3.1-70B, DeepSeek-R1 and
-gpt-oss-120b from the others' median). Fitted records without points (tests) fall back
-to the median. Lookup falls back from
+- For a model with no anchor (`Priors.lookup`): the calibration that best reproduces
+  the measured points of every anchor under one key together (one MAP fit over their
+  points, at most `POINTS_PER_ANCHOR` of each so that no anchor outweighs the others).
+  The median of the anchors' own factors is not that: one anchor's decode is
+  bandwidth-bound and sets its bandwidth factor, another's compute, and the median of
+  each factor over both priced every member slow (AIConfigurator, no anchor: TensorRT-LLM
+  on Blackwell 15-23% slow for each of Llama-3.1-70B, DeepSeek-R1 and gpt-oss-120b from
+  the others' median). Fitted records without points (tests) fall back to the median.
+- For an anchor's own fit to start from (`Priors.seed`): that median, the typical value
+  of each efficiency on its own.
+
+Lookup falls back from
 the most specific key to the least: (GPU, engine, dtype class) -> (GPU, engine) ->
 (engine, dtype class) -> (GPU) -> (engine) -> every anchor -> the physics defaults of
 `predictor.step.operators`. A key needs at least `MIN_ANCHORS` anchors.
