@@ -144,6 +144,14 @@ class AgenticWorkload:
     def block_tokens(self) -> int:
         return self.profile.block_tokens
 
+    @property
+    def warm_start_sessions(self) -> int:
+        return self.concurrency if self.warm_start else 0
+
+    @property
+    def counts_sent_requests(self) -> bool:
+        return True
+
     def default_num_requests(self, concurrency: int) -> int:
         return AGENTIC_REQUESTS_PER_CLIENT * concurrency
 

@@ -6,10 +6,15 @@ benchmarks report), TPOT = (end - first token) / (output - 1), interactivity =
 ITL samples are step gaps weighted by the requests that waited them, so a stretch of
 identical steps is one sample. Statistics: mean, p50, p90, p95, p99, p99.9.
 
-Steady state: a closed loop measures requests released after the warm-up and finished
-before the last request was released (the drain, with its shrinking batch, is left out),
-and throughput over that window from token counters; an open loop measures everything
-from the first arrival to the last completion. Metric keys follow
+Steady state: a closed loop measures the requests that are not warm-up, and throughput
+from token counters over the window from the warm-up's end to the last completion (the
+drain included, as a benchmark's clock runs until its last response); an open loop
+measures everything from the first arrival. Warm-up: a fixed closed loop's first request
+per client; a warm-started session replay's opening turns (AgentX: each client's first
+session starts 25-75% of the way in, its long context uncached) and every request that
+arrives before the last of them ends. Deployment B's opening turns are 512 prompts of
+~100k uncached tokens: measured, they held the first 459 s of a 2,188 s replay at ~13
+output tok/s/GPU against ~140 after, so the figure grew with the replay's length. Metric keys follow
 `objectives.objectives.METRIC_KEYS` so objectives and SLOs read them directly.
 """
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from levers.errors import InputError
 from predictor.sim.deployment import Deployment, Pool
@@ -50,6 +51,17 @@ from predictor.sim.workloads import ArrivalMode
 from predictor.units import US_PER_MS, US_PER_S
 
 Progress = Callable[[int, int], None]
+
+
+class _Tally(NamedTuple):
+    """One measured request's prompt and hits, shaped like a rank's counters."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    dram_tokens: int
+    replica_index: int
+
+
 PROGRESS_STEPS = 100
 
 
@@ -68,7 +80,8 @@ class Simulation:
         self.finished: list[Request] = []
         self._heap: list[tuple[float, int, int, Event]] = []
         self._seq = 0
-        self._warmup_left = 0
+        self._warmup_left = 0                 # the warm-up requests whose end opens the window
+        self._warmup_rids: set[int] = set()
         self._window_start: tuple[float, float, float] | None = None
         self.stop_rules = stop_rules
         self.stopped: dict | None = None
@@ -84,17 +97,24 @@ class Simulation:
     def run(self) -> SimResult:
         started = time.perf_counter()
         for at_us, request in self.source.start():
-            self._warmup_left += request.is_warmup
+            self._count_warmup(request)
             self._push(at_us, Arrival(request))
         if self._warmup_left == 0:
             self._window_start = (0.0, 0.0, 0.0)
-        heap, handlers = self._heap, self._handlers
+        heap, handlers, sends = self._heap, self._handlers, self.source.sends
         while heap and self.stopped is None:
             at_us, _, _, event = heapq.heappop(heap)
+            if event.__class__ is Arrival and not sends():
+                continue                    # the budget was sent: this turn never is
             self.now_us = at_us
             for when, new in handlers[type(event)](event):
                 self._push(when, new)
         return self._result(time.perf_counter() - started)
+
+    def _count_warmup(self, request: Request) -> None:
+        if request.is_warmup:
+            self._warmup_left += 1
+            self._warmup_rids.add(request.rid)
 
     def _check_stop(self) -> None:
         """Stop once a rule is clearly missed (`predictor.sim.stop`)."""
@@ -119,6 +139,8 @@ class Simulation:
     def _on_arrival(self, event: Arrival) -> list[tuple[float, Event]]:
         request, deployment = event.request, self.deployment
         pool, decode = deployment.entry, deployment.decode
+        if self._window_start is None and self.source.warms_up_first_turns:
+            request.is_warmup = True        # arrived during the warm-up: served, not measured
         request.decodes_here = decode is None
         request.host_us = pool.host_us(request) + (decode.host_us(request) if decode is not None else 0.0)
         rank = pool.units[self.router.choose(request, pool.units)]
@@ -294,7 +316,7 @@ class Simulation:
         rank.forget(request)
         self.finished.append(request)
         granted = self._grant(rank) if rank.reserving else []
-        if request.is_warmup:
+        if request.rid in self._warmup_rids:
             self._warmup_left -= 1
             if self._warmup_left == 0:
                 self._window_start = self.recorder.snapshot(self.now_us)
@@ -302,7 +324,7 @@ class Simulation:
         # §3.12): its next request or think time starts then.
         releases = self.source.on_finish(request, self.now_us + request.host_us)
         for _, new in releases:
-            self._warmup_left += new.is_warmup
+            self._count_warmup(new)
         if self.progress is not None:
             done, total = len(self.finished), self.source.budget
             if done % max(1, total // PROGRESS_STEPS) == 0 or done == total:
@@ -353,21 +375,26 @@ class Simulation:
         extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished), **recorder.step_means()}
         if self.stopped is not None:
             extra["stopped_early"] = self.stopped
-        return SimResult(distributions, scalars, hit_rates(deployment), len(measured), wall_s,
+        hits = hit_rates(deployment, measured if self.source.warms_up_first_turns else None)
+        return SimResult(distributions, scalars, hits, len(measured), wall_s,
                          self.now_us / US_PER_S, extra, rows)
 
 
-def hit_rates(deployment: Deployment) -> dict:
+def hit_rates(deployment: Deployment, measured: list[Request] | None = None) -> dict:
     """Token-weighted prefix hit rate: overall, per replica of the entry pool, per tier
     (``dram``: loaded from host memory, the rank's own tier or the shared pool, as
-    ``host_tier`` says)."""
+    ``host_tier`` says). Over every admitted prompt (the ranks' counters), or over the
+    ``measured`` requests: a warm-started session replay does not measure its warm-up,
+    whose opening turns are uncached by construction."""
     units = deployment.entry.units
-    prompt = sum(u.prompt_tokens for u in units)
-    cached = sum(u.cached_tokens for u in units)
-    dram = sum(u.dram_tokens for u in units)
-    per_replica: dict[int, list[int]] = {}
-    for unit in units:
-        tally = per_replica.setdefault(unit.replica_index, [0, 0])
+    counted = units if measured is None else \
+        [_Tally(r.prompt_tokens, r.cached_tokens, r.dram_tokens, units[r.entry_unit].replica_index) for r in measured]
+    prompt = sum(u.prompt_tokens for u in counted)
+    cached = sum(u.cached_tokens for u in counted)
+    dram = sum(u.dram_tokens for u in counted)
+    per_replica: dict[int, list[int]] = {unit.replica_index: [0, 0] for unit in units}
+    for unit in counted:
+        tally = per_replica[unit.replica_index]
         tally[0] += unit.cached_tokens
         tally[1] += unit.prompt_tokens
     ratio = lambda a, b: round(a / b, 6) if b else 0.0

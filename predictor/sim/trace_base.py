@@ -54,6 +54,12 @@ class TraceWorkload:
     def num_requests(self) -> int:
         return sum(len(s.requests) for s in self.trace_sessions)
 
+    @property
+    def counts_sent_requests(self) -> bool:
+        """A closed loop of sessions counts requests sent (a turn still thinking when the
+        budget is reached is never sent), as a benchmark does."""
+        return self.mode is ArrivalMode.CLOSED
+
     def default_num_requests(self, concurrency: int) -> int:
         return self.num_requests
 

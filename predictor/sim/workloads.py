@@ -67,6 +67,9 @@ class Workload(Protocol):
     mode: ArrivalMode
     block_tokens: int
     warmup_sessions_per_slot: int
+    # optional (`SessionSource` reads them with defaults 0 / False): ``warm_start_sessions``,
+    # the first N sessions of a closed loop start mid-way (their opening turns: warm-up);
+    # ``counts_sent_requests``, the budget counts requests sent, not scheduled
 
     def sessions(self, rng: np.random.Generator) -> Iterator[Session]: ...
 
@@ -110,6 +113,14 @@ class SyntheticWorkload:
     warmup_sessions_per_slot: int = 0      # 1: a closed loop's first request per client is warm-up
     name: str = "synthetic"
     batch_size: int = 4096                 # requests drawn per RNG call
+
+    @property
+    def warm_start_sessions(self) -> int:
+        return 0
+
+    @property
+    def counts_sent_requests(self) -> bool:
+        return False
 
     def default_num_requests(self, concurrency: int) -> int:
         if self.mode is ArrivalMode.OPEN:

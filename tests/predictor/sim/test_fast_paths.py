@@ -126,11 +126,52 @@ def test_a_run_bills_host_time_once_and_prices_segments_at_their_middle():
 
 
 def test_throughput_includes_the_drain(target):
-    result = simulate(target, Configuration(concurrency=6), AGENTIC, step_model_factory=fake_factory(),
+    cold = AgenticWorkload(load_profile(), 6, 262144, warm_start=False)      # no warm-up: measured from 0
+    result = simulate(target, Configuration(concurrency=6), cold, step_model_factory=fake_factory(),
                       capacity_model=fixed_capacity(3_000_000), num_requests=150, options=SimOptions(keep_rows=True))
     produced = sum(row["output_tokens"] for row in result.rows)
     last = max(row["finish_ms"] for row in result.rows) / 1000.0
     assert result.metrics["output_throughput_fleet"] * last == pytest.approx(produced, rel=1e-6)
+
+
+def test_a_warm_started_replay_measures_from_the_end_of_its_warm_up_to_its_last_response(target):
+    """The warm-up (each client's opening turn, long and uncached, and whatever arrives
+    before the last of them ends) is served but not measured; the window runs from its
+    end through the drain."""
+    result = simulate(target, Configuration(concurrency=6), AGENTIC, step_model_factory=fake_factory(),
+                      capacity_model=fixed_capacity(3_000_000), num_requests=150, options=SimOptions(keep_rows=True))
+    rows = result.rows
+    opening = [r for r in rows if r["is_warmup"] and r["arrival_ms"] == 0.0]
+    assert len(opening) == 6 and all(r["cached_tokens"] == 0 for r in opening)
+    start = max(r["finish_ms"] for r in opening)
+    assert all(r["is_warmup"] == (r["arrival_ms"] < start) for r in rows)
+    assert all(r["is_measured"] != r["is_warmup"] for r in rows)
+    assert result.num_requests == sum(not r["is_warmup"] for r in rows)
+    end = max(r["finish_ms"] for r in rows)
+    counted = result.metrics["output_throughput_fleet"] * (end - start) / 1000.0
+    after = sum(r["output_tokens"] for r in rows if r["first_token_ms"] >= start)
+    spanning = sum(r["output_tokens"] for r in rows if r["finish_ms"] > start)
+    assert after <= counted * (1 + 1e-9) and counted <= spanning * (1 + 1e-9)
+    measured = [r for r in rows if r["is_measured"]]
+    hit = sum(r["cached_tokens"] for r in measured) / sum(r["prompt_tokens"] for r in measured)
+    assert result.hit_rate["overall"] == pytest.approx(hit, abs=1e-6)
+
+
+def test_a_session_replay_counts_requests_sent_so_its_drain_never_waits_on_think_time(target):
+    """A turn still thinking when the budget's last request is sent is never sent (a
+    benchmark counts what it sends): from the last arrival to the last response some
+    request is always in service."""
+    result = simulate(target, Configuration(concurrency=6), AGENTIC, step_model_factory=fake_factory(),
+                      capacity_model=fixed_capacity(3_000_000), num_requests=150, options=SimOptions(keep_rows=True))
+    rows = result.rows
+    assert len(rows) == 150 == result.extra["requests_finished"]
+    last_arrival = max(r["arrival_ms"] for r in rows)
+    covered = last_arrival
+    for row in sorted(rows, key=lambda r: r["arrival_ms"]):
+        if row["finish_ms"] > covered:
+            assert row["arrival_ms"] <= covered + 1e-6, "an idle gap in the drain"
+            covered = row["finish_ms"]
+    assert covered == max(r["finish_ms"] for r in rows)
 
 
 def sessions(concurrency: int, count: int, seed: int = 0) -> dict[str, tuple]:
