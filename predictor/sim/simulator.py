@@ -96,10 +96,10 @@ class Simulation:
 
     def run(self) -> SimResult:
         started = time.perf_counter()
-        for at_us, request in self.source.start():
-            self._count_warmup(request)
+        starts = self.source.start()
+        for at_us, request in starts:
             self._push(at_us, Arrival(request))
-        if self._warmup_left == 0:
+        if not any(request.is_warmup for _, request in starts):
             self._window_start = (0.0, 0.0, 0.0)
         heap, handlers, sends = self._heap, self._handlers, self.source.sends
         while heap and self.stopped is None:
@@ -110,11 +110,6 @@ class Simulation:
             for when, new in handlers[type(event)](event):
                 self._push(when, new)
         return self._result(time.perf_counter() - started)
-
-    def _count_warmup(self, request: Request) -> None:
-        if request.is_warmup:
-            self._warmup_left += 1
-            self._warmup_rids.add(request.rid)
 
     def _check_stop(self) -> None:
         """Stop once a rule is clearly missed (`predictor.sim.stop`)."""
@@ -139,7 +134,10 @@ class Simulation:
     def _on_arrival(self, event: Arrival) -> list[tuple[float, Event]]:
         request, deployment = event.request, self.deployment
         pool, decode = deployment.entry, deployment.decode
-        if self._window_start is None and self.source.warms_up_first_turns:
+        if request.is_warmup:               # the warm-up the window waits for (as sent)
+            self._warmup_left += 1
+            self._warmup_rids.add(request.rid)
+        elif self._window_start is None and self.source.warms_up_first_turns:
             request.is_warmup = True        # arrived during the warm-up: served, not measured
         request.decodes_here = decode is None
         request.host_us = pool.host_us(request) + (decode.host_us(request) if decode is not None else 0.0)
@@ -323,8 +321,6 @@ class Simulation:
         # The client has the answer once the host time it waits out has passed (METHOD
         # §3.12): its next request or think time starts then.
         releases = self.source.on_finish(request, self.now_us + request.host_us)
-        for _, new in releases:
-            self._count_warmup(new)
         if self.progress is not None:
             done, total = len(self.finished), self.source.budget
             if done % max(1, total // PROGRESS_STEPS) == 0 or done == total:
