@@ -40,7 +40,7 @@ from predictor.step.fusions import fusion_opportunities
 from predictor.step.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
 from predictor.step.priors import Priors
 from predictor.target import Target
-from predictor.uncertainty import ErrorBars, fit_tier, shipped_error_bars
+from predictor.uncertainty import ErrorBars, band_keys, shipped_error_bars
 from predictor.units import BYTES_PER_GB, MS_PER_S, US_PER_MS
 from predictor.workload import WorkloadSpec
 
@@ -95,7 +95,7 @@ def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars) -> Pr
     flags = (*prediction.flags, "rank-only") if mode is Mode.RANK_ONLY else prediction.flags
     return replace(prediction, mode=mode, anchor_id=anchoring.anchor_id, flags=tuple(dict.fromkeys(flags)),
                    transfer=bars.primary(kinds), transfer_kinds=kinds,
-                   intervals=bars.intervals(prediction.metrics or {}, kinds, fit_tier(calibration)),
+                   intervals=bars.intervals(prediction.metrics or {}, kinds, band_keys(calibration)),
                    calibration=calibration)
 
 

@@ -19,6 +19,15 @@ metric family (TPOT, TTFT, throughput) the table holds the 10th and 90th percent
   Measured on the dev corpora's transfer protocols (one band per kind, then per tier):
   InferenceX's 80% bands held 90-96% of TPOT rows, AIConfigurator's 71-75%; per tier
   85-93% and 72-78%.
+- **Anchor source**: what an anchor was built from sets how far it transfers: from
+  InferenceX's replicated ladders the transfer errors were half those from
+  AIConfigurator's single silicon runs at the same fit tier, and no property of the
+  configuration separated the two. So a band is also measured per source of the anchor
+  (``Provenance.source``) and per source and tier (`band_keys`, most specific first); a
+  prediction takes the most specific band that holds `MIN_TIER_ROWS` residuals of its
+  kind. An anchor from elsewhere (a harvest) takes its tier's or the kind's band.
+  Measured (in-sample, transfer protocols' TPOT and throughput): InferenceX 85-94% ->
+  77-87%, AIConfigurator 71-78% -> 78-80%.
 - **Mode**: `anchored` when an anchor of the model calibrates the prediction and the
   widest applicable kind measured at most `DECISION_GRADE_APE` median error on TPOT and on
   throughput; otherwise `rank-only` (simulate mode and cross-model priors always are).
@@ -76,19 +85,52 @@ def fit_tier(calibration: dict | None) -> str | None:
     return "tight" if worst <= TIGHT_FIT_RESIDUAL else "loose"
 
 
+def anchor_source(calibration: dict | None) -> str | None:
+    """The one source (`Provenance.source`) of every anchor behind a prediction's
+    calibration JSON (its ``anchor_source`` fields), or None when there is none or they
+    differ."""
+    if not calibration:
+        return None
+    found = {str(item.get("anchor_source")) for item in calibration.get("pools", [calibration])
+             if item and item.get("anchor_source")}
+    return found.pop() if len(found) == 1 else None
+
+
+def band_keys(calibration: dict | None) -> tuple[str, ...]:
+    """The bands a prediction may take, most specific first: its anchors' source and fit
+    tier, the source, the tier (module docstring)."""
+    tier, source = fit_tier(calibration), anchor_source(calibration)
+    keys = (f"{source}/{tier}" if source and tier else None, source, tier)
+    return tuple(k for k in keys if k)
+
+
+def _keys(tier: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    if not tier:
+        return ()
+    return (tier,) if isinstance(tier, str) else tuple(tier)
+
+
+def _valid_band(key: str) -> bool:
+    """A band key is a fit tier, a source, or ``source/tier``."""
+    source, slash, tier = key.rpartition("/")
+    return bool(key) and (not slash or (bool(source) and tier in TIERS))
+
+
 @dataclass(frozen=True)
 class ErrorBars:
     by_kind: dict[str, dict[str, KindError]]
     source: str = ""
-    by_tier: dict[str, dict[str, dict[str, KindError]]] = field(default_factory=dict)   # tier -> kind -> family
+    by_tier: dict[str, dict[str, dict[str, KindError]]] = field(default_factory=dict)   # band -> kind -> family
     _bounds: dict = field(default_factory=dict, compare=False, repr=False)   # (key, kinds, tier) -> log bounds
 
-    def error(self, kind: str, family: str, tier: str | None = None) -> KindError | None:
-        """The measured error of ``kind`` on ``family``: its ``tier``'s when that tier
-        measured enough rows (module docstring), else the kind's."""
-        found = self.by_tier.get(tier, {}).get(kind, {}).get(family) if tier else None
-        if found is not None and found.rows >= MIN_TIER_ROWS:
-            return found
+    def error(self, kind: str, family: str, tier: str | tuple[str, ...] | None = None) -> KindError | None:
+        """The measured error of ``kind`` on ``family``: that of the first band of
+        ``tier`` (one band key or `band_keys`) that measured enough rows (module
+        docstring), else the kind's."""
+        for key in _keys(tier):
+            found = self.by_tier.get(key, {}).get(kind, {}).get(family)
+            if found is not None and found.rows >= MIN_TIER_ROWS:
+                return found
         return self.by_kind.get(kind, {}).get(family)
 
     def width(self, kind: str, family: str) -> float:
@@ -113,8 +155,9 @@ class ErrorBars:
         return Mode.ANCHORED
 
     def intervals(self, metrics: dict[str, float], kinds: tuple[str, ...],
-                  tier: str | None = None) -> dict[str, tuple[float, float]]:
-        """80% interval per metric key (module docstring)."""
+                  tier: str | tuple[str, ...] | None = None) -> dict[str, tuple[float, float]]:
+        """80% interval per metric key (module docstring); ``tier``: a band key or
+        `band_keys`."""
         out: dict[str, tuple[float, float]] = {}
         for key, value in metrics.items():
             if value is None or not math.isfinite(value):
@@ -126,7 +169,8 @@ class ErrorBars:
                 out[key] = (value * bounds[0], value * bounds[1])
         return out
 
-    def _log_bounds(self, key: str, kinds: tuple[str, ...], tier: str | None) -> tuple[float, float] | None:
+    def _log_bounds(self, key: str, kinds: tuple[str, ...],
+                    tier: str | tuple[str, ...] | None) -> tuple[float, float] | None:
         """The interval's multipliers for ``key`` (computed once per key, kinds and tier: a
         search asks for thousands of intervals over a handful of kinds)."""
         family = _family(key)
@@ -147,7 +191,7 @@ class ErrorBars:
     @classmethod
     def from_json(cls, data: dict) -> ErrorBars:
         return cls(_kinds(data.get("kinds", {})), data.get("source", ""),
-                   {tier: _kinds(kinds) for tier, kinds in data.get("tiers", {}).items() if tier in TIERS})
+                   {band: _kinds(kinds) for band, kinds in data.get("tiers", {}).items() if _valid_band(band)})
 
 
 def _kinds_json(by_kind: dict[str, dict[str, KindError]]) -> dict:

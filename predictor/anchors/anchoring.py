@@ -66,6 +66,7 @@ class Anchoring:
     acceptance: tuple[float, ...] | None = None
     selections: list[Selection] = field(default_factory=list)
     calibrations: list[Calibration] = field(default_factory=list)
+    sources: list[str | None] = field(default_factory=list)   # each calibration's anchor source
     _models: dict[Configuration, StepModel] = field(default_factory=dict)
 
     @classmethod
@@ -96,6 +97,7 @@ class Anchoring:
         selection = self._select(config)
         self.selections.append(selection)
         prior = prior_for(t, config, self.priors, seed=selection.anchor is not None)
+        self.sources.append(selection.anchor.provenance.source if selection.anchor is not None else None)
         if selection.anchor is None:
             self.calibrations.append(prior)
             model = SimulateStepModel(t.card, t.cluster, t.engine, config, self.acceptance, calibration=prior,
@@ -129,11 +131,13 @@ class Anchoring:
         return ",".join(dict.fromkeys(ids)) or None
 
     def calibration_json(self) -> dict | None:
+        """Each calibration's factors and provenance, with the source of the anchor it was
+        fitted to (``anchor_source``: the error bars' band, `predictor.uncertainty`)."""
         if not self.calibrations:
             return None
-        if len(self.calibrations) == 1:
-            return self.calibrations[0].to_json()
-        return {"pools": [c.to_json() for c in self.calibrations]}
+        items = [{**c.to_json(), **({"anchor_source": s} if s else {})}
+                 for c, s in zip(self.calibrations, self.sources)]
+        return items[0] if len(items) == 1 else {"pools": items}
 
 
 def step_model_for(target: Target, config: Configuration, store: AnchorStore | None = None,

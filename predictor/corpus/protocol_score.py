@@ -31,7 +31,7 @@ from predictor.corpus.refine import REFINE_ROUNDS, predict_row, refine
 from predictor.corpus.row import CorpusRow
 from predictor.corpus.summary import METRICS, RowKind, RowResult, noise_by_config, summarize
 from predictor.step.priors import Priors, learn_from_anchors
-from predictor.uncertainty import fit_tier
+from predictor.uncertainty import band_keys
 
 ABSURD_FACTOR = 3.0
 PredictFn = Callable[..., object]
@@ -112,12 +112,12 @@ def residuals(results: Iterable[RowResult]) -> dict[str, list[float]]:
 
 
 def tiered_residuals(results: Iterable[RowResult]) -> dict[str, dict[str, list[float]]]:
-    """`residuals` per fit tier of the predictions (`predictor.uncertainty.fit_tier`)."""
+    """`residuals` per band of the predictions (`predictor.uncertainty.band_keys`: fit
+    tier, anchor source, both): a prediction counts in each of its bands."""
     by_tier: dict[str, list[RowResult]] = defaultdict(list)
     for result in results:
-        tier = fit_tier(result.prediction.calibration)
-        if tier is not None:
-            by_tier[tier].append(result)
+        for key in band_keys(result.prediction.calibration):
+            by_tier[key].append(result)
     return {tier: residuals(items) for tier, items in by_tier.items()}
 
 

@@ -2,6 +2,7 @@
 honesty of its output, determinism, and the CLI contract of issue 3."""
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -10,7 +11,7 @@ from agent.cli.main import app
 from levers.configuration import Configuration, parse_config_text
 from predictor.predict import predict
 from predictor.step.cost import Mode
-from predictor.uncertainty import DECISION_GRADE_APE, shipped_error_bars
+from predictor.uncertainty import DECISION_GRADE_APE, band_keys, shipped_error_bars
 from predictor.target import resolve_target
 from predictor.workload import WorkloadSpec, parse_workload
 
@@ -51,12 +52,26 @@ def test_another_width_is_a_width_transfer_whose_mode_follows_its_measured_error
     assert "memory_per_gpu_gb" not in prediction.intervals      # exact arithmetic: no interval
 
 
+def test_an_anchored_prediction_takes_the_band_of_its_anchors_source():
+    prediction = predict(gpt_oss_h100(), config("tp=2,concurrency=32"), ONE_K)
+    source = prediction.calibration["anchor_source"]
+    assert source in ("inferencex", "aiconfigurator")
+    keys = band_keys(prediction.calibration)
+    assert keys[1] == source and keys[0].startswith(f"{source}/")
+    bars = shipped_error_bars()
+    low, high = prediction.intervals["tpot_ms_mean"]
+    tpot = prediction.metrics["tpot_ms_mean"]
+    widest = max((bars.error(k, "tpot", keys) for k in prediction.transfer_kinds), key=lambda e: e.q90 - e.q10)
+    assert (low, high) == pytest.approx((tpot * math.exp(widest.q10), tpot * math.exp(widest.q90)))
+
+
 def test_no_anchor_of_the_model_takes_the_cross_model_prior_rank_only():
     prediction = predict(resolve_target("kimi-k3", "mi355x", "vllm"), config("tp=8,concurrency=16"), ONE_K)
     assert prediction.mode is Mode.RANK_ONLY and prediction.anchor_id is None
     assert prediction.transfer == "cross-model" and "rank-only" in prediction.flags
     assert any(f.startswith("calibration: prior:") for f in prediction.flags)
     assert prediction.calibration["source"].startswith("prior:")
+    assert "anchor_source" not in prediction.calibration
     assert set(prediction.breakdown["decode_step"]) >= {"gemm", "attention", "moe", "communication", "launch"}
 
 

@@ -1,10 +1,18 @@
-"""Error bars per transfer kind and fit tier (predictor/uncertainty.py)."""
+"""Error bars per transfer kind, fit tier and anchor source (predictor/uncertainty.py)."""
 
 import math
 
 import pytest
 
-from predictor.uncertainty import MIN_TIER_ROWS, TIGHT_FIT_RESIDUAL, ErrorBars, KindError, fit_tier
+from predictor.uncertainty import (
+    MIN_TIER_ROWS,
+    TIGHT_FIT_RESIDUAL,
+    ErrorBars,
+    KindError,
+    anchor_source,
+    band_keys,
+    fit_tier,
+)
 
 
 def _calibration(residual, source="anchor:a", points=6):
@@ -54,3 +62,34 @@ def test_tiers_survive_the_json_round_trip():
     assert again.error("width", "tpot", "tight").q90 == pytest.approx(0.05)
     assert again.error("width", "tpot", "loose").q10 == pytest.approx(-0.4)
     assert again.error("width", "tpot").rows == 500
+
+
+def test_band_keys_run_from_source_and_tier_to_the_tier():
+    aic = {**_calibration(TIGHT_FIT_RESIDUAL / 2), "anchor_source": "aiconfigurator"}
+    assert band_keys(aic) == ("aiconfigurator/tight", "aiconfigurator", "tight")
+    assert anchor_source(aic) == "aiconfigurator"
+    # anchors of two sources behind one split: no source band, the worst tier only
+    mixed = {"pools": [aic, {**_calibration(0.08, source="anchor:b"), "anchor_source": "inferencex"}]}
+    assert band_keys(mixed) == ("loose",)
+    # a harvest's anchor without a recorded source, and a prior, have only what they have
+    assert band_keys(_calibration(0.08)) == ("loose",)
+    assert band_keys({"source": "prior:b200/vllm", "residuals": {}}) == ()
+
+
+def test_the_most_specific_band_with_enough_rows_wins():
+    base = {"width": {"tpot": KindError(-0.2, 0.2, 10.0, 900)}}
+    bands = {"inferencex/tight": {"width": {"tpot": KindError(-0.02, 0.02, 1.0, MIN_TIER_ROWS - 1)}},
+             "inferencex": {"width": {"tpot": KindError(-0.04, 0.04, 2.0, MIN_TIER_ROWS)}},
+             "tight": {"width": {"tpot": KindError(-0.1, 0.1, 5.0, 400)}}}
+    bars = ErrorBars(base, "test", bands)
+    keys = ("inferencex/tight", "inferencex", "tight")
+    # the source-and-tier band is too thin, so the source's band sets the interval
+    assert bars.intervals({"tpot_ms_mean": 10.0}, ("width",), keys)["tpot_ms_mean"] == pytest.approx(
+        (10 * math.exp(-0.04), 10 * math.exp(0.04)))
+    assert bars.error("width", "tpot", ("aiconfigurator/tight", "aiconfigurator", "tight")).q90 == pytest.approx(0.1)
+    again = ErrorBars.from_json(bars.to_json())
+    assert again.error("width", "tpot", keys).q90 == pytest.approx(0.04)
+    # a malformed band key in a table is dropped, not trusted
+    broken = bars.to_json()
+    broken["tiers"]["inferencex/gold"] = broken["tiers"]["tight"]
+    assert set(ErrorBars.from_json(broken).by_tier) == set(bands)
