@@ -119,6 +119,12 @@ class Provenance(_Strict):
     notes: tuple[str, ...] = ()
 
 
+# An anchor flag: its host time is its engine's, measured apart from the prefill over many
+# layouts (`predictor.corpus.host`), so a fit holds it close and the prefill takes the rest
+# of the TTFT (`predictor.step.anchored.ENGINE_HOST_SIGMA`).
+HOST_PER_ENGINE = "host-per-engine"
+
+
 class Anchor(_Strict):
     """One anchor file. ``id`` is stable: derived from the signature."""
 

@@ -53,6 +53,17 @@ HOST_BY_ENGINE: dict[Engine, HostTime] = {
 }
 
 
+# Engines whose measured host time an anchor from per-token-streaming runs keeps (flag
+# `HOST_PER_ENGINE`): one anchor's TTFTs at one width cannot split host time from prefill
+# (gpt-oss-120b's H200 TP1 vLLM anchor fitted 36 ms of host time per 1k prompt where
+# TTFT = 23 ms + 57 ms / TP over its four widths, and priced TP8 20-28% high). vLLM's
+# constant rests on 12 layouts over three GPUs; ATOM's (6 layouts) and SGLang's (4) on one
+# GPU each, and holding them too made InferenceX's load TTFT worse (23.0 -> 24.1%, absurd
+# 45 -> 52 rows; 1 refine round). AIConfigurator's rows carry no ITL, so its anchors keep
+# fitting their own.
+ANCHORING_HOSTS = frozenset({Engine.VLLM})
+
+
 def host_for(engine: str) -> HostTime:
     return HOST_BY_ENGINE.get(Engine(engine), DEFAULT_HOST)
 

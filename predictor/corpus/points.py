@@ -12,7 +12,10 @@ Per prompt length `n` of the group's prefill role (runs at its lowest clients pe
   `H(n) = TTFT - k s(b) - M(n)` (`k` chunks, each riding a decode step); split
   `H(n) = TTFT - F_gpu - M(n) - s_dec / 2 - h n / 2` read as `H0` (a split bills
   `H0 + h n / 2`, METHOD §3.11). `h` is the engine's per-token host cost
-  (`corpus_host`); `H0` is the median over prompt lengths, at least 0.
+  (`corpus_host`); `H0` is the median over prompt lengths, at least 0. An engine whose
+  host time was measured apart from the prefill over many layouts
+  (`predictor.corpus.host.ANCHORING_HOSTS`) gives its `H0` instead, and the anchor is
+  flagged `host-per-engine` (its fit holds it close: `predictor.step.anchored`).
 Decode points: `s(b) = L * TPOT * (1 - lambda * M(isl))` colocated, `L * TPOT` in a
 decode pool, at Little's-law batch `b` and context `isl + osl / 2`.
 """
@@ -24,8 +27,10 @@ from typing import Callable
 
 from levers.catalog import Engine
 from predictor.analytical import chunks
+from predictor.anchors.anchor import HOST_PER_ENGINE
 from predictor.corpus.anchors import Group, Role, context_of, decode_batch, layout_config, tokens_per_step
 from predictor.corpus.host import (
+    ANCHORING_HOSTS,
     host_for,
     interference_marginal,
     is_per_token_stream,
@@ -102,6 +107,11 @@ def fill_points(group: Group, sim_marginal: SimMarginal | None = None) -> None:
     residuals = [_host_residual(r, group.marginals[isl], group.floor_ms, host.per_token_us)
                  for isl, roles in lowest.items() for r in roles]
     group.host_base_ms = max(0.0, statistics.median(residuals)) if residuals else host.base_ms
+    if Engine(group.key[0][1]) in ANCHORING_HOSTS and any(is_per_token_stream(r.row) for r in group.decode):
+        # The engine's host time, measured apart from the prefill on runs like these, is
+        # the anchor's: its own TTFTs cannot split the two at one width.
+        group.host_base_ms = host.base_ms
+        group.flags.append(HOST_PER_ENGINE)
 
 
 def _decode_points(group: Group) -> None:

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from predictor.anchors.anchor import Anchor
+from predictor.anchors.anchor import HOST_PER_ENGINE, Anchor
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile, load_gpu
 from predictor.step.calibration import Calibration
@@ -33,6 +33,15 @@ from predictor.step.cost import Mode
 from predictor.step.fit import SIGMA_PREFILL_POINT, SIGMA_SERVED_PREFILL_POINT, Point, fit_points
 from predictor.step.simulate import SimulateStepModel
 from predictor.units import US_PER_MS
+
+# An anchor flagged `HOST_PER_ENGINE` holds its engine's measured host time as a prior of
+# this log width (its fit moves it ~30% at most unless its points insist, where the
+# default width, 1.5, let a TP1 anchor's prefill error pass for 2x the host time), and its
+# prefill points weigh like a harvest's sweep (`SIGMA_PREFILL_POINT`): the host time no
+# longer absorbs their misfit, the prefill's compute does. Measured on InferenceX dev (1
+# refine round, against the free host time): cross-width TTFT 26.3 -> 18.5%, TP4 -> TP8
+# 11.5 -> 10.2%, load 23.6 -> 23.0%, in-ladder 14.7 -> 14.4%; cross-width TPOT 3.3 -> 3.9%.
+ENGINE_HOST_SIGMA = 0.3
 
 NO_SPECULATION = "none"
 AUTO = "auto"
@@ -146,8 +155,12 @@ def fit_inputs(anchor: Anchor, card: ModelCard, engine: str,
 
 def _fit(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, profile: GpuProfile) -> Calibration:
     points, prefill_sigma = fit_inputs(anchor, card, engine, profile)
+    # An engine's host time measured apart from the prefill is not a residual to share
+    # with it (`ENGINE_HOST_SIGMA`, `predictor.corpus.host`).
+    engine_host = HOST_PER_ENGINE in anchor.flags
     return fit_points(points, _host_prior(prior, anchor), profile.kernel_launch_us, source=f"anchor:{anchor.id}",
-                      prefill_sigma=prefill_sigma)
+                      prefill_sigma=SIGMA_PREFILL_POINT if engine_host else prefill_sigma,
+                      prior_sigma={"host_ms": ENGINE_HOST_SIGMA} if engine_host else None)
 
 
 def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,

@@ -136,16 +136,18 @@ def prior_values(prior: Calibration, default_launch_us: float) -> dict[str, floa
 
 def fit_points(points: list[Point], prior: Calibration, default_launch_us: float, *,
                source: str, sigma_scale: float = 1.0, frozen: tuple[str, ...] = (),
-               prefill_sigma: float = SIGMA_PREFILL_POINT) -> Calibration:
+               prefill_sigma: float = SIGMA_PREFILL_POINT, prior_sigma: dict[str, float] | None = None) -> Calibration:
     """The MAP calibration for ``points`` around ``prior`` (module docstring).
     ``frozen`` factors stay at the prior (e.g. the host time of a decode-only anchor);
     ``prefill_sigma``: the log noise of the prefill points (`SIGMA_SERVED_PREFILL_POINT`
-    for TTFTs read from served runs)."""
+    for TTFTs read from served runs); ``prior_sigma``: prior widths that replace
+    `SIGMA_PRIOR`'s (a factor the points measure apart from the others)."""
     arrays = _Arrays(points)
     sigma_points = np.where(arrays.is_prefill, prefill_sigma, SIGMA_DECODE_POINT)
     start = prior_values(prior, default_launch_us)
     z0 = _to_z(start)
-    sigma = np.array([SIGMA_PRIOR[n] * sigma_scale for n in PARAMS])
+    widths = {**SIGMA_PRIOR, **(prior_sigma or {})}
+    sigma = np.array([widths[n] * sigma_scale for n in PARAMS])
     free = np.array([n not in frozen for n in PARAMS])
     low, high = _z_bounds()
     log_measured = np.log(np.maximum(arrays.measured, 1e-9))

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from levers.configuration import Configuration
-from predictor.anchors.anchor import DecodeSweep, Provenance, Signature
+from predictor.anchors.anchor import HOST_PER_ENGINE, DecodeSweep, Provenance, Signature
 from predictor.anchors.store import build_anchor
 from predictor.cards.registry import load_card
 from predictor.hardware import parse_cluster
@@ -164,3 +164,33 @@ def test_the_same_anchor_and_prior_are_fitted_once():
     assert calibrate(anchor, CARD, "sglang", PHYSICS) is calibrate(anchor, CARD, "sglang", PHYSICS)
     other = replace(PHYSICS, bandwidth=1.2)
     assert calibrate(anchor, CARD, "sglang", other) is not calibrate(anchor, CARD, "sglang", PHYSICS)
+
+
+def test_an_engines_measured_host_time_lets_one_width_split_host_from_prefill():
+    """At one prompt length, host time and prefill compute both add to the TTFT: the free
+    fit splits them by its priors and carries the wrong split to other widths. An anchor
+    flagged `host-per-engine` holds the engine's measured host time, so the prefill takes
+    the rest and the TTFT transfers (METHOD §3.12: fit it per engine)."""
+    sig = _signature(tp=2)
+    config = anchor_config(build_anchor(sig, DecodeSweep(prompt_tokens=1, batch_sizes=(1,), itl_ms=(1.0,)),
+                                        (1,), (1.0,), Provenance(source="test", timestamp="2026-01-01")))
+    truth = SimulateStepModel(CARD, MI355X, "sglang", config, calibration=TRUTH)
+    itl = tuple(truth.decode_us(b, 1024) / 1000.0 for b in BATCHES)
+    ttft = (truth.prefill_us(1024) / 1000.0 + TRUTH.host_ms + TRUTH.host_us_per_token * 1.024,)
+    free = build_anchor(sig, DecodeSweep(prompt_tokens=1024, batch_sizes=BATCHES, itl_ms=itl), (1024,), ttft,
+                        Provenance(source="test", timestamp="2026-01-01"),
+                        host_time_ms=TRUTH.host_ms, host_us_per_prompt_token=TRUTH.host_us_per_token)
+    held = free.model_copy(update={"flags": (HOST_PER_ENGINE,)})
+
+    def ttft_error(anchor, tp):
+        cal = calibrate(anchor, CARD, "sglang", PHYSICS)
+        model = calibrated(anchor, target(tp=tp))
+        wide = truth_model(target(tp=tp))
+        fitted = model.prefill_us(1024) / 1000 + cal.host_ms + cal.host_us_per_token * 1.024
+        real = wide.prefill_us(1024) / 1000 + TRUTH.host_ms + TRUTH.host_us_per_token * 1.024
+        return abs(fitted / real - 1)
+
+    held_cal = calibrate(held, CARD, "sglang", PHYSICS)
+    assert held_cal.host_ms == pytest.approx(TRUTH.host_ms, rel=0.05)
+    assert ttft_error(held, 2) < 0.03 and ttft_error(held, 8) < 0.05
+    assert ttft_error(free, 8) > 2 * ttft_error(held, 8)
