@@ -41,9 +41,9 @@ from typing import Any
 from agent.trial import SearchContext, Trial
 from levers.configuration import Configuration
 from predictor.sim.api import as_workload
+from predictor.sim.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT, bounded_requests
 
-SEARCH_MAX_REQUESTS = 1024        # DES requests of a search trial, at most (below the floor)
-SEARCH_REQUESTS_PER_CLIENT = 4    # ... but at least this many per client
+
 CONFIRM_TOP = 5                   # trials re-priced at full fidelity at the end of a search
 CONFIRM_MAX = 10                  # ... extended to this many while none meets the SLOs
 REPLICATIONS = 5                  # independent workload draws per confirm trial (90% intervals)
@@ -60,11 +60,6 @@ def full_requests(context: "SearchContext", config: "Configuration") -> int:
     """The predictor's default DES length for ``config`` (what ``num_requests=None`` runs)."""
     workload = as_workload(context.workload, config, context.target)
     return workload.default_num_requests(config.concurrency)
-
-
-def bounded_requests(full: int, concurrency: int) -> int:
-    """The search-time DES length for a trial whose full default is ``full`` requests."""
-    return min(full, max(SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT * max(1, concurrency)))
 
 
 def trial_requests(context: "SearchContext", config: "Configuration", *, full: bool = False) -> int | None:

@@ -9,7 +9,10 @@ or the chunking: the same seed gives the same points in the same order.
 
 A group (one family at one concurrency) prices every speculative variant and keeps the
 one with the highest throughput per GPU (METHOD §3.8: the most committed tokens per unit
-of time at that load; ties keep the shallower variant).
+of time at that load; ties keep the shallower variant). On DES traffic (agentic) a group
+of several variants ranks them on bounded replays (`predictor.sim.fidelity`) and prices
+the kept one again at the full default, which is what its point reports: at 256 clients
+and beyond a variant's ranking replay is a tenth of the default.
 
 Backends are a registry keyed by :class:`Backend`. Ray is an optional extra
 (`inferasim[ray]`), imported only when asked for; it schedules one task per chunk with
@@ -29,6 +32,8 @@ from typing import Any, Callable, Protocol
 from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.predict import predict
+from predictor.sim.api import as_workload
+from predictor.sim.fidelity import bounded_requests
 from predictor.sweep.space import SpaceOptions, SweepPlan, build_plan
 from predictor.target import Target, resolve_target
 from predictor.workload import WorkloadSpec
@@ -103,9 +108,10 @@ def price_group(target: Target, plan: SweepPlan, index: int, job: SweepJob, pred
     best: tuple[float, tuple[str, int], Any] | None = None
     reason = None
     variants = plan.families[plan.groups[index].family].variants
+    ranking, full = _ranking_requests(target, plan, index, job, len(variants))
     for variant in variants:
         config: Configuration = plan.configuration(index, variant)
-        prediction = predict_fn(target, config, job.workload, seed=job.seed, num_requests=job.num_requests)
+        prediction = predict_fn(target, config, job.workload, seed=job.seed, num_requests=ranking)
         if prediction.metrics is None:
             reason = reason or (prediction.reasons[0] if prediction.reasons else "illegal")
             continue
@@ -115,9 +121,27 @@ def price_group(target: Target, plan: SweepPlan, index: int, job: SweepJob, pred
     if best is None:
         return GroupResult(index, None, None, None, (), len(variants), reason)
     _, variant, prediction = best
+    priced = len(variants)
+    if ranking is not None and ranking < full:
+        # The kept variant's point is priced at the full default, as a lone variant is.
+        prediction = predict_fn(target, plan.configuration(index, variant), job.workload, seed=job.seed,
+                                num_requests=job.num_requests)
+        priced += 1
     metrics = tuple(_finite_or(_point_value(prediction, key), math.nan) for key in POINT_METRICS)
     mode = str(prediction.mode) if prediction.mode is not None else None
-    return GroupResult(index, variant, mode, prediction.source, metrics, len(variants))
+    return GroupResult(index, variant, mode, prediction.source, metrics, priced)
+
+
+def _ranking_requests(target: Target, plan: SweepPlan, index: int, job: SweepJob,
+                      num_variants: int) -> tuple[int | None, int]:
+    """(DES requests each variant is ranked on, the full default): bounded only on DES
+    traffic, with several variants to rank and no ``--num-requests`` (module docstring)."""
+    if job.num_requests is not None or job.workload.is_fixed or num_variants < 2:
+        return job.num_requests, 0
+    config = plan.configuration(index, plan.families[plan.groups[index].family].variants[0])
+    full = as_workload(job.workload, config, target).default_num_requests(config.concurrency)
+    bounded = bounded_requests(full, config.concurrency)
+    return (bounded if bounded < full else job.num_requests), full
 
 
 def _point_value(prediction: Any, key: str) -> Any:

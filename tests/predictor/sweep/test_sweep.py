@@ -151,6 +151,32 @@ def test_an_agentic_pool_starts_the_dearest_groups_first_and_covers_each_once(sm
     assert pooled.points == serial.points and pooled.frontier == serial.frontier
 
 
+CALLS: list[tuple[int, int, int | None]] = []
+
+
+def recording_predict(target, config, workload, *, seed=0, num_requests=None):
+    CALLS.append((config.concurrency, config.spec_depth, num_requests))
+    return fake_predict(target, config, workload, seed=seed, num_requests=num_requests)
+
+
+def test_an_agentic_group_ranks_its_variants_on_bounded_replays_and_prices_the_kept_one_in_full(small_target):
+    """At 64 agentic clients the default replay is 2,560 requests: each variant is ranked on
+    1,024 (predictor.sim.fidelity) and the kept one is priced again at the default, which
+    its point reports; at 16 clients the default (640) is already the bound."""
+    CALLS.clear()
+    result = run_sweep(small_target, AGENTIC, options=SMALL, executor=SerialExecutor(), predict_fn=recording_predict)
+    plan = build_plan(small_target, AGENTIC, SMALL)
+    assert {n for c, _, n in CALLS if c == 64} == {1024, None}
+    assert {n for c, _, n in CALLS if c in (1, 4, 16)} == {None}
+    legal_at_64 = sum(p.config.concurrency == 64 for p in result.points)
+    assert legal_at_64 and sum(c == 64 and n is None for c, _, n in CALLS) == legal_at_64
+    assert result.num_priced == plan.num_points + legal_at_64
+    # the kept variant is the one the bounded ranking chose, reported as priced in full
+    for point in (p for p in result.points if p.config.concurrency == 64):
+        ranked = [d for c, d, n in CALLS if c == 64 and n == 1024]
+        assert point.config.spec_depth in ranked
+
+
 def test_best_speculative_variant_is_kept_per_concurrency(small_target):
     result = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
     depths = set()
