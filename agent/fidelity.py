@@ -5,16 +5,11 @@ The DES prices a trial whenever the workload is agentic or an SLO bounds a perce
 At the predictor's default length (40 requests per client on the agentic profile, 10
 per closed-loop client on fixed lengths) a trial at 1,024 clients replays ~41,000
 requests — tens of seconds on one core. During the search a trial therefore replays
-
-    search_requests(c) = min(default(c), max(SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT * c))
-
-that is the full default up to 25 agentic clients (where it is cheap), 1,024 requests
-up to 256 clients, and 4 per client beyond (a fixed closed loop discards each client's
-first request as warm-up, so it keeps 3 measured requests per client). Measured on
-Kimi-K3 / 8x MI355X / vLLM / agentic against the full default, same seed: throughput
-per GPU within -4.1%..+1.6% and p90 ITL within -1.2%..+3.9% at 32-1,024 clients (the
-full default's own seed-to-seed spread is ±6-10% at 16-32 clients); one bimodal case
-(64 clients, fp8 KV cache) moves up to -11% in throughput, as its full-length runs do
+`predictor.sim.fidelity.bounded_requests` of them (the rule and its measured accuracy
+are documented there): the full default up to 25 agentic clients, 1,024 requests up to
+256 clients, and 4 per client beyond (a fixed closed loop discards each client's first
+request as warm-up, so it keeps 3 measured requests per client); one bimodal case (64
+clients, fp8 KV cache) moves up to -11% in throughput, as its full-length runs do
 across seeds.
 
 Because the bounded count shifts numbers a little, the answer is chosen among the

@@ -66,7 +66,6 @@ class Anchoring:
     acceptance: tuple[float, ...] | None = None
     selections: list[Selection] = field(default_factory=list)
     calibrations: list[Calibration] = field(default_factory=list)
-    sources: list[str | None] = field(default_factory=list)   # each calibration's anchor source
     _models: dict[Configuration, StepModel] = field(default_factory=dict)
 
     @classmethod
@@ -97,7 +96,6 @@ class Anchoring:
         selection = self._select(config)
         self.selections.append(selection)
         prior = prior_for(t, config, self.priors, seed=selection.anchor is not None)
-        self.sources.append(selection.anchor.provenance.source if selection.anchor is not None else None)
         if selection.anchor is None:
             self.calibrations.append(prior)
             model = SimulateStepModel(t.card, t.cluster, t.engine, config, self.acceptance, calibration=prior,
@@ -135,8 +133,8 @@ class Anchoring:
         fitted to (``anchor_source``: the error bars' band, `predictor.uncertainty`)."""
         if not self.calibrations:
             return None
-        items = [{**c.to_json(), **({"anchor_source": s} if s else {})}
-                 for c, s in zip(self.calibrations, self.sources)]
+        items = [{**c.to_json(), **({"anchor_source": s.anchor.provenance.source} if s.anchor is not None else {})}
+                 for s, c in zip(self.selections, self.calibrations)]
         return items[0] if len(items) == 1 else {"pools": items}
 
 

@@ -104,14 +104,15 @@ def fill_points(group: Group, sim_marginal: SimMarginal | None = None) -> None:
     _decode_points(group)
     host = host_for(group.key[0][1])
     group.host_per_token_us = host.per_token_us
-    residuals = [_host_residual(r, group.marginals[isl], group.floor_ms, host.per_token_us)
-                 for isl, roles in lowest.items() for r in roles]
-    group.host_base_ms = max(0.0, statistics.median(residuals)) if residuals else host.base_ms
     if Engine(group.key[0][1]) in ANCHORING_HOSTS and any(is_per_token_stream(r.row) for r in group.decode):
         # The engine's host time, measured apart from the prefill on runs like these, is
         # the anchor's: its own TTFTs cannot split the two at one width.
         group.host_base_ms = host.base_ms
         group.flags.append(HOST_PER_ENGINE)
+        return
+    residuals = [_host_residual(r, group.marginals[isl], group.floor_ms, host.per_token_us)
+                 for isl, roles in lowest.items() for r in roles]
+    group.host_base_ms = max(0.0, statistics.median(residuals)) if residuals else host.base_ms
 
 
 def _decode_points(group: Group) -> None:

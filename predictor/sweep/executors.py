@@ -108,7 +108,8 @@ def price_group(target: Target, plan: SweepPlan, index: int, job: SweepJob, pred
     best: tuple[float, tuple[str, int], Any] | None = None
     reason = None
     variants = plan.families[plan.groups[index].family].variants
-    ranking, full = _ranking_requests(target, plan, index, job, len(variants))
+    bounded = _bounded_ranking(target, plan.configuration(index, variants[0]), job, len(variants))
+    ranking = job.num_requests if bounded is None else bounded
     for variant in variants:
         config: Configuration = plan.configuration(index, variant)
         prediction = predict_fn(target, config, job.workload, seed=job.seed, num_requests=ranking)
@@ -122,7 +123,7 @@ def price_group(target: Target, plan: SweepPlan, index: int, job: SweepJob, pred
         return GroupResult(index, None, None, None, (), len(variants), reason)
     _, variant, prediction = best
     priced = len(variants)
-    if ranking is not None and ranking < full:
+    if bounded is not None:
         # The kept variant's point is priced at the full default, as a lone variant is.
         prediction = predict_fn(target, plan.configuration(index, variant), job.workload, seed=job.seed,
                                 num_requests=job.num_requests)
@@ -132,16 +133,15 @@ def price_group(target: Target, plan: SweepPlan, index: int, job: SweepJob, pred
     return GroupResult(index, variant, mode, prediction.source, metrics, priced)
 
 
-def _ranking_requests(target: Target, plan: SweepPlan, index: int, job: SweepJob,
-                      num_variants: int) -> tuple[int | None, int]:
-    """(DES requests each variant is ranked on, the full default): bounded only on DES
-    traffic, with several variants to rank and no ``--num-requests`` (module docstring)."""
+def _bounded_ranking(target: Target, config: Configuration, job: SweepJob, num_variants: int) -> int | None:
+    """The DES requests a group's variants are ranked on when that is fewer than the full
+    default: on DES traffic, with several variants and no ``--num-requests`` (module
+    docstring); None otherwise."""
     if job.num_requests is not None or job.workload.is_fixed or num_variants < 2:
-        return job.num_requests, 0
-    config = plan.configuration(index, plan.families[plan.groups[index].family].variants[0])
+        return None
     full = as_workload(job.workload, config, target).default_num_requests(config.concurrency)
     bounded = bounded_requests(full, config.concurrency)
-    return (bounded if bounded < full else job.num_requests), full
+    return bounded if bounded < full else None
 
 
 def _point_value(prediction: Any, key: str) -> Any:
