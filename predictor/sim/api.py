@@ -127,8 +127,10 @@ def _older_objects_frozen() -> Iterator[None]:
     main job's CPU was collection). Reference counting still frees them; cycles among
     them wait until the replay ends, when one collection over the replay's own objects
     (still without the frozen rest) frees its cycles: without it they were frozen by the
-    next replay, and a search grew to 0.9 GB. A process that froze objects itself is left
-    alone."""
+    next replay, and a search grew to 0.9 GB. A replay unlinks its prefix caches' trees and
+    its event handlers when it ends (`Deployment.dispose`), so reference counting frees
+    most of it first: the collection walked every radix node and block id (deployment B:
+    0.7 of 13 CPU-s, now < 0.1). A process that froze objects itself is left alone."""
     if gc.get_freeze_count():
         yield
         return
@@ -174,6 +176,7 @@ def _replay(target: Target, config: Configuration, replayable: Workload, request
     simulation = Simulation(deployment, source, router, recorder, progress,
                             keep_rows=options.keep_rows, stop_rules=stop_rules)
     result = simulation.run()
+    deployment.dispose()
     if isinstance(replayable, TraceWorkload):
         result.extra["bad_lines_skipped"] = replayable.bad_lines
     if key is not None:

@@ -75,6 +75,17 @@ class Deployment:
     total_gpus: int
     shared_pool: SharedHostPool | None = None   # host_kv_tier_gb=N:shared
 
+    def dispose(self) -> None:
+        """The replay is over: unlink the prefix caches' trees, so that reference counting
+        frees them and the collection after the replay (`predictor.sim.api`) has little
+        to walk."""
+        for pool in (self.entry, self.decode):
+            for unit in pool.units if pool is not None else ():
+                if unit.pool.cache is not None:
+                    unit.pool.cache.dispose()
+        if self.shared_pool is not None:
+            self.shared_pool.cache.dispose()
+
 
 @dataclass(frozen=True, slots=True)
 class BuildInputs:

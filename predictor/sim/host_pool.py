@@ -89,24 +89,19 @@ class SharedHostPool:
         stored = self.cache.match(request.block_ids, blocks)[1]
         self.cache.insert(request.block_ids, stored, blocks)      # only what the pool lacks
         if self.checkpoint_blocks:         # its own node: a later prompt branches off the prompt, not it
-            ids = _with_checkpoint(request.block_ids, blocks, self.checkpoint_blocks)
-            self.cache.insert(ids, blocks, len(ids))
+            self.cache.insert_after(request.block_ids, blocks,
+                                    list(_checkpoint_ids(request.block_ids, blocks, self.checkpoint_blocks)))
         self.num_stored += 1
         overflow = self.cache.num_hbm_blocks - self.size.capacity_blocks
         if overflow > 0:
             self.cache.evict(overflow)
 
 
-def _checkpoint_ids(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> list[int]:
-    """The ids of the checkpoint stored with ``ids[:blocks]`` (derived from its last block)."""
+def _checkpoint_ids(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> range:
+    """The ids of the checkpoint stored with ``ids[:blocks]`` (derived from its last block);
+    a range: a lookup reads a few of them (`LeafFirstCache.continues`), a store lists them."""
     tag = (int(ids[blocks - 1]) & (CHECKPOINT_TAG - 1)) | CHECKPOINT_TAG
-    return list(range(tag, tag + checkpoint_blocks))
-
-
-def _with_checkpoint(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> np.ndarray:
-    """``ids[:blocks]`` followed by the checkpoint's blocks."""
-    tail = np.array(_checkpoint_ids(ids, blocks, checkpoint_blocks), dtype=np.int64)
-    return np.concatenate([ids[:blocks], tail])
+    return range(tag, tag + checkpoint_blocks)
 
 
 @dataclass(slots=True)

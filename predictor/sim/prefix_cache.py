@@ -47,6 +47,9 @@ class PrefixCache(Protocol):
     def evict(self, num_blocks: int) -> int:
         """Free up to ``num_blocks`` HBM blocks; return how many were freed."""
 
+    def dispose(self) -> None:
+        """The replay is over: drop what reference counting alone would not free."""
+
 
 class FlatLruCache:
     """Per-block LRU that ignores the prefix structure (HBM only; see module docstring)."""
@@ -101,6 +104,9 @@ class FlatLruCache:
             del self.order[key]
         self.num_hbm_blocks -= len(victims)
         return len(victims)
+
+    def dispose(self) -> None:
+        """No cycles to break."""
 
 
 CACHES: dict[EvictionPolicy, type] = {

@@ -109,7 +109,9 @@ class Simulation:
             self.now_us = at_us
             for when, new in handlers[type(event)](event):
                 self._push(when, new)
-        return self._result(time.perf_counter() - started)
+        result = self._result(time.perf_counter() - started)
+        self._handlers = {}                 # its bound methods: a cycle through the whole replay
+        return result
 
     def _check_stop(self) -> None:
         """Stop once a rule is clearly missed (`predictor.sim.stop`)."""

@@ -166,6 +166,8 @@ class SimulateStepModel:
         self._captured = tuple(s for s in sizes if s <= config.max_captured_batch)
         self._pads = config.graph_capture != "none"
         self._body_cache: dict[tuple[int, int], tuple[float, ...]] = {}
+        self._raw_body_memo: dict[tuple, RawStep] = {}
+        self._body_terms_memo: dict[tuple[int, int], dict[str, float]] = {}
         self._head_cache: dict[float, tuple[float, float]] = {}
 
     @property
@@ -292,7 +294,17 @@ class SimulateStepModel:
 
     def body_raw(self, rank_rows: int, stage_rows: int, captured: bool | None = None) -> RawStep:
         """The layers of one forward (no LM head): ``rank_rows`` rows per attention rank,
-        ``stage_rows`` in the stage."""
+        ``stage_rows`` in the stage. Memoised per rows (a pure function of them: a prefill,
+        its DWDP layer costs and its drafter ask for the same body; drafting re-asks per step)."""
+        key = (rank_rows, stage_rows, captured)
+        found = self._raw_body_memo.get(key)
+        if found is None:
+            if len(self._raw_body_memo) > ROWS_CACHE_LIMIT:
+                self._raw_body_memo.clear()
+            found = self._raw_body_memo[key] = self._body_raw(rank_rows, stage_rows, captured)
+        return found
+
+    def _body_raw(self, rank_rows: int, stage_rows: int, captured: bool | None) -> RawStep:
         bpu = self._bytes_per_us
         rooflines = [g.roofline(rank_rows, bpu) for g in self._gemms]
         expert, permutation, moe_rows = self._moe_raw(stage_rows)
@@ -353,7 +365,7 @@ class SimulateStepModel:
         a prefill of ``num_tokens`` (the rest of a forward spread evenly over the layers)."""
         tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
         rank_tokens, rank_seqs = -(-tokens // self._dp), -(-seqs // self._dp)
-        body = self._priced(self.body_raw(rank_tokens, tokens))
+        body = self._body_terms(rank_tokens, tokens)
         card, bpu, flops = self.card, self._bytes_per_us, self._bf16_flops
         own = {True: 0.0, False: 0.0}
         grouped = 0.0
@@ -445,10 +457,21 @@ class SimulateStepModel:
             return cached
         if len(self._body_cache) > ROWS_CACHE_LIMIT:
             self._body_cache.clear()
-        terms = self._priced(self.body_raw(rank_rows, stage_rows))
+        terms = self._body_terms(rank_rows, stage_rows)
         cached = self._body_cache[key] = (terms["gemm"], terms["moe"], terms["communication"], terms["launch"],
                                           terms["other"])
         return cached
+
+    def _body_terms(self, rank_rows: int, stage_rows: int) -> dict[str, float]:
+        """The layers' priced terms (cached per rows: a prefill's DWDP layer costs and its
+        own price ask for the same body)."""
+        key = (rank_rows, stage_rows)
+        found = self._body_terms_memo.get(key)
+        if found is None:
+            if len(self._body_terms_memo) > ROWS_CACHE_LIMIT:
+                self._body_terms_memo.clear()
+            found = self._body_terms_memo[key] = self._priced(self.body_raw(rank_rows, stage_rows))
+        return found
 
     def _head(self, lm_rows: float) -> tuple[float, float, float]:
         cached = self._head_cache.get(lm_rows)
@@ -517,7 +540,9 @@ class SimulateStepModel:
         return self.calibration.comm * self._comm.step_us(tokens / max(1, self._dp), tokens)
 
     def _prefill_terms(self, num_tokens: int, num_seqs: int, context: float) -> tuple[float, ...]:
-        parts = [self._priced(raw) for raw in self.prefill_raw(num_tokens, num_seqs, context)]
+        raws = self.prefill_raw(num_tokens, num_seqs, context)
+        tokens = max(1, int(num_tokens))
+        parts = [self._body_terms(-(-tokens // self._dp), tokens), *(self._priced(raw) for raw in raws[1:])]
         body, head, attention, step = parts[:4]
         draft = sum(sum(p.values()) for p in parts[4:])
         comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context)
