@@ -35,6 +35,10 @@ CHUNK_SEGMENTS = 64         # a run of prefill chunks: up to this many points (o
 CONTEXT_BUCKETS = 128       # rounding steps per doubling of context (2**7)
 _BUCKET_SHIFT = 7
 PRICE_CACHE_LIMIT = 1 << 18  # entries per step model before the cache starts over
+COARSE_SHIFT = 3            # a mixed step's reference context: 8 steps per doubling
+SEPARABLE_CHECKS = 8        # mixed steps also priced at their own context first ...
+SEPARABLE_RECHECK = 64      # ... and one in this many after
+SEPARABLE_TOLERANCE = 1e-5  # relative: beyond it the decomposition is off for the model
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,16 @@ class StepShape:
     prior_tokens: float          # mean tokens already in the cache before a chunk
     prior_growth: float          # per step: the mean chunk
     mixes: bool                  # decoders ride in the prefill step (vLLM, TRT-LLM)
+
+
+def coarse(tokens: float) -> float:
+    """``tokens`` to the nearest of 8 steps per doubling (exact below 8): the reference
+    context a mixed step is priced at (`StepPricer._mixed_us`)."""
+    value = int(tokens + 0.5)
+    if value < 1 << COARSE_SHIFT:
+        return float(value)
+    step = 1 << (value.bit_length() - 1 - COARSE_SHIFT)
+    return float((value + step // 2) // step * step)
 
 
 def rounded(tokens: float) -> float:
@@ -69,6 +83,8 @@ class StepPricer:
         self._cache: dict[tuple, float] = {}
         self._fits: dict[tuple, AffineFit] = {}
         self._prefills: dict[tuple, float] = {}   # exact prefill prices asked twice (see prefill_us)
+        self._separable = True       # mixed steps priced at a reference context (see _mixed_us)
+        self._mixed_asked = 0
         self.calls = 0               # step-model calls made
 
     def step_us(self, shape: StepShape, offset: float = 0.0) -> float:
@@ -114,10 +130,37 @@ class StepPricer:
             self.calls += 1
             return model.decode_us(batch, ctx)
         if batch and mixes:
+            if self._separable and not self.exact:
+                return self._mixed_us(batch, ctx, tokens, prior)
             self.calls += 1
             return model.mixed_us(tokens, batch, ctx, prior)
         step_us = self.prefill_us(tokens, seqs, prior)
         return max(step_us, model.decode_us(batch, ctx)) if batch else step_us
+
+    def _mixed_us(self, batch: int, ctx: float, tokens: int, prior: float) -> float:
+        """A mixed step at decode context ``ctx`` as the step at a reference context plus
+        the decode step's own difference between the two (see the module docstring):
+        ``mixed(t, b, c, p) = mixed(t, b, c0, p) + decode(b, c) - decode(b, c0)``. The
+        first :data:`SEPARABLE_CHECKS` and every :data:`SEPARABLE_RECHECK` th are also
+        priced at ``ctx`` and answered so; one disagreement beyond
+        :data:`SEPARABLE_TOLERANCE` turns the decomposition off for this step model."""
+        model, reference = self.model, coarse(ctx)
+        self.calls += 1
+        us = model.mixed_us(tokens, batch, reference, prior)
+        if reference != ctx:
+            us += self._decode_us(batch, ctx) - self._decode_us(batch, reference)
+        self._mixed_asked += 1
+        if self._mixed_asked > SEPARABLE_CHECKS and self._mixed_asked % SEPARABLE_RECHECK:
+            return us
+        self.calls += 1
+        exact = model.mixed_us(tokens, batch, ctx, prior)
+        if abs(exact - us) > SEPARABLE_TOLERANCE * max(abs(exact), 1.0):
+            self._separable = False
+        return exact
+
+    def _decode_us(self, batch: int, ctx: float) -> float:
+        """The decode step at ``ctx``, fitted or cached as `step_us` prices it."""
+        return self.step_us(StepShape(batch, ctx, 0.0, 0, 0, 0.0, 0.0, False))
 
     def prefill_us(self, tokens: int, seqs: int, prior: float) -> float:
         """The step model's prefill price, kept exactly: a shared-pool fetch is overlapped

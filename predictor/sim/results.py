@@ -222,6 +222,25 @@ def latency_distributions(requests: list[Request], recorder: Recorder,
     return {name: build[name]() for name in names}
 
 
+def itl_quantile_exceeds(recorder: Recorder, stat: str, threshold_ms: float) -> bool | None:
+    """Whether the ITL statistic ``stat`` (a quantile key) `latency_distributions` would
+    report is above ``threshold_ms``, from one weighted count instead of a sort (a stop
+    check asks this every 16th of a replay, with every ITL so far): the weighted quantile
+    is above it exactly when the weight at or below it is short of the quantile's share.
+    None when the count is too close to call (a float summation-order margin) or the
+    samples are unweighted: then sort as the report does."""
+    if stat not in QUANTILES or not recorder.itl_values:
+        return None
+    values = np.asarray(recorder.itl_values, float) / US_PER_MS
+    weights = np.asarray(recorder.itl_weights, float)
+    total = float(weights.sum())
+    below = float(weights[values <= threshold_ms].sum())
+    target = QUANTILES[stat] / 100.0 * total
+    if abs(below - target) <= 1e-9 * max(total, 1.0):
+        return None
+    return below < target
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     start: tuple[float, float, float]   # (time_us, input tokens, output tokens)

@@ -20,7 +20,10 @@ Two limits are compared by what the replay reached, not by value: a running cap 
 a rank's KV tokens that no check of the replay ever met (`Bounds`: the most running and
 waiting requests a cap was checked against, the most tokens any KV check compared with
 the pool) give the same replay, so a cap of 256 or 1,024 at 16 clients, or a graph-
-capture limit that moves the KV pool by 1%, reuses it too.
+capture limit that moves the KV pool by 1%, reuses it too. Each limit is compared on its
+own: a cap the replay never met reuses it even when its KV pool, the same in both, was
+full (an agentic replay's prefix cache fills it: 19 of the main job's trials differed
+from an earlier one in the running cap alone and were replayed before).
 
 A run that was not stopped early is also filed under "no stop rules" (its stop checks
 changed nothing), so the confirm step's first replication of a search trial that ran to
@@ -138,11 +141,14 @@ class Bounds:
         return Bounds(limits, peaks)
 
     def serve(self, limits: tuple[tuple[int, int], ...]) -> bool:
-        """Whether this replay (its peaks) is also the replay under ``limits``."""
+        """Whether this replay (its peaks) is also the replay under ``limits``: each limit
+        is the same, or one the replay never met under either value (a running cap of 64
+        or 256 at 16 clients on the same KV pool, which the prefix cache does fill)."""
         if limits == self.limits:
             return True
         return len(limits) == len(self.limits) == len(self.peaks) and all(
-            demand <= min(cap, other_cap) and tokens <= min(capacity, other_capacity)
+            (cap == other_cap or demand <= min(cap, other_cap))
+            and (capacity == other_capacity or tokens <= min(capacity, other_capacity))
             for (cap, capacity), (other_cap, other_capacity), (demand, tokens)
             in zip(self.limits, limits, self.peaks))
 

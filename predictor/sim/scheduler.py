@@ -202,18 +202,21 @@ def _batch(work: list[RankWork], merges_runs: bool) -> Batch | None:
     completes. Nothing else changes a scheduled batch: what could not be admitted this
     step (no budget, running cap, KV full) stays so until a finish, and an arrival or a
     freed hand-off cuts the run (`Replica.truncate`)."""
-    if not any(w.chunks or w.decodes for w in work):
-        return None
     steps: int | None = None
     chunked = False
     for w in work:
         if w.decodes:
-            left = w.rank.steps_to_next_finish()
-            steps = left if steps is None else min(steps, left)
+            heap = w.rank.finish_heap       # Rank.steps_to_next_finish, inlined (the hottest loop)
+            left = heap[0][0] - w.rank.step if heap else 0
+            if steps is None or left < steps:
+                steps = left
         for request, take in w.chunks:
             chunked = True
             left = (request.prefill_target - request.prefilled) // take
-            steps = left if steps is None else min(steps, left)
+            if steps is None or left < steps:
+                steps = left
+    if steps is None:
+        return None                 # no rank has work
     if chunked and not merges_runs:
         steps = 1
     return Batch(tuple(work), max(1, steps or 1))

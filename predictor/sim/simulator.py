@@ -40,6 +40,7 @@ from predictor.sim.results import (
     Recorder,
     SimResult,
     Window,
+    itl_quantile_exceeds,
     latency_distributions,
     request_rows,
     throughput_scalars,
@@ -102,13 +103,16 @@ class Simulation:
         if not any(request.is_warmup for _, request in starts):
             self._window_start = (0.0, 0.0, 0.0)
         heap, handlers, sends = self._heap, self._handlers, self.source.sends
+        pop, push, priority = heapq.heappop, heapq.heappush, PRIORITY
         while heap and self.stopped is None:
-            at_us, _, _, event = heapq.heappop(heap)
-            if event.__class__ is Arrival and not sends():
+            at_us, _, _, event = pop(heap)
+            kind = event.__class__
+            if kind is Arrival and not sends():
                 continue                    # the budget was sent: this turn never is
             self.now_us = at_us
-            for when, new in handlers[type(event)](event):
-                self._push(when, new)
+            for when, new in handlers[kind](event):
+                self._seq += 1              # `_push`, inlined
+                push(heap, (when, priority[new.__class__], self._seq, new))
         result = self._result(time.perf_counter() - started)
         self._handlers = {}                 # its bound methods: a cycle through the whole replay
         return result
@@ -121,16 +125,25 @@ class Simulation:
         measured = self._measured()
         if len(measured) < MIN_REQUESTS:
             return
-        names = tuple(dict.fromkeys(rule.key.rsplit("_", 1)[0] for rule in self.stop_rules))
+        rules = [rule for rule in self.stop_rules if not self._surely_met(rule)]
+        names = tuple(dict.fromkeys(rule.key.rsplit("_", 1)[0] for rule in rules))
         flat = {f"{name}_{stat}": value for name, dist in
                 latency_distributions(measured, self.recorder, tuple(n for n in names if n in LATENCY_NAMES)).items()
-                for stat, value in dist.items()}
-        for rule in self.stop_rules:
+                for stat, value in dist.items()} if rules else {}
+        for rule in rules:
             value = flat.get(rule.key)
             if rule.clearly_missed(value):
                 self.stopped = {"reason": rule.describe(value), "after_requests": done,
                                 "of_budget": self.source.budget, "at_s": round(self.now_us / US_PER_S, 3)}
                 return
+
+    def _surely_met(self, rule: StopRule) -> bool:
+        """An upper bound on an ITL quantile that is not clearly missed, told by a count
+        (`results.itl_quantile_exceeds`); anything else is computed in full."""
+        name, _, stat = rule.key.rpartition("_")
+        if name != "itl_ms" or not rule.is_upper:
+            return False
+        return itl_quantile_exceeds(self.recorder, stat, rule.limit) is False
 
     # -- handlers ----------------------------------------------------------------------------
     def _on_arrival(self, event: Arrival) -> list[tuple[float, Event]]:

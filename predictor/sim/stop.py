@@ -28,10 +28,15 @@ class StopRule:
     bound: float             # ms or tok/s
     is_upper: bool = True    # latencies are upper bounds, interactivity a lower one
 
+    @property
+    def limit(self) -> float:
+        """The value past which the bound is clearly missed."""
+        return FACTOR * self.bound if self.is_upper else self.bound / FACTOR
+
     def clearly_missed(self, value: float | None) -> bool:
         if value is None or value != value:   # NaN: not measured yet
             return False
-        return value > FACTOR * self.bound if self.is_upper else value < self.bound / FACTOR
+        return value > self.limit if self.is_upper else value < self.limit
 
     def describe(self, value: float) -> str:
         relation = f"> {FACTOR:g}x" if self.is_upper else f"< 1/{FACTOR:g} of"

@@ -5,7 +5,11 @@ reference it replaces, on the same inputs (deterministic, offline).
   fresh model does, in any order of questions;
 - a shared pool's checkpoint check reads the ends of each span (`LeafFirstCache.continues`)
   and agrees with a full comparison under random stores and evictions;
-- a disposed cache is freed by reference counting alone (no collection needed).
+- a disposed cache is freed by reference counting alone (no collection needed);
+- a stop check's ITL quantile told by a weighted count agrees with the sorted quantile;
+- a mixed step priced at a reference context plus the decode step's difference
+  (`StepPricer._mixed_us`) matches the step model at the step's own context, and a model
+  for which it would not is priced at the step's context.
 """
 
 import gc
@@ -18,9 +22,17 @@ from levers.configuration import Configuration
 from predictor.cards.registry import load_card
 from predictor.feasibility import pool_configs
 from predictor.hardware import parse_cluster
-from predictor.sim.host_pool import CHECKPOINT_TAG, PoolSize, SharedHostPool, _checkpoint_ids
+from predictor.sim.host_pool import (
+    CHECKPOINT_TAG,
+    PoolSize,
+    SharedHostPool,
+    _checkpoint_ids,
+)
+from predictor.sim.pricing import StepPricer
 from predictor.sim.radix_cache import LeafFirstCache, _Node
 from predictor.sim.request import Request, RequestSpec
+from predictor.sim.results import Recorder, itl_quantile_exceeds, latency_distributions
+from predictor.sim.reuse import Bounds
 from predictor.step.simulate import SimulateStepModel
 
 LAYOUTS = (   # (cluster, engine, levers): speculative, DWDP prefill, DEP decode
@@ -122,3 +134,63 @@ def test_a_disposed_cache_is_freed_without_a_collection():
         assert live_nodes() == before
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_stop_checks_count_agrees_with_the_sorted_quantile(seed):
+    rng = np.random.default_rng(seed)
+    recorder = Recorder()
+    for value, weight in zip(rng.lognormal(3.0, 1.0, 3000) * 1000.0, rng.integers(1, 40, 3000)):
+        recorder.itl(float(value), float(weight))
+    recorder.itl(25_000.0, 5.0)           # a sample exactly at a threshold
+    reported = latency_distributions([], recorder, ("itl_ms",))["itl_ms"]
+    for stat in ("p50", "p90", "p99"):
+        for threshold in (*np.quantile(list(reported.values()), [0.1, 0.5, 0.9]), reported[stat], 25.0,
+                          np.nextafter(reported[stat], 0.0)):
+            verdict = itl_quantile_exceeds(recorder, stat, float(threshold))
+            if verdict is not None:
+                assert verdict == (reported[stat] > threshold)
+    assert itl_quantile_exceeds(recorder, "mean", 1.0) is None      # not a quantile: computed in full
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[:1] + LAYOUTS[2:], ids=("tp8-eagle3", "dcp8-eagle3"))
+def test_a_mixed_step_priced_at_a_reference_context_matches_the_step_model(layout):
+    """`StepPricer._mixed_us` against the step model's own mixed price at the step's
+    context, on the real step model of two layouts with drafters."""
+    rng = random.Random(3)
+    model = step_model(*layout)
+    pricer = StepPricer(step_model(*layout))
+    for _ in range(300):
+        batch, tokens = rng.randint(1, 64), rng.randint(1, 8192)
+        context, prior = rng.uniform(1_000, 400_000), rng.uniform(0, 200_000)
+        fast = pricer._price(batch, context, tokens, 1, prior, True)
+        assert fast == pytest.approx(model.mixed_us(tokens, batch, context, prior), rel=1e-9)
+    assert pricer._separable
+
+
+def test_a_step_model_that_is_not_separable_turns_the_decomposition_off():
+    class Coupled:                       # the decode context changes the prefill part's price
+        tokens_per_step = 1.0
+
+        def decode_us(self, batch, context_tokens):
+            return 1000.0 + batch * context_tokens * 1e-3
+
+        def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0):
+            return self.decode_us(decode_batch, context_tokens) + prefill_tokens * (1.0 + context_tokens * 1e-6)
+
+    pricer = StepPricer(Coupled())
+    for step in range(20):
+        context = 10_000.0 + 997.0 * step
+        assert pricer._price(4, context, 512, 1, 0.0, True) == Coupled().mixed_us(512, 4, context)
+    assert not pricer._separable
+
+
+def test_a_replay_is_reused_under_a_cap_it_never_met_though_its_pool_was_full():
+    """`Bounds.serve` compares each limit on its own: the same KV pool, full in both, and
+    running caps of 256 or 64 the replay's 16 clients never reached give the same replay;
+    a cap it did reach, or another pool it filled, do not."""
+    kept = Bounds(((256, 1000),), ((16, 1200),))
+    assert kept.serve(((64, 1000),))
+    assert not kept.serve(((8, 1000),))          # the cap binds at 16 requests
+    assert not kept.serve(((256, 999),))         # a full pool of another size
+    assert Bounds(((256, 1000),), ((16, 500),)).serve(((64, 999),))     # a pool never filled
