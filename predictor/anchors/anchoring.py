@@ -102,7 +102,8 @@ class Anchoring:
                                       flags=(f"calibration: {prior.source}",))
             return model
         model = anchored_model(selection.anchor, t.card, t.cluster, t.engine, config, prior, mode=Mode.ANCHORED,
-                               flags=selection.flags, acceptance=self.acceptance)
+                               flags=selection.flags, acceptance=self.acceptance,
+                               measured_steps=self.store.measured_steps)
         self.calibrations.append(model.calibration)
         return model
 

@@ -173,8 +173,12 @@ class StoredAnchor:
 class AnchorStore:
     """A set of anchors with selection by coverage (METHOD §4)."""
 
-    def __init__(self, stored: list[StoredAnchor], problems: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, stored: list[StoredAnchor], problems: tuple[tuple[str, str], ...] = (),
+                 measured_steps: bool = True) -> None:
         by_id: dict[str, StoredAnchor] = {}
+        # Whether an anchor's own layout takes its measured decode steps between the
+        # calibrated physics (`predictor.step.residual`); off while its points are read.
+        self.measured_steps = measured_steps
         for item in stored:  # later sources (user) replace earlier ones (embedded)
             by_id[item.anchor.id] = item
         self._stored = dict(sorted(by_id.items()))
@@ -187,8 +191,8 @@ class AnchorStore:
         return _default_store(_listing(_embedded_dir()), _listing(user_anchors_dir()))
 
     @classmethod
-    def from_anchors(cls, anchors: list[Anchor]) -> "AnchorStore":
-        return cls([StoredAnchor(anchor, USER, "") for anchor in anchors])
+    def from_anchors(cls, anchors: list[Anchor], measured_steps: bool = True) -> "AnchorStore":
+        return cls([StoredAnchor(anchor, USER, "") for anchor in anchors], measured_steps=measured_steps)
 
     def all(self) -> list[Anchor]:
         return [item.anchor for item in self._stored.values()]

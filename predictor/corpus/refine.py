@@ -79,7 +79,7 @@ def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int 
     for _ in range(rounds):
         for anchor in build.anchors:
             group = build.groups[anchor.id]
-            store = AnchorStore.from_anchors([anchor])
+            store = AnchorStore.from_anchors([anchor], measured_steps=False)
             predicted = {row_id: predict_fn(row, store, priors) for row_id, row in group.source_rows().items()}
             _read_decode(group, anchor.id, predicted)
             _read_prefill(group, anchor.id, predicted)

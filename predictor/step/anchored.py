@@ -13,7 +13,9 @@ factors: another TP, EP, attention DP, PP, context, batch, precision or pool is 
 the physics of that layout, never by extrapolating the anchor's curve. Eq. 1 (only the
 excess above the fixed cost shrinks with TP), the staircase and Eq. 4 are what the
 physics does; EP imbalance is evaluated at both widths (the anchor's is inside the fit,
-the target's in its own breakdown).
+the target's in its own breakdown). On the anchor's own layout and kernel set, its
+measured decode steps correct the calibrated physics between them and fade outside them
+(`predictor.step.residual`; flagged `measured-steps`).
 
 Fits are cached per (anchor, prior): a search asks for the same anchor thousands of times.
 """
@@ -31,6 +33,7 @@ from predictor.hardware import Cluster, GpuProfile, load_gpu
 from predictor.step.calibration import Calibration
 from predictor.step.cost import Mode
 from predictor.step.fit import SIGMA_PREFILL_POINT, SIGMA_SERVED_PREFILL_POINT, Point, fit_points
+from predictor.step.residual import MEASURED_STEPS, DecodeResidual
 from predictor.step.simulate import SimulateStepModel
 from predictor.units import US_PER_MS
 
@@ -165,10 +168,47 @@ def _fit(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, profi
 
 def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
                    prior: Calibration, *, mode: Mode = Mode.ANCHORED, flags: tuple[str, ...] = (),
-                   acceptance: tuple[float, ...] | None = None) -> SimulateStepModel:
+                   acceptance: tuple[float, ...] | None = None, measured_steps: bool = True) -> SimulateStepModel:
     """The target's step model under the anchor's calibration (``acceptance``: the
-    traffic's L(k), METHOD §3.8)."""
+    traffic's L(k), METHOD §3.8; ``measured_steps``: on the anchor's own layout, its
+    measured decode steps correct the calibrated physics between them,
+    `predictor.step.residual`)."""
     calibration = calibrate(anchor, card, str(engine), prior, cluster.gpu)
+    residual = decode_residual(anchor, card, str(engine), prior, cluster.gpu) if measured_steps and own_layout(anchor, config) else None
+    if residual is not None:
+        flags = (*flags, MEASURED_STEPS)
     return SimulateStepModel(card, cluster, engine, config, acceptance, calibration=calibration, mode=mode,
                              anchor_id=anchor.id, flags=flags, captured_sizes=anchor.signature.captured_sizes or None,
-                             first_wave_stall_ms=anchor.first_wave_stall_ms)
+                             first_wave_stall_ms=anchor.first_wave_stall_ms, decode_residual=residual)
+
+
+def own_layout(anchor: Anchor, config: Configuration) -> bool:
+    """Whether ``config`` runs the anchor's own layout and kernel set (its widths,
+    precisions, kernels, capture and speculation): where its measured steps apply
+    (`predictor.step.residual`)."""
+    ran = anchor_config(anchor, config)
+    fields = ("tp", "ep", "attention_dp", "pp", "dcp", "weight_dtype", "activation_dtype", "expert_dtype",
+              "kv_cache_dtype", "attention_backend", "moe_backend", "all_to_all_backend", "graph_capture",
+              "spec_method", "spec_depth", "fusions")
+    return not config.disaggregated and all(getattr(ran, f) == getattr(config, f) for f in fields)
+
+
+_RESIDUALS: dict[tuple, DecodeResidual | None] = {}
+
+
+def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
+                    gpu: GpuProfile | None = None) -> DecodeResidual | None:
+    """What the anchor's calibration misses at each decode step it measured
+    (`predictor.step.residual`), at its own layout; cached like its fit."""
+    profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
+    key = (anchor, card, str(engine), prior, profile.name)
+    if key not in _RESIDUALS:
+        if len(_RESIDUALS) > FIT_CACHE_LIMIT:
+            _RESIDUALS.clear()
+        model = SimulateStepModel(card, anchor_cluster(anchor, profile), Engine(engine), anchor_config(anchor),
+                                  calibration=calibrate(anchor, card, engine, prior, profile),
+                                  captured_sizes=anchor.signature.captured_sizes or None)
+        _RESIDUALS[key] = DecodeResidual.from_points(
+            [(batch, float(context), math.log(step_ms * US_PER_MS / model.decode_us(batch, float(context))))
+             for batch, context, step_ms in decode_measurements(anchor) if model.decode_us(batch, float(context)) > 0])
+    return _RESIDUALS[key]

@@ -50,6 +50,7 @@ from predictor.step.cost import Mode, StepCost
 from predictor.step.dcp import excess_tokens_per_request
 from predictor.step.dwdp import LayerCosts, dwdp_plan
 from predictor.step.fusions import fusion_plan
+from predictor.step.residual import DecodeResidual
 from predictor.step.imbalance import distinct_experts, few_expert_bw_fraction, imbalance_factors
 from predictor.step.kernels import count_kernels, elementwise_bytes
 from predictor.step.operators import (
@@ -128,8 +129,10 @@ class SimulateStepModel:
                  acceptance: tuple[float, ...] | None = None, entropy: str = "low", *,
                  calibration: Calibration = PHYSICS, mode: Mode = Mode.RANK_ONLY, anchor_id: str | None = None,
                  flags: tuple[str, ...] = ("rank-only",), captured_sizes: tuple[int, ...] | None = None,
-                 first_wave_stall_ms: float = 0.0) -> None:
+                 first_wave_stall_ms: float = 0.0, decode_residual: DecodeResidual | None = None) -> None:
         self.card, self.cluster, self.engine, self.config = card, cluster, engine, config
+        self.decode_residual = decode_residual
+        self._residual_memo: dict[tuple[int, float], float] = {}
         self.calibration, self.mode, self.anchor_id = calibration, mode, anchor_id
         self.first_wave_stall_ms = first_wave_stall_ms
         self._decode_memo: dict[tuple[int, float], tuple[float, ...]] = {}
@@ -507,7 +510,23 @@ class SimulateStepModel:
         if found is None:
             if len(self._decode_memo) > DECODE_MEMO_LIMIT:
                 self._decode_memo.clear()
-            found = self._decode_memo[key] = self._price_decode(batch, context)
+            found = self._price_decode(batch, context)
+            if self.decode_residual is not None:
+                factor = self._residual_factor(batch, context)
+                found = tuple(term * factor for term in found)
+            self._decode_memo[key] = found
+        return found
+
+    def _residual_factor(self, batch: int, context: float) -> float:
+        """The anchor's measured-step residual at the batch the step runs (its captured
+        size: a padded step costs what its size does, the staircase)."""
+        key = (batch, context)
+        found = self._residual_memo.get(key)
+        if found is None:
+            if len(self._residual_memo) > DECODE_MEMO_LIMIT:
+                self._residual_memo.clear()
+            micro = self._decode_shape(batch)[0]
+            found = self._residual_memo[key] = self.decode_residual.factor(self._padded(micro) * self._pp, context)
         return found
 
     def _price_decode(self, batch: int, context: float) -> tuple[float, ...]:
@@ -582,8 +601,16 @@ class SimulateStepModel:
         attention = decode[1] + prefill_attention
         draft = decode[7]
         comm += self._dwdp_exposed_us(tokens, 1, prefill_context)
-        return (gemm + head_gemm, attention, moe, comm, launch + head_launch, other + head_other,
-                self.calibration.fixed_us, draft, self._pipeline_us(int(decode_batch), tokens + micro * q))
+        terms = (gemm + head_gemm, attention, moe, comm, launch + head_launch, other + head_other,
+                 self.calibration.fixed_us, draft, self._pipeline_us(int(decode_batch), tokens + micro * q))
+        if self.decode_residual is None:
+            return terms
+        # The decode rows' share of the step carries the anchor's residual as a pure decode
+        # step does (its attention and drafting above already do): a prompt's marginal
+        # cost over the decode step stays the calibrated physics' (predictor.step.residual).
+        factor = self._residual_factor(int(decode_batch), context)
+        extra = 1.0 - 1.0 / factor
+        return tuple(term if i in (1, 7) else max(0.0, term + decode[i] * extra) for i, term in enumerate(terms))
 
     def mixed(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
               prefill_context_tokens: float = 0.0) -> StepCost:

@@ -1,0 +1,80 @@
+"""What a calibrated anchor still misses at its own measured decode steps, carried to the
+steps between them (METHOD §4: an anchor is exact where it measured).
+
+A calibration has few factors, so it reproduces an anchor's decode steps to a few percent,
+not exactly (a ladder's curvature between its graph-capture sizes, one run's noise). On the
+anchor's own layout and kernel set, between two of its measured batches or contexts, the
+measured steps are better evidence than the factors: the step is the calibrated model's
+times the residual ``r = measured / modelled`` interpolated in log batch and log context.
+Outside the measured range the residual fades to nothing over one octave, so what the
+anchor did not measure is priced by the calibrated physics alone, as is every other layout,
+precision or pool (`predictor.step.anchored.anchored_model` applies it only on the anchor's
+own layout). A residual is bounded (`MAX_LOG_RESIDUAL`): a larger miss is the model's,
+shown in the fit's residuals, not absorbed here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+MAX_LOG_RESIDUAL = 0.25      # |log r| at most (~28%)
+MEASURED_STEPS = "measured-steps"   # the flag of a step model that applies them
+FADE_OCTAVES = 1.0           # outside the measured range the residual fades over this
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeResidual:
+    """Log residuals of an anchor's decode points: per measured context (ascending), the
+    measured batches (ascending) and ``log(measured / modelled)`` at each."""
+
+    contexts: tuple[float, ...]
+    batches: tuple[tuple[float, ...], ...]
+    log_residuals: tuple[tuple[float, ...], ...]
+
+    @classmethod
+    def from_points(cls, points: list[tuple[int, float, float]]) -> DecodeResidual | None:
+        """From ``(batch, context, log residual)`` triples; None when there are none."""
+        by_context: dict[float, dict[float, list[float]]] = {}
+        for batch, context, log_r in points:
+            clipped = max(-MAX_LOG_RESIDUAL, min(MAX_LOG_RESIDUAL, log_r))
+            by_context.setdefault(float(context), {}).setdefault(float(batch), []).append(clipped)
+        if not by_context:
+            return None
+        contexts = tuple(sorted(by_context))
+        batches = tuple(tuple(sorted(by_context[c])) for c in contexts)
+        logs = tuple(tuple(sum(by_context[c][b]) / len(by_context[c][b]) for b in sorted(by_context[c]))
+                     for c in contexts)
+        return cls(contexts, batches, logs)
+
+    def factor(self, batch: float, context: float) -> float:
+        """The multiplier of the calibrated decode step at ``batch`` and ``context``."""
+        return math.exp(_interpolate(self.contexts, [_curve(b, r, batch) for b, r in zip(self.batches,
+                                                                                          self.log_residuals)],
+                                     context))
+
+
+def _curve(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+    return _interpolate(xs, list(ys), x)
+
+
+def _interpolate(xs: tuple[float, ...], ys: list[float], x: float) -> float:
+    """Piecewise linear in log x between the points, fading to 0 over `FADE_OCTAVES`
+    outside them."""
+    x = max(x, 1e-9)
+    if x <= xs[0]:
+        return ys[0] * _fade(xs[0] / x)
+    if x >= xs[-1]:
+        return ys[-1] * _fade(x / xs[-1])
+    i = bisect.bisect_right(xs, x)
+    low, high = xs[i - 1], xs[i]
+    share = math.log(x / low) / math.log(high / low)
+    return ys[i - 1] + share * (ys[i] - ys[i - 1])
+
+
+def _fade(ratio: float) -> float:
+    return max(0.0, 1.0 - math.log2(ratio) / FADE_OCTAVES)
+
+
+__all__ = ["DecodeResidual", "FADE_OCTAVES", "MAX_LOG_RESIDUAL", "MEASURED_STEPS"]

@@ -1,0 +1,74 @@
+"""An anchor's measured decode steps between the calibrated physics (predictor/step/
+residual.py, anchored.py): exact at the measured steps of its own layout, interpolated
+between them, fading to the calibrated physics outside them, never on another layout."""
+
+import math
+
+import pytest
+
+from predictor.anchors.anchor import DecodeSweep, Provenance
+from predictor.anchors.store import build_anchor
+from predictor.step.anchored import anchored_model, calibrate, own_layout
+from predictor.step.calibration import PHYSICS
+from predictor.step.residual import MAX_LOG_RESIDUAL, MEASURED_STEPS, DecodeResidual
+from predictor.step.simulate import SimulateStepModel
+from tests.predictor.step.test_anchored import CARD, MI355X, _signature, measured, target
+
+
+def test_interpolates_in_log_batch_and_fades_over_an_octave():
+    table = DecodeResidual.from_points([(4, 1000.0, 0.1), (16, 1000.0, -0.1)])
+    assert math.log(table.factor(4, 1000.0)) == pytest.approx(0.1)
+    assert math.log(table.factor(8, 1000.0)) == pytest.approx(0.0)        # halfway in log batch
+    assert math.log(table.factor(2, 1000.0)) == pytest.approx(0.0)        # an octave below: faded
+    assert math.log(table.factor(22.6, 1000.0)) == pytest.approx(-0.05, abs=1e-3)   # half an octave above
+    assert table.factor(64, 1000.0) == 1.0 and table.factor(16, 4000.0) == 1.0   # outside: physics
+
+
+def test_interpolates_between_contexts_and_bounds_a_residual():
+    table = DecodeResidual.from_points([(8, 1000.0, 0.2), (8, 4000.0, 0.0), (8, 1000.0, 0.0), (4, 1000.0, 3.0)])
+    assert math.log(table.factor(8, 1000.0)) == pytest.approx(0.1)        # repeated points average
+    assert math.log(table.factor(8, 2000.0)) == pytest.approx(0.05)       # halfway in log context
+    assert math.log(table.factor(4, 1000.0)) == pytest.approx(MAX_LOG_RESIDUAL)
+    assert DecodeResidual.from_points([]) is None
+
+
+def _noisy_anchor():
+    """An anchor whose steps carry a ladder shape no calibration has (+4% at 8, -3% at 64)."""
+    clean = measured(_signature())
+    bumps = {8: 1.04, 64: 0.97}
+    sweep = clean.decode_sweep
+    itl = tuple(step * bumps.get(b, 1.0) for b, step in zip(sweep.batch_sizes, sweep.itl_ms))
+    prefill = clean.prefill_sweep
+    return build_anchor(clean.signature, DecodeSweep(prompt_tokens=sweep.prompt_tokens, batch_sizes=sweep.batch_sizes,
+                                                     itl_ms=itl),
+                        prefill.prompt_tokens, prefill.ttft_ms, Provenance(source="test", timestamp="2026-01-01"),
+                        host_time_ms=clean.host_time_ms, host_us_per_prompt_token=clean.host_us_per_prompt_token)
+
+
+def test_own_layout_reproduces_its_measured_steps_and_other_layouts_take_the_physics():
+    anchor = _noisy_anchor()
+    own = anchored_model(anchor, CARD, MI355X, "sglang", target(), PHYSICS)
+    bare = SimulateStepModel(CARD, MI355X, "sglang", target(), calibration=calibrate(anchor, CARD, "sglang", PHYSICS))
+    sweep = anchor.decode_sweep
+    for batch, step_ms in zip(sweep.batch_sizes, sweep.itl_ms):
+        assert own.decode_us(batch, sweep.prompt_tokens) == pytest.approx(step_ms * 1000, rel=1e-6)
+    assert abs(bare.decode_us(8, sweep.prompt_tokens) / (sweep.itl_ms[3] * 1000) - 1) > 0.02
+    # Another width, or the residual switched off (an anchor's points being read): the physics.
+    wide = anchored_model(anchor, CARD, MI355X, "sglang", target(tp=4), PHYSICS)
+    assert wide.decode_residual is None and not own_layout(anchor, target(tp=4))
+    assert MEASURED_STEPS in own.flags and MEASURED_STEPS not in wide.flags
+    off = anchored_model(anchor, CARD, MI355X, "sglang", target(), PHYSICS, measured_steps=False)
+    assert off.decode_us(8, sweep.prompt_tokens) == pytest.approx(bare.decode_us(8, sweep.prompt_tokens))
+
+
+def test_a_prompts_marginal_cost_stays_the_physics():
+    """The decode rows of a mixed step carry the residual; the prompt's cost over the
+    decode step does not change."""
+    anchor = _noisy_anchor()
+    own = anchored_model(anchor, CARD, MI355X, "sglang", target(), PHYSICS)
+    off = anchored_model(anchor, CARD, MI355X, "sglang", target(), PHYSICS, measured_steps=False)
+    context = anchor.decode_sweep.prompt_tokens
+    for batch in (8, 64):
+        marginal = own.mixed_us(2048, batch, context) - own.decode_us(batch, context)
+        assert marginal == pytest.approx(off.mixed_us(2048, batch, context) - off.decode_us(batch, context), rel=1e-6)
+        assert own.decode_us(batch, context) != pytest.approx(off.decode_us(batch, context), rel=1e-3)
