@@ -10,18 +10,19 @@ from predictor.anchors.anchor import DecodeSweep, Provenance
 from predictor.anchors.store import build_anchor
 from predictor.step.anchored import anchored_model, calibrate, own_layout
 from predictor.step.calibration import PHYSICS
-from predictor.step.residual import MAX_LOG_RESIDUAL, MEASURED_STEPS, DecodeResidual
+from predictor.step.residual import FADE_OCTAVES, MAX_LOG_RESIDUAL, MEASURED_STEPS, DecodeResidual
 from predictor.step.simulate import SimulateStepModel
 from tests.predictor.step.test_anchored import CARD, MI355X, _signature, measured, target
 
 
-def test_interpolates_in_log_batch_and_fades_over_an_octave():
+def test_interpolates_in_log_batch_and_fades_outside():
     table = DecodeResidual.from_points([(4, 1000.0, 0.1), (16, 1000.0, -0.1)])
     assert math.log(table.factor(4, 1000.0)) == pytest.approx(0.1)
     assert math.log(table.factor(8, 1000.0)) == pytest.approx(0.0)        # halfway in log batch
-    assert math.log(table.factor(2, 1000.0)) == pytest.approx(0.0)        # an octave below: faded
-    assert math.log(table.factor(22.6, 1000.0)) == pytest.approx(-0.05, abs=1e-3)   # half an octave above
-    assert table.factor(64, 1000.0) == 1.0 and table.factor(16, 4000.0) == 1.0   # outside: physics
+    below = 4 / 2 ** (FADE_OCTAVES / 2)                                   # halfway through the fade
+    assert math.log(table.factor(below, 1000.0)) == pytest.approx(0.05)
+    assert table.factor(16 * 2 ** FADE_OCTAVES, 1000.0) == 1.0            # past it: the physics
+    assert table.factor(16, 1000.0 * 2 ** FADE_OCTAVES) == 1.0
 
 
 def test_interpolates_between_contexts_and_bounds_a_residual():
