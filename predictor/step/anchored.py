@@ -186,6 +186,10 @@ def own_layout(anchor: Anchor, config: Configuration) -> bool:
     """Whether ``config`` runs the anchor's own layout and kernel set (its widths,
     precisions, kernels, capture and speculation): where its measured steps apply
     (`predictor.step.residual`)."""
+    sig = anchor.signature
+    if config.disaggregated or (config.tp, config.ep, config.attention_dp, config.pp, config.dcp) != (
+            sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp):
+        return False
     ran = anchor_config(anchor, config)
     fields = ("tp", "ep", "attention_dp", "pp", "dcp", "weight_dtype", "activation_dtype", "expert_dtype",
               "kv_cache_dtype", "attention_backend", "moe_backend", "all_to_all_backend", "graph_capture",
