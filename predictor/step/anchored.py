@@ -174,7 +174,9 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
     measured decode steps correct the calibrated physics between them,
     `predictor.step.residual`)."""
     calibration = calibrate(anchor, card, str(engine), prior, cluster.gpu)
-    residual = decode_residual(anchor, card, str(engine), prior, cluster.gpu) if measured_steps and own_layout(anchor, config) else None
+    residual = None
+    if measured_steps and own_layout(anchor, config):
+        residual = decode_residual(anchor, card, str(engine), prior, cluster.gpu)
     if residual is not None:
         flags = (*flags, MEASURED_STEPS)
     return SimulateStepModel(card, cluster, engine, config, acceptance, calibration=calibration, mode=mode,
@@ -191,12 +193,12 @@ def own_layout(anchor: Anchor, config: Configuration) -> bool:
             sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp):
         return False
     ran = anchor_config(anchor, config)
-    fields = ("tp", "ep", "attention_dp", "pp", "dcp", "weight_dtype", "activation_dtype", "expert_dtype",
-              "kv_cache_dtype", "attention_backend", "moe_backend", "all_to_all_backend", "graph_capture",
-              "spec_method", "spec_depth", "fusions")
-    return not config.disaggregated and all(getattr(ran, f) == getattr(config, f) for f in fields)
+    return all(getattr(ran, name) == getattr(config, name) for name in KERNEL_SET_FIELDS)
 
 
+# What besides the widths must match for an anchor's measured steps to apply.
+KERNEL_SET_FIELDS = ("weight_dtype", "activation_dtype", "expert_dtype", "kv_cache_dtype", "attention_backend",
+                     "moe_backend", "all_to_all_backend", "graph_capture", "spec_method", "spec_depth", "fusions")
 _RESIDUALS: dict[tuple, DecodeResidual | None] = {}
 
 
@@ -212,7 +214,10 @@ def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibra
         model = SimulateStepModel(card, anchor_cluster(anchor, profile), Engine(engine), anchor_config(anchor),
                                   calibration=calibrate(anchor, card, engine, prior, profile),
                                   captured_sizes=anchor.signature.captured_sizes or None)
-        _RESIDUALS[key] = DecodeResidual.from_points(
-            [(batch, float(context), math.log(step_ms * US_PER_MS / model.decode_us(batch, float(context))))
-             for batch, context, step_ms in decode_measurements(anchor) if model.decode_us(batch, float(context)) > 0])
+        found = []
+        for batch, context, step_ms in decode_measurements(anchor):
+            modelled_us = model.decode_us(batch, float(context))
+            if modelled_us > 0:
+                found.append((batch, float(context), math.log(step_ms * US_PER_MS / modelled_us)))
+        _RESIDUALS[key] = DecodeResidual.from_points(found)
     return _RESIDUALS[key]

@@ -50,7 +50,6 @@ from predictor.step.cost import Mode, StepCost
 from predictor.step.dcp import excess_tokens_per_request
 from predictor.step.dwdp import LayerCosts, dwdp_plan
 from predictor.step.fusions import fusion_plan
-from predictor.step.residual import DecodeResidual
 from predictor.step.imbalance import distinct_experts, few_expert_bw_fraction, imbalance_factors
 from predictor.step.kernels import count_kernels, elementwise_bytes
 from predictor.step.operators import (
@@ -61,6 +60,7 @@ from predictor.step.operators import (
     gemm_parts,
     resolve_precisions,
 )
+from predictor.step.residual import DecodeResidual
 from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price
 from predictor.step.speculation import NGRAM_DEFAULT_SOURCE, SpecMethod, acceptance_curve, drafter_plan
 from predictor.step.transfer import pipeline_overhead_us
