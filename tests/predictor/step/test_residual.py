@@ -15,10 +15,10 @@ from predictor.step.simulate import SimulateStepModel
 from tests.predictor.step.test_anchored import CARD, MI355X, _signature, measured, target
 
 
-def test_interpolates_in_log_batch_and_fades_outside():
+def test_interpolates_in_batch_and_fades_outside():
     table = DecodeResidual.from_points([(4, 1000.0, 0.1), (16, 1000.0, -0.1)])
     assert math.log(table.factor(4, 1000.0)) == pytest.approx(0.1)
-    assert math.log(table.factor(8, 1000.0)) == pytest.approx(0.0)        # halfway in log batch
+    assert math.log(table.factor(10, 1000.0)) == pytest.approx(0.0)       # halfway in batch
     below = 4 / 2 ** (FADE_OCTAVES / 2)                                   # halfway through the fade
     assert math.log(table.factor(below, 1000.0)) == pytest.approx(0.05)
     assert table.factor(16 * 2 ** FADE_OCTAVES, 1000.0) == 1.0            # past it: the physics
@@ -28,7 +28,7 @@ def test_interpolates_in_log_batch_and_fades_outside():
 def test_interpolates_between_contexts_and_bounds_a_residual():
     table = DecodeResidual.from_points([(8, 1000.0, 0.2), (8, 4000.0, 0.0), (8, 1000.0, 0.0), (4, 1000.0, 3.0)])
     assert math.log(table.factor(8, 1000.0)) == pytest.approx(0.1)        # repeated points average
-    assert math.log(table.factor(8, 2000.0)) == pytest.approx(0.05)       # halfway in log context
+    assert math.log(table.factor(8, 2500.0)) == pytest.approx(0.05)       # halfway in context
     assert math.log(table.factor(4, 1000.0)) == pytest.approx(MAX_LOG_RESIDUAL)
     assert DecodeResidual.from_points([]) is None
 
