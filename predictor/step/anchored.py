@@ -30,7 +30,7 @@ from levers.configuration import Configuration
 from predictor.anchors.anchor import HOST_PER_ENGINE, Anchor
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile, load_gpu
-from predictor.step.calibration import Calibration
+from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode
 from predictor.step.fit import SIGMA_PREFILL_POINT, SIGMA_SERVED_PREFILL_POINT, Point, fit_points
 from predictor.step.residual import MEASURED_STEPS, DecodeResidual
@@ -141,10 +141,15 @@ def _points(anchor: Anchor, card: ModelCard, engine: str, profile: GpuProfile) -
     if found is None:
         if len(_POINTS) > FIT_CACHE_LIMIT:
             _POINTS.clear()
-        model = SimulateStepModel(card, anchor_cluster(anchor, profile), Engine(engine), anchor_config(anchor),
-                                  captured_sizes=anchor.signature.captured_sizes or None)
-        found = _POINTS[key] = anchor_points(anchor, model)
+        found = _POINTS[key] = anchor_points(anchor, own_model(anchor, card, engine, profile))
     return found
+
+
+def own_model(anchor: Anchor, card: ModelCard, engine: str, profile: GpuProfile,
+              calibration: Calibration = PHYSICS) -> SimulateStepModel:
+    """The step model of the anchor's own layout and kernel set, under ``calibration``."""
+    return SimulateStepModel(card, anchor_cluster(anchor, profile), Engine(engine), anchor_config(anchor),
+                             calibration=calibration, captured_sizes=anchor.signature.captured_sizes or None)
 
 
 def fit_inputs(anchor: Anchor, card: ModelCard, engine: str,
@@ -211,9 +216,7 @@ def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibra
     if key not in _RESIDUALS:
         if len(_RESIDUALS) > FIT_CACHE_LIMIT:
             _RESIDUALS.clear()
-        model = SimulateStepModel(card, anchor_cluster(anchor, profile), Engine(engine), anchor_config(anchor),
-                                  calibration=calibrate(anchor, card, engine, prior, profile),
-                                  captured_sizes=anchor.signature.captured_sizes or None)
+        model = own_model(anchor, card, engine, profile, calibrate(anchor, card, engine, prior, profile))
         found = []
         for batch, context, step_ms in decode_measurements(anchor):
             modelled_us = model.decode_us(batch, float(context))

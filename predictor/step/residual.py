@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAX_LOG_RESIDUAL = 0.25      # |log r| at most (~28%)
@@ -54,16 +55,11 @@ class DecodeResidual:
 
     def factor(self, batch: float, context: float) -> float:
         """The multiplier of the calibrated decode step at ``batch`` and ``context``."""
-        return math.exp(_interpolate(self.contexts, [_curve(b, r, batch) for b, r in zip(self.batches,
-                                                                                          self.log_residuals)],
-                                     context))
+        at_batch = [_interpolate(batches, logs, batch) for batches, logs in zip(self.batches, self.log_residuals)]
+        return math.exp(_interpolate(self.contexts, at_batch, context))
 
 
-def _curve(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
-    return _interpolate(xs, list(ys), x)
-
-
-def _interpolate(xs: tuple[float, ...], ys: list[float], x: float) -> float:
+def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     """Piecewise linear between the points (a step is close to affine in batch and in
     context: in log batch instead, in-ladder TPOT InferenceX 2.4 -> 2.6%, AIConfigurator
     3.0 -> 3.1%), fading to 0 over `FADE_OCTAVES` outside them."""

@@ -168,9 +168,9 @@ class SimulateStepModel:
         sizes = CAPTURE_SIZES if captured_sizes is None else tuple(sorted(captured_sizes))
         self._captured = tuple(s for s in sizes if s <= config.max_captured_batch)
         self._pads = config.graph_capture != "none"
-        self._body_cache: dict[tuple[int, int], tuple[float, ...]] = {}
         self._raw_body_memo: dict[tuple, RawStep] = {}
-        self._body_terms_memo: dict[tuple[int, int], dict[str, float]] = {}
+        # per rows: the layers' priced terms, and (gemm, moe, communication, launch, other) of them
+        self._body_memo: dict[tuple[int, int], tuple[dict[str, float], tuple[float, ...]]] = {}
         self._head_cache: dict[float, tuple[float, float]] = {}
 
     @property
@@ -454,26 +454,22 @@ class SimulateStepModel:
 
     def _body(self, rank_rows: int, stage_rows: int) -> tuple[float, ...]:
         """Priced (gemm, moe, communication, launch, other) of the layers (cached per rows)."""
-        key = (rank_rows, stage_rows)
-        cached = self._body_cache.get(key)
-        if cached is not None:
-            return cached
-        if len(self._body_cache) > ROWS_CACHE_LIMIT:
-            self._body_cache.clear()
-        terms = self._body_terms(rank_rows, stage_rows)
-        cached = self._body_cache[key] = (terms["gemm"], terms["moe"], terms["communication"], terms["launch"],
-                                          terms["other"])
-        return cached
+        return self._body_priced(rank_rows, stage_rows)[1]
 
     def _body_terms(self, rank_rows: int, stage_rows: int) -> dict[str, float]:
         """The layers' priced terms (cached per rows: a prefill's DWDP layer costs and its
         own price ask for the same body)."""
+        return self._body_priced(rank_rows, stage_rows)[0]
+
+    def _body_priced(self, rank_rows: int, stage_rows: int) -> tuple[dict[str, float], tuple[float, ...]]:
         key = (rank_rows, stage_rows)
-        found = self._body_terms_memo.get(key)
+        found = self._body_memo.get(key)
         if found is None:
-            if len(self._body_terms_memo) > ROWS_CACHE_LIMIT:
-                self._body_terms_memo.clear()
-            found = self._body_terms_memo[key] = self._priced(self.body_raw(rank_rows, stage_rows))
+            if len(self._body_memo) > ROWS_CACHE_LIMIT:
+                self._body_memo.clear()
+            terms = self._priced(self.body_raw(rank_rows, stage_rows))
+            found = self._body_memo[key] = (terms, (terms["gemm"], terms["moe"], terms["communication"],
+                                                     terms["launch"], terms["other"]))
         return found
 
     def _head(self, lm_rows: float) -> tuple[float, float, float]:
