@@ -17,12 +17,20 @@ output length 8x the sweep's (128), a closed loop of 4 clients, and 16 clients, 
 the widest decode wave. Tolerances (bounds on predicted / measured - 1) are stated below, with
 what was measured on a busy shared 2-core VM; docs/SCORES.md keeps the table.
 
-The anchor's own point is run again right before and right after each of the four: its
-error is the machine's drift since the harvest (not the model's: it is the one point the
-anchor measured). On a machine shared with other work the speed changes by 2x within
-minutes; a point is only kept when both its drift errors (TPOT, TTFT) are within the
-bounds, a point that drifted is run again (at most TRIES times), and when one still
-drifts the attempt is redone from a fresh harvest (at most ATTEMPTS; printed).
+The machine's speed is not the harvest's: on a machine shared with other work it moves
+by 20-40% within minutes (CI runs measured both, on a quiet machine too). So the anchor's
+own point is run again right before and right after each of the four, and the point is
+compared at the machine's speed while it ran: TTFT and TPOT predictions are scaled by the
+own point's measured / predicted TTFT and TPOT (the geometric mean of the two runs), and
+throughput by a request's time at those speeds. That cancels the machine's speed and
+leaves the model's transfer error, (predicted point / predicted own) / (measured point /
+measured own) - 1. The own point's error itself (the drift) is reported, not bounded: it
+is the machine, not the model (the anchor measured that point; the offline suite checks
+the fit). A point is kept when its two own runs agree (TPOT and TTFT within STABLE: the
+speed held while it ran); one that did not is run again (at most TRIES times, keeping the
+try whose speed moved least), and when one still did not the attempt is redone from a
+fresh harvest (at most ATTEMPTS; printed). The raw errors (at the harvest's speed) are
+kept in the report and the table beside the compared ones.
 Where it may (root, or a raised RLIMIT_NICE), the test runs at niceness PRIORITY, so the
 engine and the client it starts take the cores ahead of other work for its few minutes.
 Set INFERASIM_GGUF to another .gguf file (default: where `scripts/local_llm.sh setup`
@@ -30,6 +38,7 @@ puts it) and INFERASIM_HARVEST_REPORT to keep the figures (last attempt) as JSON
 """
 
 import json
+import math
 import os
 import random
 from pathlib import Path
@@ -40,7 +49,7 @@ from predictor.anchors.store import load_anchor_file
 from predictor.harvest import harvester
 from predictor.harvest.client import OpenAIStreamClient
 from predictor.harvest.harvester import run_harvest
-from predictor.harvest.loop import LoopPoint, measure_loop, predict_loop
+from predictor.harvest.loop import LoopFigures, LoopPoint, measure_loop, predict_loop
 from predictor.harvest.plan import HarvestRequest, plan_harvest
 from predictor.harvest.process import EngineProcess, group_alive
 from predictor.harvest.prompts import PromptFactory
@@ -52,21 +61,25 @@ GGUF = Path(os.environ.get("INFERASIM_GGUF", Path(os.environ.get("INFERASIM_CACH
                            / "SmolLM2-135M-Instruct.Q4_1.gguf")).expanduser()
 THREADS = 1                          # one engine thread: the client and the OS keep the other core
 POINTS = (
-    LoopPoint("prompt 384 (sweep 64, 256)", clients=1, requests_per_client=4, prompt_tokens=384, output_tokens=16),
+    LoopPoint("prompt 384 (sweep 64, 256)", clients=1, requests_per_client=8, prompt_tokens=384, output_tokens=16),
     LoopPoint("output 128 (sweep 16)", clients=1, requests_per_client=4, prompt_tokens=64, output_tokens=128),
     LoopPoint("closed loop, 4 clients", clients=4, requests_per_client=3, prompt_tokens=128, output_tokens=32),
     LoopPoint("16 clients (waves to 8)", clients=16, requests_per_client=2, prompt_tokens=64, output_tokens=16),
 )
-# Bounds on predicted / measured - 1. Throughput's are -20%..+40%, not +-20%: host work
-# (HTTP, tokenising, sampling set-up: 90-140 ms a request here, the harvest's fitted host
-# time) runs on the same cores as a CPU engine's steps, but the model adds it to TTFT and
-# end-to-end latency only (METHOD §3.12: on a GPU it overlaps the steps), so with requests
-# served one at a time the predicted rate is high: +17% to +35% over the last steady run
-# (docs/SCORES.md), +22% at the anchor's own point.
+# Bounds on the speed-matched error (module docstring), predicted / measured - 1 at the
+# machine's speed while the point ran: the issue's TPOT +-20% and TTFT +-30%; throughput
+# -20%..+40%, since a 16-token request's rate follows its TTFT (the prompt-384 point:
+# TTFT 30% low is a rate 43% high). One long prefill on this VM varies by +-25% from
+# request to request (a 256-token prompt: 2.6-4.9 s, 2026-12-01), so the prompt-384 point
+# runs eight requests (seven timed). Throughput is matched through a request's time at
+# the two speeds (`at_speed`).
 TOLERANCE = {"tpot_ms": (-0.20, 0.20), "ttft_ms": (-0.30, 0.30), "output_tokens_per_s": (-0.20, 0.40)}
-DRIFT_KEYS = ("tpot_ms", "ttft_ms")  # the machine's speed (throughput also carries the host-time bias)
-# Run right before and after each point: the anchor's own point again (module docstring).
-OWN = LoopPoint("the anchor's own point", clients=1, requests_per_client=3, prompt_tokens=64, output_tokens=16)
+SPEED_KEYS = ("tpot_ms", "ttft_ms")  # the machine's speed, per latency (throughput follows from both)
+COLUMNS = ("ttft_ms", "tpot_ms", "output_tokens_per_s")
+STABLE = 0.20                        # the two own runs around a point agree within this (after / before - 1)
+# Run right before and after each point: the anchor's own point again (module docstring), six
+# requests (90 decode steps, six prefills) so that the speed it measures is not its noise.
+OWN = LoopPoint("the anchor's own point", clients=1, requests_per_client=6, prompt_tokens=64, output_tokens=16)
 TRIES = 3                            # per point, on one harvest
 ATTEMPTS = 2                         # harvests, ~3 minutes each on 2 cores
 PRIORITY = -10                       # niceness: ~9x the CPU share of a default process
@@ -114,9 +127,20 @@ def harvested(gguf, tmp_path, monkeypatch):
     return plan, report
 
 
-def drift(own, figures):
-    """The anchor's own point's TPOT and TTFT errors against its prediction `own`."""
-    return {key: round(error(own, figures, key), 3) for key in DRIFT_KEYS}
+def speed(own, runs) -> dict[str, float]:
+    """Per latency, the anchor's own point's measured / predicted over its runs around a
+    point (geometric mean): the machine's speed now against the harvest's."""
+    return {key: math.prod(getattr(run, key) for run in runs) ** (1.0 / len(runs)) / getattr(own, key)
+            for key in SPEED_KEYS}
+
+
+def at_speed(predicted: LoopFigures, now: dict[str, float], point: LoopPoint) -> LoopFigures:
+    """``predicted`` at the machine's speed now: TTFT and TPOT scaled by their own speeds,
+    throughput by a request's time, TTFT + (output - 1) TPOT, at those speeds."""
+    ttft, tpot = predicted.ttft_ms * now["ttft_ms"], predicted.tpot_ms * now["tpot_ms"]
+    decode = point.output_tokens - 1
+    slower = (ttft + decode * tpot) / (predicted.ttft_ms + decode * predicted.tpot_ms)
+    return LoopFigures(ttft, tpot, predicted.output_tokens_per_s / slower, predicted.mode)
 
 
 def within(key, value) -> bool:
@@ -124,23 +148,37 @@ def within(key, value) -> bool:
     return low <= value <= high
 
 
-def steady(drifts) -> bool:
-    return all(within(key, d[key]) for d in drifts for key in DRIFT_KEYS)
+def swing(runs) -> float:
+    """How far the own point's two runs around a point disagree (the larger of TPOT's and
+    TTFT's |after / before - 1|): how far the speed moved while the point ran."""
+    before, after = runs
+    return max(abs(getattr(after, key) / getattr(before, key) - 1.0) for key in SPEED_KEYS)
 
 
-def bracketed(client, factory, point, own):
-    """The point's figures, run between two runs of the anchor's own point, and both
-    drifts; run again while it drifted (at most TRIES)."""
-    for tries in range(1, TRIES + 1):
-        before = drift(own, measure_loop(client, factory, OWN))
+def held(runs) -> bool:
+    """The speed held while the point ran (its two own runs agree within STABLE)."""
+    return swing(runs) <= STABLE
+
+
+def drifts(own, runs) -> list[dict[str, float]]:
+    """The own point's TPOT and TTFT errors (predicted / measured - 1) before and after."""
+    return [{key: round(error(own, run, key), 3) for key in SPEED_KEYS} for run in runs]
+
+
+def bracketed(client, factory, point):
+    """The point's figures, run between two runs of the anchor's own point, and those two
+    runs; run again while the speed did not hold (at most TRIES), keeping the try whose
+    speed moved least."""
+    tries = []
+    while len(tries) < TRIES and not (tries and held(tries[-1][1])):
+        before = measure_loop(client, factory, OWN)
         figures = measure_loop(client, factory, point)
-        drifts = [before, drift(own, measure_loop(client, factory, OWN))]
-        if steady(drifts):
-            break
-    return figures, drifts, tries
+        tries.append((figures, (before, measure_loop(client, factory, OWN))))
+    figures, runs = min(tries, key=lambda t: swing(t[1]))
+    return figures, runs, len(tries)
 
 
-def measured_points(plan, tmp_path, own):
+def measured_points(plan, tmp_path):
     base = f"http://{plan.launch_request.host}:{plan.launch_request.port}"
     client = OpenAIStreamClient(base, plan.served_name, extras=plan.adapter.request_extras(plan.eos_token_id),
                                 tokenize_path=plan.adapter.tokenize_path, tokenize_body=plan.adapter.tokenize_body)
@@ -148,7 +186,7 @@ def measured_points(plan, tmp_path, own):
                                timeout_s=120.0, log_path=tmp_path / "loop.log") as engine:
         factory = PromptFactory(random.Random(7), client.tokenize_count)
         client.stream(factory.make(64).text, 4)                                      # warm-up
-        measured = [bracketed(client, factory, point, own) for point in POINTS]
+        measured = [bracketed(client, factory, point) for point in POINTS]
     assert not group_alive(engine.pid)
     return measured
 
@@ -161,13 +199,14 @@ def table(rows):
     lines = ["| point | model | TTFT ms | TPOT ms | output tok/s | TTFT err | TPOT err | tok/s err |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        m = row["measured"]
-        lines.append(f"| {row['point']['name']} | measured | {m['ttft_ms']:.0f} | {m['tpot_ms']:.2f} | "
+        m, v = row["measured"], row["speed"]
+        lines.append(f"| {row['point']['name']} | measured (speed {v['ttft_ms']:.2f} / {v['tpot_ms']:.2f}) | "
+                     f"{m['ttft_ms']:.0f} | {m['tpot_ms']:.2f} | "
                      f"{m['output_tokens_per_s']:.2f} | | | |")
         for model in ("analytical", "des"):
-            p, e = row[model], row[f"{model}_error"]
+            p, e, r = row[model], row[f"{model}_error"], row[f"{model}_raw_error"]
             lines.append(f"| | {model} | {p['ttft_ms']:.0f} | {p['tpot_ms']:.2f} | {p['output_tokens_per_s']:.2f} | "
-                         f"{e['ttft_ms']:+.1%} | {e['tpot_ms']:+.1%} | {e['output_tokens_per_s']:+.1%} |")
+                         + " | ".join(f"{e[key]:+.1%} (raw {r[key]:+.1%})" for key in COLUMNS) + " |")
     return "\n".join(lines)
 
 
@@ -189,13 +228,18 @@ def closed_loop(gguf, tmp_path, monkeypatch):
     config = plan.config.with_changes({"max_running_requests": 1, "prefix_cache": "off"})
     own = predict_loop(target, config, anchor, OWN, des=False)
     rows = []
-    for point, (figures, drifts, tries) in zip(POINTS, measured_points(plan, tmp_path, own)):
-        row = {"point": point.to_json(), "measured": figures.to_json(), "drift": drifts, "tries": tries}
+    for point, (figures, runs, tries) in zip(POINTS, measured_points(plan, tmp_path)):
+        now = speed(own, runs)
+        row = {"point": point.to_json(), "measured": figures.to_json(), "own": [run.to_json() for run in runs],
+               "speed": {key: round(value, 3) for key, value in now.items()}, "drift": drifts(own, runs),
+               "swing": round(swing(runs), 3), "held": held(runs), "tries": tries}
         for model, des in (("analytical", False), ("des", True)):
             predicted = predict_loop(target, config, anchor, point, des=des)
             assert predicted.mode == "anchored", (point.name, model)
             row[model] = predicted.to_json()
-            row[f"{model}_error"] = {key: error(predicted, figures, key) for key in TOLERANCE}
+            row[f"{model}_raw_error"] = {key: error(predicted, figures, key) for key in TOLERANCE}
+            matched = at_speed(predicted, now, point)
+            row[f"{model}_error"] = {key: error(matched, figures, key) for key in TOLERANCE}
         rows.append(row)
     return anchor, rows
 
@@ -203,19 +247,19 @@ def closed_loop(gguf, tmp_path, monkeypatch):
 def test_harvest_predict_measure_compare(gguf, priority, tmp_path, monkeypatch):
     for attempt in range(1, ATTEMPTS + 1):
         anchor, rows = closed_loop(gguf, tmp_path / f"attempt-{attempt}", monkeypatch)
-        drifts = [(row["point"]["name"], row["tries"], row["drift"]) for row in rows]
-        print(f"\nattempt {attempt} of {ATTEMPTS} (niceness {priority}); per point: tries, drift before/after "
-              f"{drifts}\n" + table(rows))
-        if all(steady(row["drift"]) for row in rows):
+        runs = [(row["point"]["name"], row["tries"], row["drift"]) for row in rows]
+        print(f"\nattempt {attempt} of {ATTEMPTS} (niceness {priority}); per point: tries, the own point's "
+              f"error before/after {runs}; errors at the own point's speed, raw at the harvest's\n" + table(rows))
+        if all(row["held"] for row in rows):
             break
     if os.environ.get("INFERASIM_HARVEST_REPORT"):
         Path(os.environ["INFERASIM_HARVEST_REPORT"]).write_text(json.dumps(
-            {"anchor": json.loads(anchor.model_dump_json()), "tolerance": TOLERANCE, "attempts": attempt,
-             "points": rows}, indent=1))
-    assert all(steady(row["drift"]) for row in rows), \
-        f"the machine's speed changed around a point on each of {ATTEMPTS} harvests ({TRIES} tries a point; the " \
-        f"anchor's own point before and after: {drifts}): rerun on a quieter machine"
+            {"anchor": json.loads(anchor.model_dump_json()), "tolerance": TOLERANCE, "stable": STABLE,
+             "attempts": attempt, "points": rows}, indent=1))
+    assert all(row["held"] for row in rows), \
+        f"the machine's speed changed by more than {STABLE:.0%} while a point ran, on each of {ATTEMPTS} harvests " \
+        f"({TRIES} tries a point; the anchor's own point's error before and after: {runs}): rerun on a quieter machine"
     misses = [(row["point"]["name"], model, key, round(row[f"{model}_error"][key], 3))
               for row in rows for model in ("analytical", "des") for key in TOLERANCE
               if not within(key, row[f"{model}_error"][key])]
-    assert not misses, f"outside {TOLERANCE}: {misses} (tries, drift before/after: {drifts})"
+    assert not misses, f"outside {TOLERANCE} at the own point's speed: {misses} (tries, own point before/after: {runs})"
