@@ -81,7 +81,7 @@ STABLE = 0.20                        # the two own runs around a point agree wit
 # requests (90 decode steps, six prefills) so that the speed it measures is not its noise.
 OWN = LoopPoint("the anchor's own point", clients=1, requests_per_client=6, prompt_tokens=64, output_tokens=16)
 TRIES = 3                            # per point, on one harvest
-ATTEMPTS = 2                         # harvests, ~3 minutes each on 2 cores
+ATTEMPTS = 2                         # harvests, 5-9 minutes each (with the points) on 2 cores
 PRIORITY = -10                       # niceness: ~9x the CPU share of a default process
 
 
