@@ -160,14 +160,14 @@ def swing(runs) -> float:
     return max(abs(getattr(after, key) / getattr(before, key) - 1.0) for key in SPEED_KEYS)
 
 
-def held(runs) -> bool:
-    """The speed held while the point ran (its two own runs agree within STABLE)."""
-    return swing(runs) <= STABLE
-
-
 def drifts(own, runs) -> list[dict[str, float]]:
     """The own point's TPOT and TTFT errors (predicted / measured - 1) before and after."""
     return [{key: round(error(own, run, key), 3) for key in SPEED_KEYS} for run in runs]
+
+
+def held(row) -> bool:
+    """The speed held while the row's point ran (its two own runs agree within STABLE)."""
+    return row["swing"] <= STABLE
 
 
 def bracketed(client, factory, point):
@@ -175,7 +175,7 @@ def bracketed(client, factory, point):
     runs; run again while the speed did not hold (at most TRIES), keeping the try whose
     speed moved least."""
     tries = []
-    while len(tries) < TRIES and not (tries and held(tries[-1][1])):
+    while len(tries) < TRIES and not (tries and swing(tries[-1][1]) <= STABLE):
         before = measure_loop(client, factory, OWN)
         figures = measure_loop(client, factory, point)
         tries.append((figures, (before, measure_loop(client, factory, OWN))))
@@ -237,7 +237,7 @@ def closed_loop(gguf, tmp_path, monkeypatch):
         now = speed(own, runs)
         row = {"point": point.to_json(), "measured": figures.to_json(), "own": [run.to_json() for run in runs],
                "speed": {key: round(value, 3) for key, value in now.items()}, "drift": drifts(own, runs),
-               "swing": round(swing(runs), 3), "held": held(runs), "tries": tries}
+               "swing": swing(runs), "tries": tries}
         for model, des in (("analytical", False), ("des", True)):
             predicted = predict_loop(target, config, anchor, point, des=des)
             assert predicted.mode == "anchored", (point.name, model)
@@ -255,13 +255,13 @@ def test_harvest_predict_measure_compare(gguf, priority, tmp_path, monkeypatch):
         summary = [(row["point"]["name"], row["tries"], row["drift"]) for row in rows]
         print(f"\nattempt {attempt} of {ATTEMPTS} (niceness {priority}); per point: tries, the own point's "
               f"error before/after {summary}; errors at the own point's speed, raw at the harvest's\n" + table(rows))
-        if all(row["held"] for row in rows):
+        if all(held(row) for row in rows):
             break
     if os.environ.get("INFERASIM_HARVEST_REPORT"):
         Path(os.environ["INFERASIM_HARVEST_REPORT"]).write_text(json.dumps(
             {"anchor": json.loads(anchor.model_dump_json()), "tolerance": TOLERANCE, "stable": STABLE,
              "attempts": attempt, "points": rows}, indent=1))
-    assert all(row["held"] for row in rows), \
+    assert all(held(row) for row in rows), \
         f"the machine's speed changed by more than {STABLE:.0%} while a point ran, on each of {ATTEMPTS} harvests " \
         f"({TRIES} tries a point; the anchor's own point's error before and after: {summary}): " \
         "rerun on a quieter machine"
