@@ -90,7 +90,7 @@ OWN = LoopPoint("the anchor's own point", clients=1, requests_per_client=6, prom
 ROUNDS = 3                           # every point once a round, on one harvest
 MAX_ROUNDS = 4                       # more rounds while a point has fewer than HELD kept tries
 HELD = 2                             # kept tries (the speed held), per point, for its median error
-ATTEMPTS = 2                         # harvests, 4.4 min each with the rounds on an idle 2-core EPYC guest
+ATTEMPTS = 2                         # harvests, 4.4-5.9 min each with the rounds on an idle 2-core EPYC guest
 PRIORITY = -10                       # niceness: ~9x the CPU share of a default process
 
 
