@@ -176,7 +176,7 @@ class AnchorStore:
     def __init__(self, stored: list[StoredAnchor], problems: tuple[tuple[str, str], ...] = (),
                  measured_steps: bool = True) -> None:
         by_id: dict[str, StoredAnchor] = {}
-        # Whether an anchor's own layout takes its measured decode steps between the
+        # Whether an anchor's own layout takes its measured decode steps (and prefills) between the
         # calibrated physics (`predictor.step.residual`); off while its points are read.
         self.measured_steps = measured_steps
         for item in stored:  # later sources (user) replace earlier ones (embedded)

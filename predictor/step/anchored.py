@@ -33,7 +33,7 @@ from predictor.hardware import Cluster, GpuProfile, load_gpu
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode
 from predictor.step.fit import SIGMA_PREFILL_POINT, SIGMA_SERVED_PREFILL_POINT, Point, fit_points
-from predictor.step.residual import MEASURED_STEPS, DecodeResidual
+from predictor.step.residual import MEASURED_STEPS, DecodeResidual, PrefillResidual
 from predictor.step.simulate import SimulateStepModel
 from predictor.units import US_PER_MS
 
@@ -176,17 +176,19 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
                    acceptance: tuple[float, ...] | None = None, measured_steps: bool = True) -> SimulateStepModel:
     """The target's step model under the anchor's calibration (``acceptance``: the
     traffic's L(k), METHOD §3.8; ``measured_steps``: on the anchor's own layout, its
-    measured decode steps correct the calibrated physics between them,
-    `predictor.step.residual`)."""
+    measured decode steps and (a harvest's) prefills correct the calibrated physics
+    between them, `predictor.step.residual`)."""
     calibration = calibrate(anchor, card, str(engine), prior, cluster.gpu)
-    residual = None
+    residual = prefill = None
     if measured_steps and own_layout(anchor, config):
         residual = decode_residual(anchor, card, str(engine), prior, cluster.gpu)
-    if residual is not None:
+        prefill = prefill_residual(anchor, card, str(engine), prior, cluster.gpu)
+    if residual is not None or prefill is not None:
         flags = (*flags, MEASURED_STEPS)
     return SimulateStepModel(card, cluster, engine, config, acceptance, calibration=calibration, mode=mode,
                              anchor_id=anchor.id, flags=flags, captured_sizes=anchor.signature.captured_sizes or None,
-                             first_wave_stall_ms=anchor.first_wave_stall_ms, decode_residual=residual)
+                             first_wave_stall_ms=anchor.first_wave_stall_ms, decode_residual=residual,
+                             prefill_residual=prefill)
 
 
 def own_layout(anchor: Anchor, config: Configuration) -> bool:
@@ -224,3 +226,37 @@ def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibra
                 found.append((batch, float(context), math.log(step_ms * US_PER_MS / modelled_us)))
         _RESIDUALS[key] = DecodeResidual.from_points(found)
     return _RESIDUALS[key]
+
+
+_PREFILL_RESIDUALS: dict[tuple, PrefillResidual | None] = {}
+
+
+def prefill_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
+                     gpu: GpuProfile | None = None) -> PrefillResidual | None:
+    """What the anchor's calibration misses at each prompt length its prefill sweep
+    measured (`predictor.step.residual`): the measured TTFT less the fitted host time, over
+    the modelled prefill in the anchor's chunks, at its own layout; cached like its fit.
+    Only a measured sweep (a harvest's concurrency-1 TTFTs) is carried: a corpus anchor's
+    prefill points are read from served runs through the wave model (`predictor.corpus.
+    refine`), queueing included, and carried as measurements they moved AIConfigurator's
+    in-ladder TTFT 17.3 -> 18.1% and load 19.4 -> 20.5% (InferenceX in-ladder 14.8 ->
+    13.9%, load 23.2 -> 23.3%)."""
+    if anchor.provenance.source_rows:
+        return None
+    profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
+    key = (anchor, card, str(engine), prior, profile.name)
+    if key not in _PREFILL_RESIDUALS:
+        if len(_PREFILL_RESIDUALS) > FIT_CACHE_LIMIT:
+            _PREFILL_RESIDUALS.clear()
+        calibration = calibrate(anchor, card, engine, prior, profile)
+        model = own_model(anchor, card, engine, profile, calibration)
+        chunk = min(model.config.chunked_prefill_size, model.config.max_batched_tokens)
+        found = []
+        for tokens, ttft_ms in zip(anchor.prefill_sweep.prompt_tokens, anchor.prefill_sweep.ttft_ms):
+            modelled_us = sum(model.prefill_us(size, 1, prior_tokens) for size, prior_tokens in _chunks(tokens, chunk))
+            host_us = (calibration.host_ms + calibration.host_us_per_token * tokens / US_PER_MS) * US_PER_MS
+            measured_us = ttft_ms * US_PER_MS - host_us
+            if modelled_us > 0 and measured_us > 0:
+                found.append((tokens, math.log(measured_us / modelled_us)))
+        _PREFILL_RESIDUALS[key] = PrefillResidual.from_points(found)
+    return _PREFILL_RESIDUALS[key]

@@ -1,5 +1,5 @@
-"""What a calibrated anchor still misses at its own measured decode steps, carried to the
-steps between them (METHOD §4: an anchor is exact where it measured).
+"""What a calibrated anchor still misses at its own measured decode steps and prefills,
+carried to the steps between them (METHOD §4: an anchor is exact where it measured).
 
 A calibration has few factors, so it reproduces an anchor's decode steps to a few percent,
 not exactly (a ladder's curvature between its graph-capture sizes, one run's noise). On the
@@ -11,6 +11,14 @@ anchor did not measure is priced by the calibrated physics alone, as is every ot
 precision or pool (`predictor.step.anchored.anchored_model` applies it only on the anchor's
 own layout). A residual is bounded (`MAX_LOG_RESIDUAL`): a larger miss is the model's,
 shown in the fit's residuals, not absorbed here.
+
+A prefill sweep is carried the same way (`PrefillResidual`): at each measured prompt
+length, ``r = (measured TTFT - host time) / modelled prefill``, interpolated in the
+prompt's length and applied to a prefill step (not to a prompt's marginal cost in a mixed
+step, as for decode). One compute factor covers GEMMs and attention, so a prefill that
+grows faster than linearly (llama.cpp on a CPU: 13 ms a token at 128-256 tokens, 15 at
+512) is missed by the fit at both ends of its sweep (+24% at 64 tokens, -20% at 512);
+between two measured lengths the measurement is the better evidence.
 """
 
 from __future__ import annotations
@@ -78,4 +86,28 @@ def _fade(ratio: float) -> float:
     return max(0.0, 1.0 - math.log2(ratio) / FADE_OCTAVES)
 
 
-__all__ = ["DecodeResidual", "FADE_OCTAVES", "MAX_LOG_RESIDUAL", "MEASURED_STEPS"]
+@dataclass(frozen=True, slots=True)
+class PrefillResidual:
+    """Log residuals of an anchor's prefill sweep: per measured prompt length (ascending),
+    ``log(measured prefill / modelled prefill)``."""
+
+    lengths: tuple[float, ...]
+    log_residuals: tuple[float, ...]
+
+    @classmethod
+    def from_points(cls, points: list[tuple[int, float]]) -> PrefillResidual | None:
+        """From ``(prompt tokens, log residual)`` pairs; None when there are none."""
+        by_length: dict[float, list[float]] = {}
+        for tokens, log_r in points:
+            by_length.setdefault(float(tokens), []).append(max(-MAX_LOG_RESIDUAL, min(MAX_LOG_RESIDUAL, log_r)))
+        if not by_length:
+            return None
+        lengths = tuple(sorted(by_length))
+        return cls(lengths, tuple(sum(by_length[n]) / len(by_length[n]) for n in lengths))
+
+    def factor(self, prompt_tokens: float) -> float:
+        """The multiplier of the calibrated prefill of a prompt ``prompt_tokens`` long."""
+        return math.exp(_interpolate(self.lengths, self.log_residuals, prompt_tokens))
+
+
+__all__ = ["DecodeResidual", "FADE_OCTAVES", "MAX_LOG_RESIDUAL", "MEASURED_STEPS", "PrefillResidual"]

@@ -60,7 +60,7 @@ from predictor.step.operators import (
     gemm_parts,
     resolve_precisions,
 )
-from predictor.step.residual import DecodeResidual
+from predictor.step.residual import DecodeResidual, PrefillResidual
 from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price
 from predictor.step.speculation import NGRAM_DEFAULT_SOURCE, SpecMethod, acceptance_curve, drafter_plan
 from predictor.step.transfer import pipeline_overhead_us
@@ -129,9 +129,11 @@ class SimulateStepModel:
                  acceptance: tuple[float, ...] | None = None, entropy: str = "low", *,
                  calibration: Calibration = PHYSICS, mode: Mode = Mode.RANK_ONLY, anchor_id: str | None = None,
                  flags: tuple[str, ...] = ("rank-only",), captured_sizes: tuple[int, ...] | None = None,
-                 first_wave_stall_ms: float = 0.0, decode_residual: DecodeResidual | None = None) -> None:
+                 first_wave_stall_ms: float = 0.0, decode_residual: DecodeResidual | None = None,
+                 prefill_residual: PrefillResidual | None = None) -> None:
         self.card, self.cluster, self.engine, self.config = card, cluster, engine, config
         self.decode_residual = decode_residual
+        self.prefill_residual = prefill_residual
         self._residual_memo: dict[tuple[int, float], float] = {}
         self.calibration, self.mode, self.anchor_id = calibration, mode, anchor_id
         self.first_wave_stall_ms = first_wave_stall_ms
@@ -561,9 +563,15 @@ class SimulateStepModel:
         body, head, attention, step = parts[:4]
         draft = sum(sum(p.values()) for p in parts[4:])
         comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context)
-        return (body["gemm"] + head["gemm"], attention["attention"], body["moe"], comm,
-                body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"], draft,
-                step["pipeline"])
+        terms = (body["gemm"] + head["gemm"], attention["attention"], body["moe"], comm,
+                 body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"], draft,
+                 step["pipeline"])
+        if self.prefill_residual is None:
+            return terms
+        # the anchor's measured prefills between their lengths (predictor.step.residual),
+        # at the length each prompt reaches in this step
+        factor = self.prefill_residual.factor(context + num_tokens / max(1, num_seqs))
+        return tuple(term * factor for term in terms)
 
     def prefill(self, num_tokens: int, num_seqs: int = 1, context_tokens: float = 0.0) -> StepCost:
         if num_tokens <= 0:

@@ -75,8 +75,8 @@ POINTS = (
 # Bounds on the speed-matched error (module docstring), predicted / measured - 1 at the
 # machine's speed while the point ran: the TPOT +-20% and TTFT +-30%; throughput
 # the 20% below and 40% above, since a 16-token request's rate follows its TTFT
-# and the model's known error there is a TTFT low (the prompt-384 point: a TTFT 30% low
-# is a rate 43% high; docs/SCORES.md). One long prefill on this VM varies by up to +-30%
+# and the model's error there was a TTFT low before a harvest's prefill sweep was carried
+# between its lengths (the prompt-384 point: a TTFT 30% low is a rate 43% high; docs/SCORES.md). One long prefill on this VM varies by up to +-30%
 # from request to request (a 256-token prompt: 2.6-4.9 s, 2026-12-01), so the prompt-384
 # point runs six requests (five timed) a try. Throughput is matched through a request's
 # time at the two speeds (`at_speed`).

@@ -1,4 +1,4 @@
-"""An anchor's measured decode steps between the calibrated physics (predictor/step/
+"""An anchor's measured decode steps and prefills between the calibrated physics (predictor/step/
 residual.py, anchored.py): exact at the measured steps of its own layout, interpolated
 between them, fading to the calibrated physics outside them, never on another layout."""
 
@@ -10,7 +10,7 @@ from predictor.anchors.anchor import DecodeSweep, Provenance
 from predictor.anchors.store import build_anchor
 from predictor.step.anchored import anchored_model, calibrate, own_layout
 from predictor.step.calibration import PHYSICS
-from predictor.step.residual import FADE_OCTAVES, MAX_LOG_RESIDUAL, MEASURED_STEPS, DecodeResidual
+from predictor.step.residual import FADE_OCTAVES, MAX_LOG_RESIDUAL, MEASURED_STEPS, DecodeResidual, PrefillResidual
 from predictor.step.simulate import SimulateStepModel
 from tests.predictor.step.test_anchored import CARD, MI355X, _signature, measured, target
 
@@ -73,3 +73,49 @@ def test_a_prompts_marginal_cost_stays_the_physics():
         marginal = own.mixed_us(2048, batch, context) - own.decode_us(batch, context)
         assert marginal == pytest.approx(off.mixed_us(2048, batch, context) - off.decode_us(batch, context), rel=1e-6)
         assert own.decode_us(batch, context) != pytest.approx(off.decode_us(batch, context), rel=1e-3)
+
+
+def test_a_prefill_residual_interpolates_in_length_and_fades_outside():
+    table = PrefillResidual.from_points([(256, 0.1), (512, -0.1), (256, 0.2), (64, -2.0)])
+    assert math.log(table.factor(256)) == pytest.approx(0.15)             # repeated lengths average
+    assert math.log(table.factor(384)) == pytest.approx(0.025)            # halfway between 256 and 512
+    assert math.log(table.factor(64)) == pytest.approx(-MAX_LOG_RESIDUAL)  # bounded
+    assert table.factor(512 * 2 ** FADE_OCTAVES) == 1.0                   # past the fade: the physics
+    assert PrefillResidual.from_points([]) is None
+
+
+def _curved_anchor(source_rows=()):
+    """An anchor whose prefill grows faster than the calibration can (+15% at the longest
+    prompt, -10% at the shortest): what llama.cpp's CPU prefill does."""
+    clean = measured(_signature())
+    prefill = clean.prefill_sweep
+    bumps = {prefill.prompt_tokens[0]: 0.90, prefill.prompt_tokens[-1]: 1.15}
+    ttft = tuple(t * bumps.get(n, 1.0) for n, t in zip(prefill.prompt_tokens, prefill.ttft_ms))
+    return build_anchor(clean.signature, clean.decode_sweep, prefill.prompt_tokens, ttft,
+                        Provenance(source="test", timestamp="2026-01-01", source_rows=tuple(source_rows)),
+                        host_time_ms=clean.host_time_ms, host_us_per_prompt_token=clean.host_us_per_prompt_token)
+
+
+def test_own_layout_reproduces_its_measured_prefills_and_other_layouts_take_the_physics():
+    anchor = _curved_anchor()
+    own = anchored_model(anchor, CARD, MI355X, "sglang", target(), PHYSICS)
+    calibration = calibrate(anchor, CARD, "sglang", PHYSICS)
+    host_ms = lambda n: calibration.host_ms + calibration.host_us_per_token * n / 1000.0
+    chunk = min(own.config.chunked_prefill_size, own.config.max_batched_tokens)
+    bare = anchored_model(anchor, CARD, MI355X, "sglang", target(), PHYSICS, measured_steps=False)
+    prefill = anchor.prefill_sweep
+    assert prefill.prompt_tokens[0] <= chunk
+    for tokens, ttft_ms in zip(prefill.prompt_tokens, prefill.ttft_ms):
+        if tokens <= chunk:                                              # one chunk: exact where measured
+            assert own.prefill_us(tokens) / 1000.0 + host_ms(tokens) == pytest.approx(ttft_ms, rel=1e-6)
+    shortest, ttft_ms = prefill.prompt_tokens[0], prefill.ttft_ms[0]
+    assert abs((bare.prefill_us(shortest) / 1000.0 + host_ms(shortest)) / ttft_ms - 1) > 0.03   # the fit alone misses
+    assert own.prefill_residual is not None and MEASURED_STEPS in own.flags
+    wide = anchored_model(anchor, CARD, MI355X, "sglang", target(tp=4), PHYSICS)
+    assert wide.prefill_residual is None
+
+
+def test_a_corpus_anchors_prefill_points_are_not_carried_as_measurements():
+    """A served run's TTFT reading (queueing included) calibrates, it is not a prefill sweep."""
+    served = anchored_model(_curved_anchor(source_rows=("corpus.csv:2",)), CARD, MI355X, "sglang", target(), PHYSICS)
+    assert served.prefill_residual is None
