@@ -68,6 +68,7 @@ from predictor.harvest.sweeps import (
     PrefillResult,
     ProbeResult,
     WaveResult,
+    combine_waves,
     host_time_ms,
     host_us_per_prompt_token,
     run_decode_sweep,
@@ -151,12 +152,7 @@ def measure(plan: HarvestPlan, client: StreamClient, *, rng: random.Random | Non
     recorder.phase = "warm-up"
     warm_up(recorder, factory, sweep.prompt_tokens, sweep.decode_tokens)
     warm_records = len(recorder.records)
-    waves = _decode_waves(recorder, factory, plan, sweep.batches, sweep.prompt_tokens, progress)
-    second: list[WaveResult] = []
-    if sweep.second_prompt_tokens:
-        serialised = serialised_batches(waves)
-        second = _decode_waves(recorder, factory, plan, [b for b in sweep.batches if b not in serialised],
-                               sweep.second_prompt_tokens, progress)
+    waves, second = _decode_sweeps(recorder, factory, plan, progress)
     recorder.phase = "prefill"
     prefill, _ = run_prefill_sweep(recorder, factory, sweep.prefill_lengths, sweep.repeats, progress)
     probe = None
@@ -174,6 +170,40 @@ def measure(plan: HarvestPlan, client: StreamClient, *, rng: random.Random | Non
     host = host_us_per_prompt_token(recorder, factory, sweep.prefill_lengths[0], sweep.prefill_lengths[-1])
     return Measurements(waves=tuple(waves), second_waves=tuple(second), prefill=prefill, probe=probe, reuse_ms=reuse,
                         host_us_per_token=host, prompt_texts=texts, traces=tuple(recorder.records))
+
+
+def _decode_sweeps(recorder: RecordingClient, factory: PromptFactory, plan: HarvestPlan,
+                   progress: Progress | None) -> tuple[list[WaveResult], list[WaveResult]]:
+    """The decode sweep at the plan's prompt length and at its second one (METHOD §4),
+    each batch's streams recorded under its own phase. The context slope is the ratio of
+    the two, so they are measured close in time: batch 1's waves alternate between the two
+    lengths (a shared machine's speed drifts over tens of seconds: one harvest measured its
+    256-token decode step 9% faster than its 64-token one, 2026-12-02), and every other
+    batch takes its second length right after its first, when it batched (a serialised
+    batch is left out at both)."""
+    sweep, waves, second = plan.sweep, [], []
+    for batch in sweep.batches:
+        if batch == 1 and sweep.second_prompt_tokens:
+            first, other = _alternating(recorder, factory, plan, sweep.prompt_tokens, sweep.second_prompt_tokens,
+                                        progress)
+            waves.append(first)
+            second.append(other)
+            continue
+        waves += _decode_waves(recorder, factory, plan, (batch,), sweep.prompt_tokens, progress)
+        if sweep.second_prompt_tokens and batch not in serialised_batches(waves):
+            second += _decode_waves(recorder, factory, plan, (batch,), sweep.second_prompt_tokens, progress)
+    return waves, second
+
+
+def _alternating(recorder: RecordingClient, factory: PromptFactory, plan: HarvestPlan, prompt_tokens: int,
+                 second_tokens: int, progress: Progress | None) -> tuple[WaveResult, WaveResult]:
+    """Batch 1's waves at two prompt lengths, alternately, each length's combined."""
+    runs: dict[int, list[WaveResult]] = {prompt_tokens: [], second_tokens: []}
+    for _ in range(plan.sweep.waves_per_batch):
+        for tokens in runs:
+            recorder.phase = f"decode b=1 prompt={tokens}"
+            runs[tokens] += run_decode_sweep(recorder, factory, (1,), tokens, plan.sweep.decode_tokens, progress)
+    return combine_waves(runs[prompt_tokens]), combine_waves(runs[second_tokens])
 
 
 def _decode_waves(recorder: RecordingClient, factory: PromptFactory, plan: HarvestPlan, batches: Sequence[int],

@@ -146,3 +146,26 @@ def test_cli_refuses_random_weights_on_vllm():
     result = runner.invoke(app, ["harvest", "--engine", "vllm", "--model", "deepseek-r1", "--config", "tp=8",
                                  "--engine-arg=--load-format", "--engine-arg=dummy", "--dry-run"])
     assert result.exit_code == 2 and "dummy (random) weights" in result.output
+
+
+def test_batch_one_alternates_its_two_prompt_lengths(gguf_file, recorded):
+    """The context slope is the ratio of batch 1's steps at the two prompt lengths, so
+    their waves alternate (a shared machine's speed drifts between them otherwise)."""
+    plan = recorded_plan(gguf_file, recorded)
+    asked = []
+
+    class Recording(ReplayClient):
+        def stream(self, prompt, max_tokens):
+            asked.append((len(prompt.split()), max_tokens))
+            return super().stream(prompt, max_tokens)
+
+    client = Recording.from_records(recorded["traces"], token_counts=lambda text: len(text.split()))
+    measured = measure(plan, client, rng=random.Random(0))
+    sweep = plan.sweep
+    lengths = {sweep.prompt_tokens, sweep.second_prompt_tokens}
+    ones = [words for words, max_tokens in asked if max_tokens == sweep.decode_tokens and words in lengths]
+    start = ones.index(sweep.second_prompt_tokens) - 1              # after the warm-up: batch 1's first wave
+    assert ones[start:start + 2 * sweep.waves_per_batch] == \
+        [sweep.prompt_tokens, sweep.second_prompt_tokens] * sweep.waves_per_batch
+    assert ones.count(sweep.second_prompt_tokens) == sweep.waves_per_batch   # serialised batches: no second length
+    assert measured.second_waves[0].batch == 1 and measured.second_waves[0].prompt_tokens == sweep.second_prompt_tokens
