@@ -23,10 +23,12 @@ Fits are cached per (anchor, prior): a search asks for the same anchor thousands
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
+from predictor.analytical import chunks, host_time_ms, single_ttft_ms
 from predictor.anchors.anchor import HOST_PER_ENGINE, Anchor
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile, load_gpu
@@ -75,11 +77,6 @@ def anchor_cluster(anchor: Anchor, gpu: GpuProfile) -> Cluster:
     return Cluster(gpu=gpu, gpus_per_node=per_node, num_nodes=max(1, math.ceil(gpus / per_node)))
 
 
-def _chunks(tokens: int, chunk: int) -> list[tuple[int, int]]:
-    size = max(1, chunk)
-    return [(min(size, tokens - start), start) for start in range(0, tokens, size)]
-
-
 def decode_measurements(anchor: Anchor) -> list[tuple[int, int, float]]:
     """(batch, context, step ms) of every decode step the anchor measured."""
     if anchor.decode_points:
@@ -91,14 +88,19 @@ def decode_measurements(anchor: Anchor) -> list[tuple[int, int, float]]:
     return found
 
 
+def sweep_chunk(model: SimulateStepModel) -> int:
+    """The chunk a concurrency-1 prefill of ``model``'s layout runs in."""
+    return min(model.config.chunked_prefill_size, model.config.max_batched_tokens)
+
+
 def anchor_points(anchor: Anchor, model: SimulateStepModel) -> list[Point]:
     """Every point the anchor measured, as raw parts of `model` (its own layout)."""
     points = [Point(f"decode b={batch} ctx={context}", "decode", tuple(model.decode_raw(batch, float(context))),
                     step_ms * US_PER_MS) for batch, context, step_ms in decode_measurements(anchor)]
-    chunk = min(model.config.chunked_prefill_size, model.config.max_batched_tokens)
+    chunk = sweep_chunk(model)
     prefill = anchor.prefill_sweep
     for tokens, ttft_ms in zip(prefill.prompt_tokens, prefill.ttft_ms):
-        parts = tuple(part for size, prior in _chunks(tokens, chunk) for part in model.prefill_raw(size, 1, prior))
+        parts = tuple(part for size, prior in chunks(tokens, chunk) for part in model.prefill_raw(size, 1, prior))
         points.append(Point(f"prefill n={tokens}", "prefill", parts, ttft_ms * US_PER_MS, prompt_tokens=tokens))
     return points
 
@@ -206,29 +208,33 @@ def own_layout(anchor: Anchor, config: Configuration) -> bool:
 # What besides the widths must match for an anchor's measured steps to apply.
 KERNEL_SET_FIELDS = ("weight_dtype", "activation_dtype", "expert_dtype", "kv_cache_dtype", "attention_backend",
                      "moe_backend", "all_to_all_backend", "graph_capture", "spec_method", "spec_depth", "fusions")
-_RESIDUALS: dict[tuple, DecodeResidual | None] = {}
+_RESIDUALS: dict[tuple, DecodeResidual | PrefillResidual | None] = {}
+
+
+def _residual(kind: str, anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, gpu: GpuProfile | None,
+              build: Callable[[SimulateStepModel], DecodeResidual | PrefillResidual | None]):
+    """``build`` on the anchor's own calibrated model, cached like its fit (per ``kind``)."""
+    profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
+    key = (kind, anchor, card, str(engine), prior, profile.name)
+    if key not in _RESIDUALS:
+        if len(_RESIDUALS) > FIT_CACHE_LIMIT:
+            _RESIDUALS.clear()
+        _RESIDUALS[key] = build(own_model(anchor, card, engine, profile, calibrate(anchor, card, engine, prior, profile)))
+    return _RESIDUALS[key]
 
 
 def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
                     gpu: GpuProfile | None = None) -> DecodeResidual | None:
     """What the anchor's calibration misses at each decode step it measured
     (`predictor.step.residual`), at its own layout; cached like its fit."""
-    profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
-    key = (anchor, card, str(engine), prior, profile.name)
-    if key not in _RESIDUALS:
-        if len(_RESIDUALS) > FIT_CACHE_LIMIT:
-            _RESIDUALS.clear()
-        model = own_model(anchor, card, engine, profile, calibrate(anchor, card, engine, prior, profile))
+    def build(model: SimulateStepModel) -> DecodeResidual | None:
         found = []
         for batch, context, step_ms in decode_measurements(anchor):
             modelled_us = model.decode_us(batch, float(context))
             if modelled_us > 0:
                 found.append((batch, float(context), math.log(step_ms * US_PER_MS / modelled_us)))
-        _RESIDUALS[key] = DecodeResidual.from_points(found)
-    return _RESIDUALS[key]
-
-
-_PREFILL_RESIDUALS: dict[tuple, PrefillResidual | None] = {}
+        return DecodeResidual.from_points(found)
+    return _residual("decode", anchor, card, engine, prior, gpu, build)
 
 
 def prefill_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
@@ -243,20 +249,13 @@ def prefill_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibr
     13.9%, load 23.2 -> 23.3%)."""
     if anchor.provenance.source_rows:
         return None
-    profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
-    key = (anchor, card, str(engine), prior, profile.name)
-    if key not in _PREFILL_RESIDUALS:
-        if len(_PREFILL_RESIDUALS) > FIT_CACHE_LIMIT:
-            _PREFILL_RESIDUALS.clear()
-        calibration = calibrate(anchor, card, engine, prior, profile)
-        model = own_model(anchor, card, engine, profile, calibration)
-        chunk = min(model.config.chunked_prefill_size, model.config.max_batched_tokens)
+
+    def build(model: SimulateStepModel) -> PrefillResidual | None:
         found = []
         for tokens, ttft_ms in zip(anchor.prefill_sweep.prompt_tokens, anchor.prefill_sweep.ttft_ms):
-            modelled_us = sum(model.prefill_us(size, 1, prior_tokens) for size, prior_tokens in _chunks(tokens, chunk))
-            host_us = (calibration.host_ms + calibration.host_us_per_token * tokens / US_PER_MS) * US_PER_MS
-            measured_us = ttft_ms * US_PER_MS - host_us
-            if modelled_us > 0 and measured_us > 0:
-                found.append((tokens, math.log(measured_us / modelled_us)))
-        _PREFILL_RESIDUALS[key] = PrefillResidual.from_points(found)
-    return _PREFILL_RESIDUALS[key]
+            host_ms = host_time_ms(model, tokens)
+            modelled_ms = single_ttft_ms(model, tokens, sweep_chunk(model)) - host_ms
+            if modelled_ms > 0 and ttft_ms > host_ms:
+                found.append((tokens, math.log((ttft_ms - host_ms) / modelled_ms)))
+        return PrefillResidual.from_points(found)
+    return _residual("prefill", anchor, card, engine, prior, gpu, build)
