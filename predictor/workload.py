@@ -29,7 +29,11 @@ class WorkloadSpec:
     ``requests_per_client`` describes a fixed-count benchmark run (all clients start
     together and send that many requests each, e.g. InferenceX's ``num_prompts = 10 x
     concurrency``): the first wave's queued prefills then weigh on the mean TTFT. None
-    means the steady state of an endless run.
+    means the steady state of an endless run. ``harness`` names the benchmark client and
+    front end a measured run went through (a corpus's ``source``: ``inferencex``,
+    ``aiconfigurator``): its per-request host time is theirs (METHOD §3.12), so a
+    configuration with no anchor takes the host time of that harness's anchors
+    (`predictor.step.priors.Priors.host`); None for the product's own questions.
     """
 
     kind: str
@@ -38,6 +42,7 @@ class WorkloadSpec:
     requests_per_client: int | None = None
     fixed_lengths: bool = False    # a benchmark whose requests are exactly isl/osl (predictor.benchmark)
     acceptance: tuple[float, ...] | None = None   # L(1..k) of this traffic's speculation (METHOD §3.8)
+    harness: str | None = None     # the benchmark client and front end of a measured run (docstring)
 
     @property
     def is_fixed(self) -> bool:
@@ -55,7 +60,8 @@ class WorkloadSpec:
     def to_json(self) -> dict:
         return {"kind": self.kind, "isl": self.isl, "osl": self.osl, "name": self.name,
                 "requests_per_client": self.requests_per_client, "fixed_lengths": self.fixed_lengths,
-                "acceptance": list(self.acceptance) if self.acceptance else None}
+                "acceptance": list(self.acceptance) if self.acceptance else None,
+                **({"harness": self.harness} if self.harness else {})}
 
 
 AGENTIC = WorkloadSpec("agentic")

@@ -47,12 +47,14 @@ def store_priors(store: AnchorStore) -> Priors:
     return found
 
 
-def prior_for(target: Target, config: Configuration, priors: Priors, *, seed: bool = False) -> Calibration:
-    """The prior of ``config``: what prices it with no anchor, or (``seed``) what an
-    anchor's fit for it starts from (`predictor.step.priors.Priors.seed`)."""
+def prior_for(target: Target, config: Configuration, priors: Priors, *, seed: bool = False,
+              harness: str | None = None) -> Calibration:
+    """The prior of ``config``: what prices it with no anchor (with ``harness``'s host
+    time, `predictor.step.priors.Priors.lookup`), or (``seed``) what an anchor's fit for
+    it starts from (`predictor.step.priors.Priors.seed`)."""
     sig = signature_for(target.card, target.cluster, target.engine, config)
     key = (target.cluster.gpu.name, str(target.engine), dtype_class(sig.weight_dtype, sig.expert_dtype))
-    return priors.seed(*key) if seed else priors.lookup(*key)
+    return priors.seed(*key) if seed else priors.lookup(*key, harness=harness)
 
 
 @dataclass
@@ -64,15 +66,18 @@ class Anchoring:
     priors: Priors
     context_tokens: float | None = None
     acceptance: tuple[float, ...] | None = None
+    harness: str | None = None          # the measured run's harness (`WorkloadSpec.harness`)
     selections: list[Selection] = field(default_factory=list)
     calibrations: list[Calibration] = field(default_factory=list)
     _models: dict[Configuration, StepModel] = field(default_factory=dict)
 
     @classmethod
     def of(cls, target: Target, store: AnchorStore | None = None, priors: Priors | None = None,
-           context_tokens: float | None = None, acceptance: tuple[float, ...] | None = None) -> Anchoring:
+           context_tokens: float | None = None, acceptance: tuple[float, ...] | None = None,
+           harness: str | None = None) -> Anchoring:
         store = store if store is not None else default_store()
-        return cls(target, store, priors if priors is not None else store_priors(store), context_tokens, acceptance)
+        return cls(target, store, priors if priors is not None else store_priors(store), context_tokens, acceptance,
+                   harness)
 
     def _select(self, config: Configuration) -> Selection:
         t = self.target
@@ -95,7 +100,7 @@ class Anchoring:
         t = self.target
         selection = self._select(config)
         self.selections.append(selection)
-        prior = prior_for(t, config, self.priors, seed=selection.anchor is not None)
+        prior = prior_for(t, config, self.priors, seed=selection.anchor is not None, harness=self.harness)
         if selection.anchor is None:
             self.calibrations.append(prior)
             model = SimulateStepModel(t.card, t.cluster, t.engine, config, self.acceptance, calibration=prior,

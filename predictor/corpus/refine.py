@@ -63,7 +63,8 @@ PredictFn = Callable[..., Prediction]
 def predict_row(row: CorpusRow, store: AnchorStore, priors: Priors | None = None) -> Prediction:
     """The product's prediction of one corpus row (fixed-length traffic)."""
     target = Target(row.card(), row.cluster(), Engine(row.engine))
-    return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths),
+    return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
+                                                    harness=row.harness),
                    store=store, priors=priors)
 
 

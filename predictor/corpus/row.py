@@ -125,6 +125,12 @@ class CorpusRow:
         return self.config.concurrency
 
     @property
+    def harness(self) -> str:
+        """The benchmark client and front end the run went through (`WorkloadSpec.harness`):
+        one per corpus, its source; the anchors built from it carry the same name."""
+        return self.source
+
+    @property
     def spec(self) -> str:
         c = self.config
         return "none" if c.spec_method == "none" else f"{c.spec_method}{c.spec_depth}"

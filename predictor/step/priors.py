@@ -17,6 +17,19 @@ the most specific key to the least: (GPU, engine, dtype class) -> (GPU, engine) 
 (engine, dtype class) -> (GPU) -> (engine) -> every anchor -> the physics defaults of
 `predictor.step.operators`. A key needs at least `MIN_ANCHORS` anchors.
 
+A third table holds the per-request host time (METHOD §3.12) by the *harness* an anchor
+was measured through (its provenance source: the benchmark client and the engine's front
+end) and engine: the median of the anchors' fitted ``host_ms`` and ``host_us_per_token``
+(`Priors.host`). Host time is the front end's and
+the client's, not the model's: AIConfigurator's silicon runs carry TTFT floors of
+100-300 ms that InferenceX's runs of the same engines do not (gpt-oss-120b on B200 under
+TensorRT-LLM: 35-45 ms measured by both, priced 210 ms by a prior pooled over both), so
+a pooled fit's host time prices one harness with the other's. A prediction whose workload
+names its harness (`WorkloadSpec.harness`: a corpus row's source) takes that harness's
+host time for its engine when no anchor calibrates it; otherwise the pooled prior's.
+Measured with `score --protocol none` (priors of the other models only): mean TTFT
+43.2 -> 34.9% on AIConfigurator, 37.8 -> 36.5% on InferenceX (docs/SCORES.md).
+
 The shipped priors (`predictor/data/calibration_priors.json`, built by
 `scripts/build_priors.py` from the embedded anchors) serve the product; `inferasim score`
 learns its own from the anchors of each run (never from the rows it scores), and
@@ -29,7 +42,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Callable, Iterable
@@ -59,6 +72,11 @@ def prior_keys(gpu: str, engine: str, dtype: str) -> tuple[str, ...]:
     return (f"{gpu}/{engine}/{dtype}", f"{gpu}/{engine}", f"*/{engine}/{dtype}", f"{gpu}", f"*/{engine}", "*")
 
 
+def host_key(harness: str, engine: str) -> str:
+    """The host-time table's key of a harness and engine (module docstring)."""
+    return f"{harness.lower()}/{str(engine).lower()}"
+
+
 @dataclass(frozen=True, slots=True)
 class Fitted:
     """One fitted anchor, as the priors see it."""
@@ -70,6 +88,7 @@ class Fitted:
     calibration: Calibration
     points: tuple[Point, ...] = ()          # what the anchor measured (a pooled prior fits them)
     prefill_sigma: float = SIGMA_SERVED_PREFILL_POINT
+    source: str = ""                        # the harness it was measured through (provenance)
 
 
 @dataclass(frozen=True)
@@ -79,10 +98,24 @@ class Priors:
     by_key: dict[str, Calibration] = field(default_factory=dict)     # prices a model with no anchor
     counts: dict[str, int] = field(default_factory=dict)
     seeds: dict[str, Calibration] = field(default_factory=dict)      # starts an anchor's own fit
+    hosts: dict[str, tuple[float, float, int]] = field(default_factory=dict)   # harness keys: (ms, us/token, anchors)
 
-    def lookup(self, gpu: str, engine: str, dtype: str) -> Calibration:
-        """The calibration that prices a model with no anchor (module docstring)."""
-        return _first(self.by_key, gpu, engine, dtype)
+    def lookup(self, gpu: str, engine: str, dtype: str, harness: str | None = None) -> Calibration:
+        """The calibration that prices a model with no anchor (module docstring), with
+        ``harness``'s host time when its anchors teach one."""
+        found = _first(self.by_key, gpu, engine, dtype)
+        host = self.host(harness, engine) if harness else None
+        if host is None:
+            return found
+        key, (host_ms, per_token, _) = host
+        return replace(found, host_ms=host_ms, host_us_per_token=per_token, source=f"{found.source}+host:{key}")
+
+    def host(self, harness: str, engine: str) -> tuple[str, tuple[float, float, int]] | None:
+        """(key, (host ms, us per prompt token, anchors)) of ``harness`` and ``engine``,
+        or None when fewer than `MIN_ANCHORS` of its anchors teach one."""
+        key = host_key(harness, engine)
+        found = self.hosts.get(key)
+        return None if found is None else (key, found)
 
     def seed(self, gpu: str, engine: str, dtype: str) -> Calibration:
         """The prior an anchor's own fit starts from and is pulled toward: the median of
@@ -94,15 +127,19 @@ class Priors:
     def to_json(self) -> dict:
         table = lambda by_key: {k: {**{n: _round(getattr(c, n)) for n in PRIOR_FACTORS},  # noqa: E731
                                     "anchors": self.counts.get(k, 0)} for k, c in sorted(by_key.items())}
+        hosts = {k: {"host_ms": _round(ms), "host_us_per_token": _round(per_token), "anchors": n}
+                 for k, (ms, per_token, n) in sorted(self.hosts.items())}
         return {"levels": list(LEVELS), "min_anchors": MIN_ANCHORS, "priors": table(self.by_key),
-                "seeds": table(self.seeds)}
+                "seeds": table(self.seeds), "hosts": hosts}
 
     @classmethod
     def from_json(cls, data: dict) -> Priors:
         counts = {key: int(item.get("anchors", 0)) for key, item in data.get("priors", {}).items()}
         table = lambda items: {key: Calibration(**{n: item[n] for n in PRIOR_FACTORS}, source=f"prior:{key}")  # noqa: E731
                                for key, item in items.items()}
-        return cls(table(data.get("priors", {})), counts, table(data.get("seeds", {})))
+        hosts = {key: (float(item["host_ms"]), float(item["host_us_per_token"]), int(item.get("anchors", 0)))
+                 for key, item in data.get("hosts", {}).items()}
+        return cls(table(data.get("priors", {})), counts, table(data.get("seeds", {})), hosts)
 
 
 def _first(by_key: dict[str, Calibration], gpu: str, engine: str, dtype: str) -> Calibration:
@@ -137,6 +174,7 @@ def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], excl
           pooled: bool = True) -> Priors:
     """Priors from fitted anchors (``exclude_model``: leave that model out): the seeds
     (medians) always, the pooled fits when ``pooled``."""
+    fitted = list(fitted)
     groups: dict[str, list[Fitted]] = defaultdict(list)
     launch: dict[str, float] = {}
     for item in fitted:
@@ -151,7 +189,19 @@ def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], excl
             seeds[key] = _median_calibration(key, [m.calibration for m in members], launch[key])
             by_key[key] = _pooled_calibration(key, members, launch[key]) if pooled else seeds[key]
             counts[key] = len(members)
-    return Priors(by_key, counts, seeds)
+    return Priors(by_key, counts, seeds, _hosts(fitted, exclude_model))
+
+
+def _hosts(fitted: Iterable[Fitted], exclude_model: str | None) -> dict[str, tuple[float, float, int]]:
+    """The host-time table by harness (module docstring): medians of the fitted host
+    time per (harness, engine), over keys with `MIN_ANCHORS` anchors."""
+    groups: dict[str, list[Calibration]] = defaultdict(list)
+    for item in fitted:
+        if item.source and (exclude_model is None or item.model.lower() != exclude_model.lower()):
+            groups[host_key(item.source, item.engine)].append(item.calibration)
+    return {key: (statistics.median(c.host_ms for c in members),
+                  statistics.median(c.host_us_per_token for c in members), len(members))
+            for key, members in groups.items() if len(members) >= MIN_ANCHORS}
 
 
 def _pooled_calibration(key: str, members: list[Fitted], default_launch_us: float) -> Calibration:
@@ -189,7 +239,7 @@ def fitted_anchor(anchor: Anchor, card: ModelCard, prior: Calibration = PHYSICS)
     sig = anchor.signature
     points, prefill_sigma = fit_inputs(anchor, card, sig.engine)
     return Fitted(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype), card.name,
-                  calibrate(anchor, card, sig.engine, prior), tuple(points), prefill_sigma)
+                  calibrate(anchor, card, sig.engine, prior), tuple(points), prefill_sigma, anchor.provenance.source)
 
 
 EM_ROUNDS = 1   # refits of every anchor around the priors of the round before

@@ -129,3 +129,24 @@ def test_real_predictor_on_held_out_rows(tmp_path):
     assert data["throughput_median_ape"] < 3.0
     assert data["reproduction"]["tpot_median_ape"] < 1.0
     assert not math.isnan(data["frontier_hits"])
+
+
+def test_a_row_without_an_anchor_takes_its_harness_host_time():
+    """A corpus row names its harness (its source); priced with no anchor, it takes the
+    host time that harness's anchors of its engine measured, not the pooled prior's
+    (`predictor.step.priors.Priors.host`), and its TTFT moves by that difference only."""
+    from predictor.anchors.store import AnchorStore
+    from predictor.corpus.refine import predict_row
+    from predictor.step.priors import Priors
+
+    row = next(r for r in read_corpus(str(NATIVE.parent / "inferencex_small.csv"), "inferencex").rows
+               if not r.config.disaggregated)
+    assert row.harness == "inferencex"
+    empty = AnchorStore.from_anchors([])
+    pooled = predict_row(row, empty, Priors())
+    taught = predict_row(row, empty, Priors(hosts={f"inferencex/{row.engine}": (200.0, 5.0, 3)}))
+    other = predict_row(row, empty, Priors(hosts={f"aiconfigurator/{row.engine}": (200.0, 5.0, 3)}))
+    assert other.metrics == pooled.metrics
+    assert taught.metrics["ttft_ms_mean"] > pooled.metrics["ttft_ms_mean"] + 150.0
+    assert taught.metrics["tpot_ms_mean"] == pytest.approx(pooled.metrics["tpot_ms_mean"], rel=0.02)
+    assert "+host:inferencex/" in taught.calibration["source"]

@@ -71,3 +71,48 @@ def test_the_pooled_sample_keeps_prefill_points_and_spreads_the_rest():
     assert len(sample) == 8 and sample[0].kind == "prefill"
     assert [p.label for p in sample[1:]][0] == "d0" and sample[-1].label == "d19"
     assert _spread(points[:3], 8) == points[:3]
+
+
+def _fitted(source: str, engine: str, model: str, host_ms: float, per_token: float):
+    from predictor.step.calibration import Calibration
+    from predictor.step.priors import Fitted
+
+    return Fitted("h200", engine, "fp8", model, Calibration(host_ms=host_ms, host_us_per_token=per_token,
+                                                            source=f"anchor:{model}"), source=source)
+
+
+def test_host_time_is_learned_per_harness_and_engine():
+    """The host-time table (module docstring): medians per (harness, engine) over at least
+    two anchors, never from the excluded model; a no-anchor lookup that names its harness
+    takes it, one that names none (the product's own questions) or an engine the harness
+    has too few anchors of keeps the pooled prior's host time."""
+    from predictor.step.priors import learn
+
+    fitted = [_fitted("aiconfigurator", "trtllm", "a", 150.0, 6.0), _fitted("aiconfigurator", "trtllm", "b", 250.0, 8.0),
+              _fitted("aiconfigurator", "trtllm", "c", 900.0, 10.0), _fitted("inferencex", "trtllm", "a", 4.0, 5.0),
+              _fitted("inferencex", "trtllm", "b", 6.0, 7.0), _fitted("inferencex", "vllm", "a", 9.0, 5.0)]
+    priors = learn(fitted, default_launch_us={"h200": 4.0}, pooled=False)
+    assert priors.hosts["aiconfigurator/trtllm"] == (250.0, 8.0, 3)
+    assert priors.hosts["inferencex/trtllm"] == (5.0, 6.0, 2)
+    assert "inferencex/vllm" not in priors.hosts            # one anchor: not a key
+    pooled = priors.lookup("h200", "trtllm", "fp8")
+    measured_by = priors.lookup("h200", "trtllm", "fp8", harness="InferenceX")
+    assert (measured_by.host_ms, measured_by.host_us_per_token) == (5.0, 6.0)
+    assert measured_by.source == f"{pooled.source}+host:inferencex/trtllm"
+    assert (measured_by.bandwidth, measured_by.compute, measured_by.launch_us) == \
+        (pooled.bandwidth, pooled.compute, pooled.launch_us)
+    assert priors.lookup("h200", "vllm", "fp8", harness="inferencex") == priors.lookup("h200", "vllm", "fp8")
+    assert priors.lookup("h200", "trtllm", "fp8", harness="elsewhere") == pooled
+    without_a = learn(fitted, default_launch_us={"h200": 4.0}, exclude_model="a", pooled=False)
+    assert without_a.hosts["aiconfigurator/trtllm"] == (575.0, 9.0, 2) and "inferencex/trtllm" not in without_a.hosts
+
+
+def test_the_host_table_round_trips_and_ships():
+    from predictor.step.priors import Priors
+
+    priors = Priors(hosts={"inferencex/vllm": (12.5, 5.5, 4)})
+    assert Priors.from_json(priors.to_json()).hosts == priors.hosts
+    shipped = shipped_priors().hosts
+    assert {"inferencex/vllm", "aiconfigurator/trtllm"} <= set(shipped)
+    for host_ms, per_token, anchors in shipped.values():
+        assert 0.0 <= host_ms <= 1000.0 and 5.0 <= per_token <= 11.0 and anchors >= 2
