@@ -34,6 +34,9 @@ class WorkloadSpec:
     ``aiconfigurator``): its per-request host time is theirs (METHOD §3.12), so a
     configuration with no anchor takes the host time of that harness's anchors
     (`predictor.step.priors.Priors.host`); None for the product's own questions.
+    ``mixed_prefill``: the harness deployed a prefill-first engine (SGLang) with mixed
+    chunked prefill, so a fixed-length run staggers as a mixing engine's does
+    (`predictor.benchmark.runs_in_waves`).
     """
 
     kind: str
@@ -43,6 +46,7 @@ class WorkloadSpec:
     fixed_lengths: bool = False    # a benchmark whose requests are exactly isl/osl (predictor.benchmark)
     acceptance: tuple[float, ...] | None = None   # L(1..k) of this traffic's speculation (METHOD §3.8)
     harness: str | None = None     # the benchmark client and front end of a measured run (docstring)
+    mixed_prefill: bool = False    # the run's prefill-first engine mixed prefill into decode steps
 
     @property
     def is_fixed(self) -> bool:
@@ -61,7 +65,8 @@ class WorkloadSpec:
         return {"kind": self.kind, "isl": self.isl, "osl": self.osl, "name": self.name,
                 "requests_per_client": self.requests_per_client, "fixed_lengths": self.fixed_lengths,
                 "acceptance": list(self.acceptance) if self.acceptance else None,
-                **({"harness": self.harness} if self.harness else {})}
+                **({"harness": self.harness} if self.harness else {}),
+                **({"mixed_prefill": True} if self.mixed_prefill else {})}
 
 
 AGENTIC = WorkloadSpec("agentic")

@@ -287,7 +287,8 @@ BENCHMARK_REQUESTS_PER_CLIENT = 10
 def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version: str, precision: str,
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
             notes: tuple[str, ...] = (),
-            requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT, fixed_lengths: bool = False) -> CorpusRow:
+            requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT, fixed_lengths: bool = False,
+            mixed_prefill: bool = False) -> CorpusRow:
     if not isl or not osl or not conc:
         raise MappingError("isl, osl and concurrency must be positive")
     if isl + osl > card.max_context:
@@ -301,10 +302,31 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
     return CorpusRow(id=row_id, source=str(source), model=card.name, gpu=gpu, engine=str(engine),
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),
                      isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes,
-                     requests_per_client=requests_per_client, fixed_lengths=fixed_lengths)
+                     requests_per_client=requests_per_client, fixed_lengths=fixed_lengths,
+                     mixed_prefill=mixed_prefill)
 
 
 # --- AIConfigurator ------------------------------------------------------------------------
+
+# AIConfigurator's generator deploys SGLang aggregated workers with mixed chunked prefill
+# (ai-dynamo/aiconfigurator, generator/rule_plugin/sglang.rule: `agg enable_mixed_chunk =
+# true`, `max_prefill_tokens = isl + 1500`): prefill chunks ride in decode steps, so a
+# fixed-length run's rounds stagger after the first, as vLLM's do, instead of meeting in
+# waves. The rows of its separate gap-analysis collector (`source_file=.../aic-auto-gap-
+# analysis/...`: SGLang 0.5.1-0.5.8 on H100/H200) ran SGLang's own default (prefill-first):
+# at short outputs their TPOTs carry the prefill stall of synchronised waves, half that of
+# mixed steps (Qwen3-32B 4k/128 on H100: mixed steps priced +70-97%, waves within 10%).
+# Read as waves, the other rows' TTFT grows with concurrency several times as fast as
+# measured (Qwen3.5-397B on four B300s at 8k/1k: 5.4 s priced at 128 clients, 1.6 s
+# measured). `predictor.benchmark.runs_in_waves` reads the flag.
+AIC_MIXED_CHUNK_ENGINES = frozenset({"sglang"})
+AIC_DEFAULT_FLAGS_COLLECTOR = "aic-auto-gap-analysis"
+
+
+def _aic_mixed_prefill(engine, mode: str, source_text: str) -> bool:
+    return (str(engine) in AIC_MIXED_CHUNK_ENGINES and mode == "agg"
+            and AIC_DEFAULT_FLAGS_COLLECTOR not in source_text)
+
 
 def _source_fields(text: str) -> dict[str, str]:
     fields: dict[str, str] = {}
@@ -373,8 +395,12 @@ def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
     version = raw.get("backend_version") or source.get("image", "")
     if source.get("wip", "").lower() == "true":
         notes.append("work-in-progress run (wip=True)")
+    mixed = _aic_mixed_prefill(engine, mode, raw.get("silicon_data_source", ""))
+    if mixed:
+        notes.append("SGLang deployed with mixed chunked prefill (AIConfigurator's generator rule)")
     return _finish(row_id, Format.AICONFIGURATOR, card, gpu, engine, version, raw.get("precision", ""), levers,
-                   isl, osl, conc, measured, source.get("measured", ""), tuple(notes), fixed_lengths=True)
+                   isl, osl, conc, measured, source.get("measured", ""), tuple(notes), fixed_lengths=True,
+                   mixed_prefill=mixed)
 
 
 # --- native --------------------------------------------------------------------------------

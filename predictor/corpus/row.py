@@ -119,6 +119,9 @@ class CorpusRow:
     # together (None: an endless steady-state run). InferenceX / AIConfigurator: 10.
     requests_per_client: int | None = None
     fixed_lengths: bool = False  # every request exactly isl/osl tokens (`predictor.corpus.formats`)
+    # A prefill-first engine deployed to mix prefill chunks into decode steps (SGLang
+    # --enable-mixed-chunk): its rounds stagger as vLLM's do (`predictor.benchmark`)
+    mixed_prefill: bool = False
 
     @property
     def concurrency(self) -> int:

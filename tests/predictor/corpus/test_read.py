@@ -164,3 +164,30 @@ def test_anchor_where_filters_rows():
     for bad in ("tp", "colour=red", "model<3"):
         with pytest.raises(InputError, match="--anchor-where"):
             filter_rows(rows, bad)
+
+
+def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysis_collector():
+    """AIConfigurator's generator deploys SGLang aggregated workers with mixed chunked
+    prefill (`predictor.corpus.formats`): their rows are flagged and priced as a mixing
+    engine's (no synchronised waves); its gap-analysis collector's rows, split rows and
+    other engines are not."""
+    import csv
+
+    from predictor.benchmark import runs_in_waves
+    from predictor.corpus.formats import aiconfigurator_row
+    from predictor.workload import WorkloadSpec
+
+    with open(AIC, encoding="utf-8") as handle:
+        base = next(r for r in csv.DictReader(handle) if r["mode"] == "agg")
+    sglang = {**base, "backend": "sglang", "backend_version": "0.5.9"}
+    generated = aiconfigurator_row(sglang, "aic:2")
+    collected = aiconfigurator_row({**sglang, "backend_version": "0.5.1.post1", "silicon_data_source":
+                                    "source_file=/x/aic-auto-gap-analysis/data/b300_sxm/sglang/0.5.1.post1/m.csv; "
+                                    "silicon_concurrency=128"}, "aic:3")
+    vllm = aiconfigurator_row(base, "aic:4")
+    assert generated.mixed_prefill and not collected.mixed_prefill and not vllm.mixed_prefill
+    assert any("mixed chunked prefill" in note for note in generated.notes)
+    for row, waves in ((generated, False), (collected, True), (vllm, False)):
+        spec = WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
+                            mixed_prefill=row.mixed_prefill)
+        assert runs_in_waves(row.engine, spec) is waves
