@@ -47,6 +47,7 @@ class Load:
     replicas: int = 1
     host_us: float = 0.0          # per-request host time a closed-loop client waits out (METHOD §3.12)
     host_overlaps: bool = True    # host work overlaps the steps (False: it shares their cores, a CPU engine)
+    recv_interval: int = 1        # decode steps between the scheduler's polls for new requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +139,9 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         step_us = _step_us(decode_us, marginal_us, others, osl_steps, busy_share)
         # An arrival waits for the running step to end: open loop by definition, closed
         # loop because a client's next request reaches the engine after its host
-        # turnaround, at no particular phase of the other clients' step.
-        wait_us = step_us / 2.0 * (min(1.0, others) if closed else 1.0)
+        # turnaround, at no particular phase of the other clients' step; a scheduler that
+        # polls for new requests every `recv_interval` steps makes it wait half of those.
+        wait_us = load.recv_interval * step_us / 2.0 * (min(1.0, others) if closed else 1.0)
         admission_ttft_us = mixed_total_us
         e2e_us = admission_ttft_us + wait_us + osl_steps * step_us
         if closed:

@@ -160,7 +160,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         running_cap=_running_cap(target.engine, config, memory, workload),
         chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
         gpus=config.replica_gpus, replicas=replicas, host_us=host_ms * US_PER_MS,
-        host_overlaps=target.cluster.gpu.vendor != "cpu",
+        host_overlaps=target.cluster.gpu.vendor != "cpu", recv_interval=workload.recv_interval,
     )
     state = steady_state(model, load)
     source = "analytical"

@@ -36,7 +36,9 @@ class WorkloadSpec:
     (`predictor.step.priors.Priors.host`); None for the product's own questions.
     ``mixed_prefill``: the harness deployed a prefill-first engine (SGLang) with mixed
     chunked prefill, so a fixed-length run staggers as a mixing engine's does
-    (`predictor.benchmark.runs_in_waves`).
+    (`predictor.benchmark.runs_in_waves`). ``recv_interval``: the harness launched the
+    engine to take new requests only every that many decode steps (SGLang
+    ``--scheduler-recv-interval``), so an arrival waits half of them on average.
     """
 
     kind: str
@@ -47,6 +49,7 @@ class WorkloadSpec:
     acceptance: tuple[float, ...] | None = None   # L(1..k) of this traffic's speculation (METHOD §3.8)
     harness: str | None = None     # the benchmark client and front end of a measured run (docstring)
     mixed_prefill: bool = False    # the run's prefill-first engine mixed prefill into decode steps
+    recv_interval: int = 1         # decode steps between the scheduler's polls for new requests
 
     @property
     def is_fixed(self) -> bool:
@@ -66,7 +69,8 @@ class WorkloadSpec:
                 "requests_per_client": self.requests_per_client, "fixed_lengths": self.fixed_lengths,
                 "acceptance": list(self.acceptance) if self.acceptance else None,
                 **({"harness": self.harness} if self.harness else {}),
-                **({"mixed_prefill": True} if self.mixed_prefill else {})}
+                **({"mixed_prefill": True} if self.mixed_prefill else {}),
+                **({"recv_interval": self.recv_interval} if self.recv_interval != 1 else {})}
 
 
 AGENTIC = WorkloadSpec("agentic")

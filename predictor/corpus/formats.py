@@ -260,7 +260,26 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
         throughput_per_gpu=tot / total if tot else None,
     )
     return _finish(row_id, Format.INFERENCEX, card, gpu, engine, raw.get("image", ""), raw["precision"],
-                   levers, isl, osl, conc, measured, raw.get("run_date", ""))
+                   levers, isl, osl, conc, measured, raw.get("run_date", ""),
+                   recv_interval=_ix_recv_interval(engine, gpu, disaggregated, conc))
+
+
+# InferenceX's B200 SGLang recipes (SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200*.sh,
+# dsr1_fp8_b200*.sh: "recv every ~10 requests; if CONC >= 16, relax to ~30") launch
+# SGLang with `--scheduler-recv-interval` 10 below 16 clients and 30 from 16: its
+# scheduler takes new requests only every that many decode steps, so an arrival waits half
+# of that many steps on average (`predictor.analytical.steady_state`). Every B200 SGLang
+# ladder of the dev corpus steps up exactly there (median TTFT at 8 -> 16 clients:
+# 187 -> 322, 162 -> 363, 166 -> 310, 168 -> 303, 149 -> 339, 432 -> 808 ms); the
+# recipes of the other GPUs set no interval, and their ladders have no step.
+IX_RECV_INTERVAL_GPUS = frozenset({"B200"})
+IX_RECV_INTERVAL_LOW, IX_RECV_INTERVAL_HIGH, IX_RECV_INTERVAL_FROM_CLIENTS = 10, 30, 16
+
+
+def _ix_recv_interval(engine, gpu: str, disaggregated: bool, conc: int) -> int:
+    if str(engine) != "sglang" or disaggregated or gpu not in IX_RECV_INTERVAL_GPUS:
+        return 1
+    return IX_RECV_INTERVAL_HIGH if conc >= IX_RECV_INTERVAL_FROM_CLIENTS else IX_RECV_INTERVAL_LOW
 
 
 def chart_precision(precision: str, card: ModelCard) -> str:
@@ -288,7 +307,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
             notes: tuple[str, ...] = (),
             requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT, fixed_lengths: bool = False,
-            mixed_prefill: bool = False) -> CorpusRow:
+            mixed_prefill: bool = False, recv_interval: int = 1) -> CorpusRow:
     if not isl or not osl or not conc:
         raise MappingError("isl, osl and concurrency must be positive")
     if isl + osl > card.max_context:
@@ -303,7 +322,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),
                      isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes,
                      requests_per_client=requests_per_client, fixed_lengths=fixed_lengths,
-                     mixed_prefill=mixed_prefill)
+                     mixed_prefill=mixed_prefill, recv_interval=recv_interval)
 
 
 # --- AIConfigurator ------------------------------------------------------------------------

@@ -122,6 +122,7 @@ class CorpusRow:
     # A prefill-first engine deployed to mix prefill chunks into decode steps (SGLang
     # --enable-mixed-chunk): its rounds stagger as vLLM's do (`predictor.benchmark`)
     mixed_prefill: bool = False
+    recv_interval: int = 1       # decode steps between the scheduler's polls for new requests
 
     @property
     def concurrency(self) -> int:

@@ -151,3 +151,16 @@ def test_a_split_benchmark_meets_its_first_wave_at_the_prefill_pool():
     assert ten == pytest.approx(0.1 * one + 0.9 * state.ttft_ms, rel=1e-6)
     assert wave(32, 10)[0] < ten                        # the wave grows with the clients
     assert wave(128, 10, replicas=4)[0] < ten           # and shrinks with prefill replicas
+
+
+def test_a_scheduler_that_polls_every_n_steps_makes_arrivals_wait_half_of_them():
+    """SGLang's --scheduler-recv-interval N (METHOD §8, `Load.recv_interval`): a
+    closed-loop arrival waits for the next poll, N/2 running steps on average instead of
+    half a step; the steps themselves are the same work."""
+    model = LinearModel()
+    base = Load(isl=1000, osl=101, concurrency=16, running_cap=64, chunk_tokens=8192)
+    polled = Load(isl=1000, osl=101, concurrency=16, running_cap=64, chunk_tokens=8192, recv_interval=30)
+    s1, s30 = steady_state(model, base), steady_state(model, polled)
+    assert s30.ttft_ms - s1.ttft_ms == pytest.approx((30 * s30.step_ms - s1.step_ms) / 2.0, rel=0.01)
+    assert s30.tpot_ms == pytest.approx(s1.tpot_ms, rel=0.02)
+    assert s30.requests_per_s < s1.requests_per_s      # each cycle is longer by the wait

@@ -191,3 +191,19 @@ def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysi
         spec = WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
                             mixed_prefill=row.mixed_prefill)
         assert runs_in_waves(row.engine, spec) is waves
+
+
+def test_inferencex_b200_sglang_rows_carry_the_recipes_recv_interval():
+    """InferenceX's B200 SGLang recipes poll for requests every 10 decode steps below 16
+    clients and every 30 from 16 (`predictor.corpus.formats`); other rows every step."""
+    import csv
+
+    from predictor.corpus.formats import inferencex_row
+
+    with open(NATIVE.parent / "inferencex_small.csv", encoding="utf-8") as handle:
+        base = next(r for r in csv.DictReader(handle) if r["disagg"] == "False")
+    b200 = {**base, "hw": "b200", "hardware": "b200", "framework": "sglang", "disagg": "False"}
+    assert inferencex_row({**b200, "conc": "8"}, "ix:2").recv_interval == 10
+    assert inferencex_row({**b200, "conc": "16"}, "ix:3").recv_interval == 30
+    assert inferencex_row({**b200, "framework": "vllm", "conc": "16"}, "ix:4").recv_interval == 1
+    assert inferencex_row({**b200, "hw": "h200", "hardware": "h200", "conc": "16"}, "ix:5").recv_interval == 1
