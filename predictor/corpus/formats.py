@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from levers.catalog import format_layout, parse_layout
+from levers.catalog import format_layout, get_lever, parse_layout
 from levers.configuration import Configuration
 from levers.errors import InputError
 from levers.inputs import parse_number, quote
@@ -340,11 +340,30 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
 # measured). `predictor.benchmark.runs_in_waves` reads the flag.
 AIC_MIXED_CHUNK_ENGINES = frozenset({"sglang"})
 AIC_DEFAULT_FLAGS_COLLECTOR = "aic-auto-gap-analysis"
+# The same generator sizes an aggregated worker's token budget per step for one prompt
+# plus the running batch: vLLM and TensorRT-LLM `max_num_tokens = max_batch_size + isl +
+# 1500` (rule_plugin/vllm.rule, trtllm.rule; the batch is the run's concurrency), SGLang
+# `max_prefill_tokens = isl + 1500` (its decodes ride outside that budget). A first wave
+# of 1k prompts is then prefilled two or three a step, not eight (the lever default). The
+# gap-analysis collector's rows keep the levers' defaults, as they keep SGLang's.
+AIC_BUDGET_MARGIN_TOKENS = 1500
+AIC_BUDGET_ENGINES = frozenset({"vllm", "trtllm", "sglang"})
 
 
 def _aic_mixed_prefill(engine, mode: str, source_text: str) -> bool:
     return (str(engine) in AIC_MIXED_CHUNK_ENGINES and mode == "agg"
             and AIC_DEFAULT_FLAGS_COLLECTOR not in source_text)
+
+
+def _aic_budget(engine, mode: str, source_text: str, isl: int, concurrency: int) -> dict:
+    """The generator's token budget of an aggregated worker (above), as levers."""
+    if mode != "agg" or AIC_DEFAULT_FLAGS_COLLECTOR in source_text or str(engine) not in AIC_BUDGET_ENGINES:
+        return {}
+    budget = isl + AIC_BUDGET_MARGIN_TOKENS + (0 if str(engine) == "sglang" else concurrency)
+    low, high = get_lever("max_batched_tokens").bounds
+    budget = int(min(max(budget, low), high))
+    return {"max_batched_tokens": budget, "chunked_prefill_size": min(budget, Configuration().chunked_prefill_size)
+            if str(engine) == "sglang" else budget}
 
 
 def _source_fields(text: str) -> dict[str, str]:
@@ -414,7 +433,9 @@ def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
     version = raw.get("backend_version") or source.get("image", "")
     if source.get("wip", "").lower() == "true":
         notes.append("work-in-progress run (wip=True)")
-    mixed = _aic_mixed_prefill(engine, mode, raw.get("silicon_data_source", ""))
+    deployed = raw.get("silicon_data_source", "")
+    levers.update(_aic_budget(engine, mode, deployed, isl, conc))
+    mixed = _aic_mixed_prefill(engine, mode, deployed)
     if mixed:
         notes.append("SGLang deployed with mixed chunked prefill (AIConfigurator's generator rule)")
     return _finish(row_id, Format.AICONFIGURATOR, card, gpu, engine, version, raw.get("precision", ""), levers,

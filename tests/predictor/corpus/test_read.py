@@ -187,6 +187,12 @@ def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysi
     vllm = aiconfigurator_row(base, "aic:4")
     assert generated.mixed_prefill and not collected.mixed_prefill and not vllm.mixed_prefill
     assert any("mixed chunked prefill" in note for note in generated.notes)
+    # the generator's token budget per step: one prompt (+1500) and, outside SGLang, the batch
+    isl = generated.isl
+    assert generated.config.max_batched_tokens == isl + 1500
+    assert generated.config.chunked_prefill_size == min(isl + 1500, 8192)
+    assert vllm.config.max_batched_tokens == vllm.config.chunked_prefill_size == isl + 1500 + vllm.concurrency
+    assert (collected.config.max_batched_tokens, collected.config.chunked_prefill_size) == (8192, 8192)
     for row, waves in ((generated, False), (collected, True), (vllm, False)):
         spec = WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
                             mixed_prefill=row.mixed_prefill)
