@@ -48,6 +48,7 @@ class Load:
     host_us: float = 0.0          # per-request host time a closed-loop client waits out (METHOD §3.12)
     host_overlaps: bool = True    # host work overlaps the steps (False: it shares their cores, a CPU engine)
     recv_interval: int = 1        # decode steps between the scheduler's polls for new requests
+    ahead_steps: int = 0          # steps the scheduler plans ahead of the GPU (vLLM --async-scheduling: 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +141,11 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         # An arrival waits for the running step to end: open loop by definition, closed
         # loop because a client's next request reaches the engine after its host
         # turnaround, at no particular phase of the other clients' step; a scheduler that
-        # polls for new requests every `recv_interval` steps makes it wait half of those.
-        wait_us = load.recv_interval * step_us / 2.0 * (min(1.0, others) if closed else 1.0)
+        # polls for new requests every `recv_interval` steps makes it wait half of those,
+        # and one that plans `ahead_steps` steps ahead of the GPU (vLLM's async
+        # scheduling) admits it that many steps later.
+        wait_us = ((load.recv_interval / 2.0 + load.ahead_steps) * step_us
+                   * (min(1.0, others) if closed else 1.0))
         admission_ttft_us = mixed_total_us
         e2e_us = admission_ttft_us + wait_us + osl_steps * step_us
         if closed:

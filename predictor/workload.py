@@ -38,7 +38,9 @@ class WorkloadSpec:
     chunked prefill, so a fixed-length run staggers as a mixing engine's does
     (`predictor.benchmark.runs_in_waves`). ``recv_interval``: the harness launched the
     engine to take new requests only every that many decode steps (SGLang
-    ``--scheduler-recv-interval``), so an arrival waits half of them on average.
+    ``--scheduler-recv-interval``), so an arrival waits half of them on average;
+    ``ahead_steps``: it plans that many steps ahead of the GPU (vLLM
+    ``--async-scheduling``: 1), so an arrival joins that many steps later.
     """
 
     kind: str
@@ -50,6 +52,7 @@ class WorkloadSpec:
     harness: str | None = None     # the benchmark client and front end of a measured run (docstring)
     mixed_prefill: bool = False    # the run's prefill-first engine mixed prefill into decode steps
     recv_interval: int = 1         # decode steps between the scheduler's polls for new requests
+    ahead_steps: int = 0           # steps the scheduler plans ahead of the GPU (admission that much later)
 
     @property
     def is_fixed(self) -> bool:
@@ -70,7 +73,8 @@ class WorkloadSpec:
                 "acceptance": list(self.acceptance) if self.acceptance else None,
                 **({"harness": self.harness} if self.harness else {}),
                 **({"mixed_prefill": True} if self.mixed_prefill else {}),
-                **({"recv_interval": self.recv_interval} if self.recv_interval != 1 else {})}
+                **({"recv_interval": self.recv_interval} if self.recv_interval != 1 else {}),
+                **({"ahead_steps": self.ahead_steps} if self.ahead_steps else {})}
 
 
 AGENTIC = WorkloadSpec("agentic")

@@ -261,7 +261,8 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     )
     return _finish(row_id, Format.INFERENCEX, card, gpu, engine, raw.get("image", ""), raw["precision"],
                    levers, isl, osl, conc, measured, raw.get("run_date", ""),
-                   recv_interval=_ix_recv_interval(engine, gpu, disaggregated, conc))
+                   recv_interval=_ix_recv_interval(engine, gpu, disaggregated, conc),
+                   ahead_steps=IX_ASYNC_STEPS if str(engine) == "vllm" and not disaggregated else 0)
 
 
 # InferenceX's B200 SGLang recipes (SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200*.sh,
@@ -273,6 +274,10 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
 # 187 -> 322, 162 -> 363, 166 -> 310, 168 -> 303, 149 -> 339, 432 -> 808 ms); the
 # recipes of the other GPUs set no interval, and their ladders have no step.
 IX_RECV_INTERVAL_GPUS = frozenset({"B200"})
+# Its vLLM recipes (benchmarks/gptoss_fp4_h100*.sh, _h200.sh, _b200.sh) serve with
+# `async-scheduling: true`: the scheduler plans the next step while the GPU runs this one,
+# so an arrival joins a step later than it would (`predictor.analytical.steady_state`).
+IX_ASYNC_STEPS = 1
 IX_RECV_INTERVAL_LOW, IX_RECV_INTERVAL_HIGH, IX_RECV_INTERVAL_FROM_CLIENTS = 10, 30, 16
 
 
@@ -307,7 +312,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
             notes: tuple[str, ...] = (),
             requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT, fixed_lengths: bool = False,
-            mixed_prefill: bool = False, recv_interval: int = 1) -> CorpusRow:
+            mixed_prefill: bool = False, recv_interval: int = 1, ahead_steps: int = 0) -> CorpusRow:
     if not isl or not osl or not conc:
         raise MappingError("isl, osl and concurrency must be positive")
     if isl + osl > card.max_context:
@@ -322,7 +327,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),
                      isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes,
                      requests_per_client=requests_per_client, fixed_lengths=fixed_lengths,
-                     mixed_prefill=mixed_prefill, recv_interval=recv_interval)
+                     mixed_prefill=mixed_prefill, recv_interval=recv_interval, ahead_steps=ahead_steps)
 
 
 # --- AIConfigurator ------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def predict_row(row: CorpusRow, store: AnchorStore, priors: Priors | None = None
     target = Target(row.card(), row.cluster(), Engine(row.engine))
     return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
                                                     harness=row.harness, mixed_prefill=row.mixed_prefill,
-                                                    recv_interval=row.recv_interval),
+                                                    recv_interval=row.recv_interval, ahead_steps=row.ahead_steps),
                    store=store, priors=priors)
 
 

@@ -123,6 +123,7 @@ class CorpusRow:
     # --enable-mixed-chunk): its rounds stagger as vLLM's do (`predictor.benchmark`)
     mixed_prefill: bool = False
     recv_interval: int = 1       # decode steps between the scheduler's polls for new requests
+    ahead_steps: int = 0         # steps the scheduler plans ahead of the GPU (vLLM async scheduling)
 
     @property
     def concurrency(self) -> int:

@@ -164,3 +164,14 @@ def test_a_scheduler_that_polls_every_n_steps_makes_arrivals_wait_half_of_them()
     assert s30.ttft_ms - s1.ttft_ms == pytest.approx((30 * s30.step_ms - s1.step_ms) / 2.0, rel=0.01)
     assert s30.tpot_ms == pytest.approx(s1.tpot_ms, rel=0.02)
     assert s30.requests_per_s < s1.requests_per_s      # each cycle is longer by the wait
+
+
+def test_a_scheduler_that_plans_a_step_ahead_admits_a_step_later():
+    """vLLM's async scheduling (`Load.ahead_steps`): the next step is planned while the GPU
+    runs this one, so an arrival joins one running step later; the steps are the same."""
+    model = LinearModel()
+    base = Load(isl=1000, osl=101, concurrency=16, running_cap=64, chunk_tokens=8192)
+    ahead = Load(isl=1000, osl=101, concurrency=16, running_cap=64, chunk_tokens=8192, ahead_steps=1)
+    s0, s1 = steady_state(model, base), steady_state(model, ahead)
+    assert s1.ttft_ms - s0.ttft_ms == pytest.approx((1.5 * s1.step_ms - 0.5 * s0.step_ms), rel=0.01)
+    assert s1.tpot_ms == pytest.approx(s0.tpot_ms, rel=0.02)

@@ -211,5 +211,7 @@ def test_inferencex_b200_sglang_rows_carry_the_recipes_recv_interval():
     b200 = {**base, "hw": "b200", "hardware": "b200", "framework": "sglang", "disagg": "False"}
     assert inferencex_row({**b200, "conc": "8"}, "ix:2").recv_interval == 10
     assert inferencex_row({**b200, "conc": "16"}, "ix:3").recv_interval == 30
-    assert inferencex_row({**b200, "framework": "vllm", "conc": "16"}, "ix:4").recv_interval == 1
+    vllm = inferencex_row({**b200, "framework": "vllm", "conc": "16"}, "ix:4")
+    assert vllm.recv_interval == 1 and vllm.ahead_steps == 1          # its recipes' async scheduling
+    assert inferencex_row({**b200, "conc": "16"}, "ix:6").ahead_steps == 0
     assert inferencex_row({**b200, "hw": "h200", "hardware": "h200", "conc": "16"}, "ix:5").recv_interval == 1
