@@ -265,11 +265,11 @@ def runs_in_waves(engine: Engine | str, workload) -> bool:
     engine that mixes prefill chunks into decode steps staggers them after the first
     round, as random lengths do: the analytical steady state plus the first wave
     (`predictor.analytical.benchmark_ttft_ms`) describes it. A prefill-first engine deployed
-    with mixed chunked prefill (``workload.mixed_prefill``: AIConfigurator's SGLang workers,
+    with mixed chunked prefill (``workload.harness.mixed_prefill``: AIConfigurator's SGLang workers,
     `predictor.corpus.formats`) mixes as they do. Measured on AIConfigurator's corpus: the
     SGLang runs of its gap-analysis collector (SGLang's defaults) carry the waves' prefill
     stalls in their TPOT; its vLLM and TRT-LLM TTFTs grow as steady-state queueing does."""
-    return bool(workload.requests_per_client and workload.fixed_lengths and not workload.mixed_prefill
+    return bool(workload.requests_per_client and workload.fixed_lengths and not workload.harness.mixed_prefill
                 and not PROFILES[Engine(engine)].mixes_prefill)
 
 

@@ -72,7 +72,7 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     bound (predictor.sim.stop)."""
     started = time.perf_counter()
     context = workload.isl + workload.osl / 2.0 if workload.is_fixed else float(workload.context_tokens)
-    anchoring = Anchoring.of(target, store, priors, context, workload.acceptance, workload.harness)
+    anchoring = Anchoring.of(target, store, priors, context, workload.acceptance, workload.harness.name)
     config = anchoring.resolve(config)
     feasibility = check_configuration(target.card, target.cluster, target.engine, config,
                                       workload.context_tokens)
@@ -160,8 +160,8 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         running_cap=_running_cap(target.engine, config, memory, workload),
         chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
         gpus=config.replica_gpus, replicas=replicas, host_us=host_ms * US_PER_MS,
-        host_overlaps=target.cluster.gpu.vendor != "cpu", recv_interval=workload.recv_interval,
-        ahead_steps=workload.ahead_steps,
+        host_overlaps=target.cluster.gpu.vendor != "cpu", recv_interval=workload.harness.recv_interval,
+        ahead_steps=workload.harness.ahead_steps,
     )
     state = steady_state(model, load)
     source = "analytical"

@@ -23,24 +23,51 @@ MAX_WORKLOAD_TOKENS = 16_777_216   # ISL or OSL: beyond every model's context (l
 
 
 @dataclass(frozen=True, slots=True)
+class Harness:
+    """What a measured run's benchmark harness did beyond the lengths and the load
+    (METHOD §8): the client and front end the run went through, and how it launched the
+    engine where that changes when a request is scheduled. Set from a corpus row
+    (`predictor.corpus.formats` reads it from each corpus's recipes); the product's own
+    questions have none.
+
+    - ``name``: the harness (a corpus's ``source``: ``inferencex``, ``aiconfigurator``).
+      Host time is the front end's and the client's, not the model's (METHOD §3.12), so
+      a configuration with no anchor takes that harness's host time for its engine
+      (`predictor.step.priors.Priors.host`).
+    - ``mixed_prefill``: a prefill-first engine (SGLang) launched with mixed chunked
+      prefill: a fixed-length run's rounds stagger as a mixing engine's do
+      (`predictor.benchmark.runs_in_waves`).
+    - ``recv_interval``: the scheduler takes new requests only every that many decode
+      steps (SGLang ``--scheduler-recv-interval``): an arrival waits half of them.
+    - ``ahead_steps``: the scheduler plans that many steps ahead of the GPU (vLLM
+      ``--async-scheduling``: 1): an arrival joins that many steps later.
+    """
+
+    name: str | None = None
+    mixed_prefill: bool = False
+    recv_interval: int = 1
+    ahead_steps: int = 0
+
+    def to_json(self) -> dict:
+        """The facts that differ from an engine launched as the product launches it."""
+        return {key: value for key, value in (("name", self.name), ("mixed_prefill", self.mixed_prefill),
+                                              ("recv_interval", self.recv_interval),
+                                              ("ahead_steps", self.ahead_steps))
+                if value != getattr(NO_HARNESS, key)}
+
+
+NO_HARNESS = Harness()
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """``kind`` is "fixed" (isl/osl set) or "agentic".
 
     ``requests_per_client`` describes a fixed-count benchmark run (all clients start
     together and send that many requests each, e.g. InferenceX's ``num_prompts = 10 x
     concurrency``): the first wave's queued prefills then weigh on the mean TTFT. None
-    means the steady state of an endless run. ``harness`` names the benchmark client and
-    front end a measured run went through (a corpus's ``source``: ``inferencex``,
-    ``aiconfigurator``): its per-request host time is theirs (METHOD §3.12), so a
-    configuration with no anchor takes the host time of that harness's anchors
-    (`predictor.step.priors.Priors.host`); None for the product's own questions.
-    ``mixed_prefill``: the harness deployed a prefill-first engine (SGLang) with mixed
-    chunked prefill, so a fixed-length run staggers as a mixing engine's does
-    (`predictor.benchmark.runs_in_waves`). ``recv_interval``: the harness launched the
-    engine to take new requests only every that many decode steps (SGLang
-    ``--scheduler-recv-interval``), so an arrival waits half of them on average;
-    ``ahead_steps``: it plans that many steps ahead of the GPU (vLLM
-    ``--async-scheduling``: 1), so an arrival joins that many steps later.
+    means the steady state of an endless run. ``harness``: what the measured run's
+    harness did (`Harness`).
     """
 
     kind: str
@@ -49,10 +76,7 @@ class WorkloadSpec:
     requests_per_client: int | None = None
     fixed_lengths: bool = False    # a benchmark whose requests are exactly isl/osl (predictor.benchmark)
     acceptance: tuple[float, ...] | None = None   # L(1..k) of this traffic's speculation (METHOD §3.8)
-    harness: str | None = None     # the benchmark client and front end of a measured run (docstring)
-    mixed_prefill: bool = False    # the run's prefill-first engine mixed prefill into decode steps
-    recv_interval: int = 1         # decode steps between the scheduler's polls for new requests
-    ahead_steps: int = 0           # steps the scheduler plans ahead of the GPU (admission that much later)
+    harness: Harness = NO_HARNESS
 
     @property
     def is_fixed(self) -> bool:
@@ -71,10 +95,7 @@ class WorkloadSpec:
         return {"kind": self.kind, "isl": self.isl, "osl": self.osl, "name": self.name,
                 "requests_per_client": self.requests_per_client, "fixed_lengths": self.fixed_lengths,
                 "acceptance": list(self.acceptance) if self.acceptance else None,
-                **({"harness": self.harness} if self.harness else {}),
-                **({"mixed_prefill": True} if self.mixed_prefill else {}),
-                **({"recv_interval": self.recv_interval} if self.recv_interval != 1 else {}),
-                **({"ahead_steps": self.ahead_steps} if self.ahead_steps else {})}
+                **({"harness": self.harness.to_json()} if self.harness != NO_HARNESS else {})}
 
 
 AGENTIC = WorkloadSpec("agentic")

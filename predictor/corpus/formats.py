@@ -66,6 +66,7 @@ from predictor.corpus.row import (
 )
 from predictor.hardware import load_gpu
 from predictor.units import MS_PER_S
+from predictor.workload import Harness
 
 Raw = Mapping[str, str]
 MAX_COUNT = 16_777_216           # tokens, GPUs, clients: beyond every real run
@@ -261,8 +262,8 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     )
     return _finish(row_id, Format.INFERENCEX, card, gpu, engine, raw.get("image", ""), raw["precision"],
                    levers, isl, osl, conc, measured, raw.get("run_date", ""),
-                   recv_interval=_ix_recv_interval(engine, gpu, disaggregated, conc),
-                   ahead_steps=IX_ASYNC_STEPS if str(engine) == "vllm" and not disaggregated else 0)
+                   harness=Harness(str(Format.INFERENCEX), recv_interval=_ix_recv_interval(engine, gpu, disaggregated, conc),
+                                   ahead_steps=IX_ASYNC_STEPS if str(engine) == "vllm" and not disaggregated else 0))
 
 
 # InferenceX's B200 SGLang recipes (SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200*.sh,
@@ -312,7 +313,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
             notes: tuple[str, ...] = (),
             requests_per_client: int | None = BENCHMARK_REQUESTS_PER_CLIENT, fixed_lengths: bool = False,
-            mixed_prefill: bool = False, recv_interval: int = 1, ahead_steps: int = 0) -> CorpusRow:
+            harness: Harness | None = None) -> CorpusRow:
     if not isl or not osl or not conc:
         raise MappingError("isl, osl and concurrency must be positive")
     if isl + osl > card.max_context:
@@ -327,7 +328,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),
                      isl=isl, osl=osl, measured=measured, measured_at=when[:10], notes=notes,
                      requests_per_client=requests_per_client, fixed_lengths=fixed_lengths,
-                     mixed_prefill=mixed_prefill, recv_interval=recv_interval, ahead_steps=ahead_steps)
+                     harness=harness or Harness(name=str(source)))
 
 
 # --- AIConfigurator ------------------------------------------------------------------------
@@ -445,7 +446,7 @@ def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
         notes.append("SGLang deployed with mixed chunked prefill (AIConfigurator's generator rule)")
     return _finish(row_id, Format.AICONFIGURATOR, card, gpu, engine, version, raw.get("precision", ""), levers,
                    isl, osl, conc, measured, source.get("measured", ""), tuple(notes), fixed_lengths=True,
-                   mixed_prefill=mixed)
+                   harness=Harness(str(Format.AICONFIGURATOR), mixed_prefill=mixed))
 
 
 # --- native --------------------------------------------------------------------------------

@@ -64,8 +64,7 @@ def predict_row(row: CorpusRow, store: AnchorStore, priors: Priors | None = None
     """The product's prediction of one corpus row (fixed-length traffic)."""
     target = Target(row.card(), row.cluster(), Engine(row.engine))
     return predict(target, row.config, WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
-                                                    harness=row.harness, mixed_prefill=row.mixed_prefill,
-                                                    recv_interval=row.recv_interval, ahead_steps=row.ahead_steps),
+                                                    harness=row.harness),
                    store=store, priors=priors)
 
 

@@ -35,6 +35,7 @@ from levers.errors import InputError, accepted_list
 from levers.inputs import quote
 from predictor.cards.registry import ModelCard, load_card
 from predictor.hardware import Cluster, load_gpu, parse_cluster
+from predictor.workload import NO_HARNESS, Harness
 
 
 class MappingError(ValueError):
@@ -119,21 +120,11 @@ class CorpusRow:
     # together (None: an endless steady-state run). InferenceX / AIConfigurator: 10.
     requests_per_client: int | None = None
     fixed_lengths: bool = False  # every request exactly isl/osl tokens (`predictor.corpus.formats`)
-    # A prefill-first engine deployed to mix prefill chunks into decode steps (SGLang
-    # --enable-mixed-chunk): its rounds stagger as vLLM's do (`predictor.benchmark`)
-    mixed_prefill: bool = False
-    recv_interval: int = 1       # decode steps between the scheduler's polls for new requests
-    ahead_steps: int = 0         # steps the scheduler plans ahead of the GPU (vLLM async scheduling)
+    harness: Harness = NO_HARNESS   # what the run's harness did (`predictor.workload.Harness`)
 
     @property
     def concurrency(self) -> int:
         return self.config.concurrency
-
-    @property
-    def harness(self) -> str:
-        """The benchmark client and front end the run went through (`WorkloadSpec.harness`):
-        one per corpus, its source; the anchors built from it carry the same name."""
-        return self.source
 
     @property
     def spec(self) -> str:

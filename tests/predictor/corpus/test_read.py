@@ -185,7 +185,8 @@ def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysi
                                     "source_file=/x/aic-auto-gap-analysis/data/b300_sxm/sglang/0.5.1.post1/m.csv; "
                                     "silicon_concurrency=128"}, "aic:3")
     vllm = aiconfigurator_row(base, "aic:4")
-    assert generated.mixed_prefill and not collected.mixed_prefill and not vllm.mixed_prefill
+    assert generated.harness.mixed_prefill and not collected.harness.mixed_prefill
+    assert not vllm.harness.mixed_prefill and generated.harness.name == "aiconfigurator"
     assert any("mixed chunked prefill" in note for note in generated.notes)
     # the generator's token budget per step: one prompt (+1500) and, outside SGLang, the batch
     isl = generated.isl
@@ -195,7 +196,7 @@ def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysi
     assert (collected.config.max_batched_tokens, collected.config.chunked_prefill_size) == (8192, 8192)
     for row, waves in ((generated, False), (collected, True), (vllm, False)):
         spec = WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
-                            mixed_prefill=row.mixed_prefill)
+                            harness=row.harness)
         assert runs_in_waves(row.engine, spec) is waves
 
 
@@ -209,9 +210,19 @@ def test_inferencex_b200_sglang_rows_carry_the_recipes_recv_interval():
     with open(NATIVE.parent / "inferencex_small.csv", encoding="utf-8") as handle:
         base = next(r for r in csv.DictReader(handle) if r["disagg"] == "False")
     b200 = {**base, "hw": "b200", "hardware": "b200", "framework": "sglang", "disagg": "False"}
-    assert inferencex_row({**b200, "conc": "8"}, "ix:2").recv_interval == 10
-    assert inferencex_row({**b200, "conc": "16"}, "ix:3").recv_interval == 30
+    assert inferencex_row({**b200, "conc": "8"}, "ix:2").harness.recv_interval == 10
+    assert inferencex_row({**b200, "conc": "16"}, "ix:3").harness.recv_interval == 30
     vllm = inferencex_row({**b200, "framework": "vllm", "conc": "16"}, "ix:4")
-    assert vllm.recv_interval == 1 and vllm.ahead_steps == 1          # its recipes' async scheduling
-    assert inferencex_row({**b200, "conc": "16"}, "ix:6").ahead_steps == 0
-    assert inferencex_row({**b200, "hw": "h200", "hardware": "h200", "conc": "16"}, "ix:5").recv_interval == 1
+    assert vllm.harness.recv_interval == 1 and vllm.harness.ahead_steps == 1   # its recipes' async scheduling
+    assert inferencex_row({**b200, "conc": "16"}, "ix:6").harness.ahead_steps == 0
+    assert inferencex_row({**b200, "hw": "h200", "hardware": "h200", "conc": "16"}, "ix:5").harness.recv_interval == 1
+
+
+def test_a_workload_says_what_its_harness_did_only_when_it_did_something():
+    """`WorkloadSpec.to_json` (ledgers, `predict --json`) carries the harness only for a
+    measured run's workload, and only the facts that differ from the product's launch."""
+    from predictor.workload import Harness, WorkloadSpec
+
+    assert "harness" not in WorkloadSpec("fixed", 1024, 1024).to_json()
+    spec = WorkloadSpec("fixed", 1024, 1024, 10, harness=Harness("inferencex", ahead_steps=1))
+    assert spec.to_json()["harness"] == {"name": "inferencex", "ahead_steps": 1}

@@ -141,7 +141,7 @@ def test_a_row_without_an_anchor_takes_its_harness_host_time():
 
     row = next(r for r in read_corpus(str(NATIVE.parent / "inferencex_small.csv"), "inferencex").rows
                if not r.config.disaggregated)
-    assert row.harness == "inferencex"
+    assert row.harness.name == "inferencex"
     empty = AnchorStore.from_anchors([])
     pooled = predict_row(row, empty, Priors())
     taught = predict_row(row, empty, Priors(hosts={f"inferencex/{row.engine}": (200.0, 5.0, 3)}))
