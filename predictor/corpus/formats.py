@@ -262,28 +262,30 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     )
     return _finish(row_id, Format.INFERENCEX, card, gpu, engine, raw.get("image", ""), raw["precision"],
                    levers, isl, osl, conc, measured, raw.get("run_date", ""),
-                   harness=Harness(str(Format.INFERENCEX), recv_interval=_ix_recv_interval(engine, gpu, disaggregated, conc),
+                   harness=Harness(str(Format.INFERENCEX), recv_interval=_ix_recv_interval(engine, card.name, gpu, disaggregated, conc),
                                    ahead_steps=IX_ASYNC_STEPS if str(engine) == "vllm" and not disaggregated else 0))
 
 
-# InferenceX's B200 SGLang recipes (SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200*.sh,
-# dsr1_fp8_b200*.sh: "recv every ~10 requests; if CONC >= 16, relax to ~30") launch
-# SGLang with `--scheduler-recv-interval` 10 below 16 clients and 30 from 16: its
-# scheduler takes new requests only every that many decode steps, so an arrival waits half
-# of that many steps on average (`predictor.analytical.steady_state`). Every B200 SGLang
-# ladder of the dev corpus steps up exactly there (median TTFT at 8 -> 16 clients:
-# 187 -> 322, 162 -> 363, 166 -> 310, 168 -> 303, 149 -> 339, 432 -> 808 ms); the
-# recipes of the other GPUs set no interval, and their ladders have no step.
-IX_RECV_INTERVAL_GPUS = frozenset({"B200"})
-# Its vLLM recipes (benchmarks/gptoss_fp4_h100*.sh, _h200.sh, _b200.sh) serve with
-# `async-scheduling: true`: the scheduler plans the next step while the GPU runs this one,
-# so an arrival joins a step later than it would (`predictor.analytical.steady_state`).
-IX_ASYNC_STEPS = 1
+# InferenceX's DeepSeek-R1 recipes for SGLang on B200 (SemiAnalysisAI/InferenceX
+# benchmarks/dsr1_fp4_b200*.sh, dsr1_fp8_b200*.sh, their MTP variants: "recv every ~10
+# requests; if CONC >= 16, relax to ~30") launch SGLang with `--scheduler-recv-interval`
+# 10 below 16 clients and 30 from 16: its scheduler takes new requests only every that
+# many decode steps, so an arrival waits half of that many steps on average
+# (`predictor.analytical.steady_state`). Every B200 SGLang ladder of the dev corpus steps
+# up exactly there (median TTFT at 8 -> 16 clients: 187 -> 322, 162 -> 363, 166 -> 310,
+# 168 -> 303, 149 -> 339, 432 -> 808 ms); the recipes of the other GPUs, and its GLM-5
+# recipe on B200, set no interval, and the other GPUs' ladders have no step.
+IX_RECV_INTERVAL_STACKS = frozenset({("DeepSeek-R1", "B200")})
 IX_RECV_INTERVAL_LOW, IX_RECV_INTERVAL_HIGH, IX_RECV_INTERVAL_FROM_CLIENTS = 10, 30, 16
+# Its vLLM recipes (gpt-oss on H100, H200 and B200, Llama-3.1-70B on H200 and MI355X:
+# benchmarks/gptoss_fp4_*.sh, 70b_fp8_*.sh) serve with `async-scheduling`: the scheduler
+# plans the next step while the GPU runs this one, so an arrival joins a step later than
+# it would (`predictor.analytical.steady_state`).
+IX_ASYNC_STEPS = 1
 
 
-def _ix_recv_interval(engine, gpu: str, disaggregated: bool, conc: int) -> int:
-    if str(engine) != "sglang" or disaggregated or gpu not in IX_RECV_INTERVAL_GPUS:
+def _ix_recv_interval(engine, model: str, gpu: str, disaggregated: bool, conc: int) -> int:
+    if str(engine) != "sglang" or disaggregated or (model, gpu) not in IX_RECV_INTERVAL_STACKS:
         return 1
     return IX_RECV_INTERVAL_HIGH if conc >= IX_RECV_INTERVAL_FROM_CLIENTS else IX_RECV_INTERVAL_LOW
 

@@ -201,21 +201,25 @@ def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysi
 
 
 def test_inferencex_b200_sglang_rows_carry_the_recipes_recv_interval():
-    """InferenceX's B200 SGLang recipes poll for requests every 10 decode steps below 16
-    clients and every 30 from 16 (`predictor.corpus.formats`); other rows every step."""
+    """InferenceX's DeepSeek-R1 recipes for SGLang on B200 poll for requests every 10 decode
+    steps below 16 clients and every 30 from 16 (`predictor.corpus.formats`); other rows
+    every step, and its vLLM rows schedule a step ahead."""
     import csv
 
     from predictor.corpus.formats import inferencex_row
 
     with open(NATIVE.parent / "inferencex_small.csv", encoding="utf-8") as handle:
         base = next(r for r in csv.DictReader(handle) if r["disagg"] == "False")
-    b200 = {**base, "hw": "b200", "hardware": "b200", "framework": "sglang", "disagg": "False"}
+    b200 = {**base, "hw": "b200", "hardware": "b200", "framework": "sglang", "disagg": "False",
+            "model": "deepseek-ai/DeepSeek-R1", "precision": "fp4"}
     assert inferencex_row({**b200, "conc": "8"}, "ix:2").harness.recv_interval == 10
     assert inferencex_row({**b200, "conc": "16"}, "ix:3").harness.recv_interval == 30
     vllm = inferencex_row({**b200, "framework": "vllm", "conc": "16"}, "ix:4")
     assert vllm.harness.recv_interval == 1 and vllm.harness.ahead_steps == 1   # its recipes' async scheduling
     assert inferencex_row({**b200, "conc": "16"}, "ix:6").harness.ahead_steps == 0
     assert inferencex_row({**b200, "hw": "h200", "hardware": "h200", "conc": "16"}, "ix:5").harness.recv_interval == 1
+    other_model = {**b200, "model": "openai/gpt-oss-120b", "precision": "fp4", "conc": "16", "ep": "1"}
+    assert inferencex_row(other_model, "ix:7").harness.recv_interval == 1      # only the DeepSeek-R1 recipes
 
 
 def test_a_workload_says_what_its_harness_did_only_when_it_did_something():
