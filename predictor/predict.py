@@ -202,7 +202,9 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     link = link_gbps(config.total_gpus, cluster.scale_up_gpus(), cluster.gpu.intra_node_bw_gbps,
                      cluster.gpu.nic_bw_gbps)
     kv_bytes = workload.isl * memory.kv_bytes_per_token + memory.state_bytes_per_sequence
-    host_ms = host_time_ms(prefill_model, workload.isl) / 2.0 + host_time_ms(decode_model, 0) / 2.0
+    # the request passes two engines' front ends: the prefill pool's (with its prompt's
+    # tokens) and the decode pool's (METHOD §3.11)
+    host_ms = host_time_ms(prefill_model, workload.isl) + host_time_ms(decode_model, 0)
     pools = PoolLoad(
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
                      replicas=config.prefill_replicas),

@@ -43,7 +43,7 @@ before scoring (`RULE_VERSION`) and is the same for the shipped default anchors
    `c1, c2 >= 0` by least squares (one prompt length: `c2 = 0`).
 5. **Host time (METHOD §3.12).** The rest of the lowest-concurrency TTFT (colocated:
    after `k` decode steps the prompt's chunks ride and `M`; split: after `F_gpu + M`, half
-   a decode step and half the per-token host time): `h` per engine from
+   a decode step and the per-token host time, the two pools' fixed host time): `h` per engine from
    `predictor.corpus.host`, `H0` the median residual. TTFT means the median TTFT when the
    corpus gives one (a mean TTFT carries one-off startup stalls), else the mean.
 6. **Reproduction.** With a predictor at hand (`predictor.corpus.refine`), the anchor

@@ -10,8 +10,8 @@ Per prompt length `n` of the group's prefill role (runs at its lowest clients pe
   decode step(s) the prompt rides;
 - **host time** (METHOD §3.12), the rest of that TTFT: colocated
   `H(n) = TTFT - k s(b) - M(n)` (`k` chunks, each riding a decode step); split
-  `H(n) = TTFT - F_gpu - M(n) - s_dec / 2 - h n / 2` read as `H0` (a split bills
-  `H0 + h n / 2`, METHOD §3.11). `h` is the engine's per-token host cost
+  `H(n) = TTFT - F_gpu - M(n) - s_dec / 2 - h n` read as `2 H0` (a split's request
+  passes both pools' front ends: it bills `H0 + h n` and `H0`, METHOD §3.11). `h` is the engine's per-token host cost
   (`corpus_host`); `H0` is the median over prompt lengths, at least 0. An engine whose
   host time was measured apart from the prefill over many layouts
   (`predictor.corpus.host.ANCHORING_HOSTS`) gives its `H0` instead, and the anchor is
@@ -75,7 +75,7 @@ def _residual_cap(role: Role) -> float:
     if role.colocated:
         k = _chunks(role)
         return (ttft - host.ms(row.isl) - k * step) / max(1e-6, 1.0 - k * rate_per_ms(role) * step)
-    return ttft - host.ms(row.isl / 2) - step / 2
+    return ttft - host.ms(row.isl) - host.base_ms - step / 2
 
 
 def _host_residual(role: Role, marginal: float, floor_ms: float, per_token_us: float) -> float:
@@ -84,7 +84,7 @@ def _host_residual(role: Role, marginal: float, floor_ms: float, per_token_us: f
     if role.colocated:
         settled = step * (1.0 - rate_per_ms(role) * marginal)
         return ttft - _chunks(role) * settled - marginal - per_token_us * row.isl / US_PER_MS
-    return ttft - floor_ms - marginal - step / 2 - per_token_us * row.isl / 2 / US_PER_MS
+    return (ttft - floor_ms - marginal - step / 2 - per_token_us * row.isl / US_PER_MS) / 2.0
 
 
 def fill_points(group: Group, sim_marginal: SimMarginal | None = None) -> None:

@@ -12,7 +12,8 @@ run contained, at the anchor's current calibration:
 - a prefill point (what a concurrency-1 harvest would see: host time plus the prompt's
   prefill) is the measured lowest-concurrency TTFT less what the model says that run added
   beyond it: ``T1 = TTFT_measured - (TTFT_model - T1_model)``, kept within
-  [1/4, 4] x ``T1_model``.
+  [1/4, 4] x ``T1_model`` (on a split ``T1_model`` less the decode pool's fixed host
+  time: a prefill point is one engine pass, METHOD §3.11).
 The points are recomputed from the measurements every round (never from the previous
 round's points: nothing accumulates) and the anchor refitted; `REFINE_ROUNDS` rounds. One
 round reads the points through the anchors' first fit; more rounds fit each anchor's own
@@ -158,10 +159,19 @@ def _read_prefill(group: Group, anchor_id: str, predicted: dict[str, Prediction]
             single = prediction.metrics.get("ttft_single_ms")
             if single is None or single <= 0:
                 continue
+            single -= _decode_pass_host_ms(prediction)
             point = ttft_typical(role.row) - (prediction.metrics[key] - single)
             found.setdefault(isl, []).append(min(max(point, single / PREFILL_POINT_RANGE), single * PREFILL_POINT_RANGE))
     if found:
         group.prefill_ttft = {n: statistics.median(v) for n, v in found.items()}
+
+
+def _decode_pass_host_ms(prediction: Prediction) -> float:
+    """The decode pool's fixed host time in a split's TTFT (METHOD §3.11: the request
+    passes both pools' front ends), 0 for a colocated prediction: what a prefill point,
+    the TTFT one engine pass would see, leaves out."""
+    pools = (prediction.calibration or {}).get("pools") or ()
+    return float(pools[1].get("host_ms", 0.0)) if len(pools) > 1 else 0.0
 
 
 def _ttft_sensitivity(prediction: Prediction) -> float:

@@ -6,9 +6,11 @@ step model (from the caller's factory), its own KV budget per attention-DP rank 
 own running cap; prefill ranks keep a prefix cache, decode ranks do not. A shared host
 pool (``host_kv_tier_gb=N:shared``, `host_pool`) replaces the per-rank host tiers: one
 store over the deployment's GPUs that every entry-pool rank reaches over its NIC. Host time
-(METHOD §3.12) is added to a colocated request's TTFT and end-to-end; on a split, half
-of the prefill host time is billed on the prefill step that admits the prompt (later
-prompts queue behind it) and half of the decode side's is added to TTFT.
+(METHOD §3.12) is added to a colocated request's TTFT and end-to-end; a split's request
+passes two engines' front ends (METHOD §3.11): half the prefill pool's host time is billed
+on the prefill step that admits the prompt (later prompts queue behind it), the other half
+and the decode pool's fixed host time are added to TTFT: in all, what the analytical
+model bills (`predictor.predict`).
 """
 
 from __future__ import annotations
@@ -114,8 +116,9 @@ def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpu
     for replica in prefill.replicas:
         replica.admits_for_decode = True
     decode = _pool("decode", decode_config, inputs)
-    decode.ttft_host_share = 0.5
-    decode.host = HostTimes(decode.host.fixed_us, 0.0)
+    # the rest of the prefill pool's host time, and the decode pool's own fixed part
+    decode.ttft_host_share = 1.0
+    decode.host = HostTimes(decode.host.fixed_us + 0.5 * prefill.host.fixed_us, 0.5 * prefill.host.per_token_us)
     backend = config.kv_transfer_backend or DEFAULT_BACKEND[inputs.engine]
     law = HandoffLaw(backend, link_gbps(config.total_gpus, scale_up_gpus, fabric_gbps, nic_gbps),
                      prefill.capacity.kv_bytes_per_token, prefill.capacity.state_bytes_per_sequence,

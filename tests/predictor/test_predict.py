@@ -100,6 +100,23 @@ def test_disaggregated_pools_count_every_gpu():
     assert prediction.breakdown["kv_transfer_backend"] == "mori" and prediction.breakdown["kv_handoff_us"] > 120
 
 
+def test_a_split_bills_the_decode_pools_host_time_in_full(monkeypatch):
+    """METHOD §3.11: a split's request passes two engines' front ends, so the decode
+    pool's fixed host time reaches its TTFT whole (not half, as one pass would)."""
+    import predictor.predict as predict_module
+
+    target = resolve_target("deepseek-r1", "mi355x", "sglang")
+    split = config("disaggregated=true,prefill_layout=TP4,decode_layout=TP4/EP4/DP4,concurrency=8")
+    real = predict_module.host_time_ms
+
+    def ttft_single(decode_extra_ms):
+        monkeypatch.setattr(predict_module, "host_time_ms",
+                            lambda model, isl: real(model, isl) + (decode_extra_ms if isl == 0 else 0.0))
+        return predict(target, split, ONE_K).metrics["ttft_single_ms"]
+
+    assert ttft_single(50.0) - ttft_single(0.0) == pytest.approx(50.0)
+
+
 def test_predict_json_contract_and_flags():
     result = runner.invoke(app, ["predict", "--model", "gpt-oss-120b", "--cluster", "h100", "--engine", "vllm",
                                  "--config", "tp=1", "--concurrency", "16", "--json"])

@@ -33,7 +33,7 @@ def two_sessions(folder):
 
 
 def run(target, config, workload, **kwargs):
-    return simulate(target, config, workload, step_model_factory=fake_factory(),
+    return simulate(target, config, workload, step_model_factory=kwargs.pop("factory", fake_factory()),
                     capacity_model=kwargs.pop("capacity", fixed_capacity(BIG_POOL)),
                     options=SimOptions(keep_rows=True), **kwargs)
 
@@ -110,6 +110,22 @@ def test_disaggregated_ttft_includes_the_backends_handoff(backend):
         expected_ms = (prefill_us + law.duration_us(1024)) / 1e3 + host_ms
         assert row["ttft_admission_ms"] == pytest.approx(expected_ms, rel=1e-3)
     assert result.metrics["throughput_per_gpu"] == pytest.approx(result.metrics["throughput_fleet"] / 2)
+
+
+def test_a_split_request_pays_both_pools_host_time(h100):
+    """METHOD §3.11: the request passes the prefill pool's front end, then the decode
+    pool's; its TTFT carries both host times (half the prefill's billed on the step that
+    admits it), as the analytical model bills them."""
+    config = Configuration(**SPLIT, kv_transfer_backend="nixl")
+    workload = WorkloadSpec("fixed", 1024, 16)
+
+    def ttfts(host_ms):
+        result = run(FakeTarget(h100, Engine.SGLANG), config, workload, num_requests=5,
+                     factory=fake_factory(host_time_ms=host_ms))
+        return [row["ttft_ms"] for row in result.rows]
+
+    for without, with_host in zip(ttfts(0.0), ttfts(40.0)):
+        assert with_host - without == pytest.approx(2 * 40.0, rel=1e-6)
 
 
 def test_handoff_laws_follow_method_3_11():
