@@ -204,7 +204,8 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     kv_bytes = workload.isl * memory.kv_bytes_per_token + memory.state_bytes_per_sequence
     # the request passes two engines' front ends: the prefill pool's (with its prompt's
     # tokens) and the decode pool's (METHOD §3.11)
-    host_ms = host_time_ms(prefill_model, workload.isl) + host_time_ms(decode_model, 0)
+    decode_host_ms = host_time_ms(decode_model, 0)
+    host_ms = host_time_ms(prefill_model, workload.isl) + decode_host_ms
     pools = PoolLoad(
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
                      replicas=config.prefill_replicas),
@@ -238,7 +239,7 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
         flags=flags, metrics=metrics, memory=memory,
         breakdown={"decode_step": decode_step.to_json(), "prefill_step": prefill_step.to_json(),
                    "decode_batch": batch, "kv_handoff_us": round(pools.handoff_us, 3),
-                   "kv_transfer_backend": backend},
+                   "kv_transfer_backend": backend, "decode_host_ms": decode_host_ms},
         fusion_opportunities=_fusion_opportunities(target, decode_config, decode_step, batch),
     )
 

@@ -168,15 +168,15 @@ def _read_prefill(group: Group, anchor_id: str, predicted: dict[str, Prediction]
 
 def _decode_pass_host_ms(prediction: Prediction) -> float:
     """The decode pool's fixed host time in a split's TTFT (METHOD §3.11: the request
-    passes both pools' front ends), 0 for a colocated prediction: what a prefill point,
-    the TTFT one engine pass would see, leaves out."""
-    pools = (prediction.calibration or {}).get("pools") or ()
-    return float(pools[1].get("host_ms", 0.0)) if len(pools) > 1 else 0.0
+    passes both pools' front ends, `predictor.predict` records it), 0 for a colocated
+    prediction: what a prefill point, the TTFT one engine pass would see, leaves out."""
+    return (prediction.breakdown or {}).get("decode_host_ms", 0.0)
 
 
 def _ttft_sensitivity(prediction: Prediction) -> float:
     """How much of a change in one anchor's stall reaches the predicted TTFT: all of it,
-    or half in a split whose pools use two anchors (METHOD §3.11 bills half of each)."""
+    or half in a split whose pools use two anchors (its first-wave stall is half of each
+    pool anchor's, `analytical.disaggregated_benchmark_ttft_ms`)."""
     return 0.5 if len((prediction.anchor_id or "").split(",")) > 1 else 1.0
 
 

@@ -38,6 +38,10 @@ from predictor.step.cost import StepModel
 from predictor.step.handoff import DEFAULT_BACKEND, link_gbps
 from predictor.units import US_PER_MS
 
+#: share of a split's prefill host time billed on the step that admits the prompt (METHOD
+#: §3.11); the rest reaches the TTFT with the decode pool's own
+PREFILL_STEP_HOST_SHARE = 0.5
+
 StepModelFactory = Callable[[Configuration], StepModel]
 
 
@@ -112,13 +116,14 @@ def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpu
         entry = _pool("colocated", config, inputs, host_billed=1.0 if inputs.host_on_engine else 0.0, shared=shared)
         return Deployment(entry, None, None, config.total_gpus, shared)
     prefill_config, decode_config = pools
-    prefill = _pool("prefill", prefill_config, inputs, host_billed=0.5, shared=shared)
+    prefill = _pool("prefill", prefill_config, inputs, host_billed=PREFILL_STEP_HOST_SHARE, shared=shared)
     for replica in prefill.replicas:
         replica.admits_for_decode = True
     decode = _pool("decode", decode_config, inputs)
     # the rest of the prefill pool's host time, and the decode pool's own fixed part
     decode.ttft_host_share = 1.0
-    decode.host = HostTimes(decode.host.fixed_us + 0.5 * prefill.host.fixed_us, 0.5 * prefill.host.per_token_us)
+    rest = 1.0 - PREFILL_STEP_HOST_SHARE
+    decode.host = HostTimes(decode.host.fixed_us + rest * prefill.host.fixed_us, rest * prefill.host.per_token_us)
     backend = config.kv_transfer_backend or DEFAULT_BACKEND[inputs.engine]
     law = HandoffLaw(backend, link_gbps(config.total_gpus, scale_up_gpus, fabric_gbps, nic_gbps),
                      prefill.capacity.kv_bytes_per_token, prefill.capacity.state_bytes_per_sequence,
