@@ -31,7 +31,13 @@ the quantisation applied, and a weight class is never wider than the checkpoint 
 - Dense models: the weights take the label.
 - Activations: fp8 for fp8 GEMMs; fp4 for FP4 GEMMs on GPUs with FP4 tensor cores (bf16
   elsewhere); bf16 for weight-only int4 and for bf16.
-- KV cache: the checkpoint's (the engines' `auto`; the corpora do not record it).
+- KV cache: the checkpoint's (the engines' `auto`; the corpora do not record it), except
+  AIConfigurator's TensorRT-LLM rows with FP8 or FP4 GEMMs, read with an FP8 cache
+  (`_aic_kv_dtype`): their KV capacity is an FP8 cache's (Llama-3.1-70B at TP1, 1k/8k,
+  queues from 64 clients on H200 and 128 on B200, where FP8 pools hold 40 and 65 requests
+  of their final length and BF16 ones 20 and 32, which would have queued at 32 and 64).
+  The step prices a quantized cache's reads as a BF16 one's (`predictor.step.operators`),
+  so the reading moves capacity, not speed.
 - Speculation: `mtp` without a recorded depth uses the checkpoint's MTP layer count
   (METHOD §3.8's MTP default), at least 1.
 Metrics: seconds -> ms; throughput per GPU counts every GPU of the deployment (both
@@ -49,7 +55,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from levers.catalog import format_layout, get_lever, parse_layout
+from levers.catalog import Engine, format_layout, get_lever, parse_layout
 from levers.configuration import Configuration
 from levers.errors import InputError
 from levers.inputs import parse_number, quote
@@ -169,6 +175,14 @@ def dtypes_for(card: ModelCard, gpu: str, precision: str, gemm: str = "", moe: s
         activation = "fp8"
     return {"weight_dtype": weight, "expert_dtype": expert, "activation_dtype": activation,
             "kv_cache_dtype": native.kv_cache.value}
+
+
+def _aic_kv_dtype(engine: Engine, levers: dict) -> str:
+    """An AIConfigurator row's KV cache (module docstring: Precision): FP8 for TensorRT-LLM
+    with quantized GEMMs, the checkpoint's otherwise."""
+    if engine is Engine.TRTLLM and levers.get("activation_dtype") in ("fp8", "fp4"):
+        return "fp8"
+    return levers["kv_cache_dtype"]
 
 
 def spec_for(card: ModelCard, method: str, depth: int | None = None) -> tuple[str, int]:
@@ -430,6 +444,7 @@ def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
         raise MappingError(f"mode {quote(raw.get('mode'), 60)} is not agg or disagg")
     levers.update(dtypes_for(card, gpu, raw.get("precision", ""), raw.get("gemm_quant_mode", ""),
                              raw.get("moe_quant_mode", "")))
+    levers["kv_cache_dtype"] = _aic_kv_dtype(engine, levers)
     levers["spec_method"], levers["spec_depth"] = "none", 0
     isl, osl = _int(raw, "isl"), _int(raw, "osl")
     conc = _aic_concurrency(raw, source, levers)

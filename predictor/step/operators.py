@@ -12,7 +12,16 @@ Efficiency by shape (a documented assumption, rank-only like everything in simul
   empirical memory-bandwidth factor for NVIDIA parts; shared/data/hardware conventions).
 - Elementwise kernels (norms, RoPE, activations, permutation) reach 0.70 of HBM bandwidth.
 - Attention: decode reads the KV cache at 0.75 of HBM bandwidth, computes at 0.50 of the
-  BF16 peak (FP8 KV saves bytes, not FLOPs); prefill computes at 0.55 of the BF16 peak.
+  BF16 peak; prefill computes at 0.55 of the BF16 peak. A quantized (FP8, FP4) cache is
+  read at the BF16 cache's time per token (``KV_READ_MIN_BYTES``): the kernels dequantise
+  it to BF16 as they read, so it holds twice the tokens (capacity, `predictor.memory`)
+  but does not halve the read (the shared METHOD §5 counts a KV dtype among the
+  settings that run the same kernels). Measured: AIConfigurator's TensorRT-LLM runs of
+  FP8 checkpoints have an FP8 cache's capacity (Llama-3.1-70B at TP1, 1k/8k, queues from
+  64 clients on H200 and 128 on B200, where FP8 pools hold 40 and 65 such requests, BF16
+  ones 20 and 32) and a BF16 read's context slope: read as FP8 with FP8 reads, their TP1
+  fits put the difference into the cost per kernel and AIConfigurator cross-width TPOT
+  went 9.8 -> 11.1% (docs/SCORES.md, choices measured).
 
 Attention per type, per layer, per attention rank (METHOD §3.9 shapes):
 - GQA/MHA reads ``2 * kv_heads_r * head_dim`` values per token of context per request
@@ -44,6 +53,7 @@ GEMM_HALF_EFFICIENCY_ROWS = 64.0
 GEMM_BW_EFFICIENCY = 0.80
 ELEMENTWISE_BW_EFFICIENCY = 0.70
 ATTENTION_DECODE_BW_EFFICIENCY = 0.75
+KV_READ_MIN_BYTES = 2.0   # a quantized KV cache is read at the BF16 cache's time per token (module docstring)
 ATTENTION_DECODE_COMPUTE_EFFICIENCY = 0.50
 ATTENTION_PREFILL_COMPUTE_EFFICIENCY = 0.55
 LINEAR_PREFILL_FLOPS_PER_STATE = 6.0
@@ -170,7 +180,10 @@ class AttentionOp:
 
 
 def attention_op(group: AttentionGroup, attention_tp: int, dcp: int, kv_bytes: float) -> AttentionOp:
-    """The coefficients of ``group`` on one rank of attention TP ``attention_tp``."""
+    """The coefficients of ``group`` on one rank of attention TP ``attention_tp``; a
+    cache of ``kv_bytes`` per value is read at no fewer than `KV_READ_MIN_BYTES` (module
+    docstring)."""
+    kv_bytes = max(kv_bytes, KV_READ_MIN_BYTES)
     layers = group.num_layers
     heads = group.num_heads / attention_tp
     if group.kind.is_linear:

@@ -143,7 +143,8 @@ def test_a_configuration_that_does_not_fit_prints_the_reason_and_exits_1():
 
 def test_an_on_demand_kv_pool_holds_requests_at_their_mean_length():
     """vLLM allocates KV as tokens come, so 24 staggered 1k/8k requests fit where 20 fit at
-    their final length; TensorRT-LLM reserves the final length and queues the other 4."""
+    their final length; TensorRT-LLM reserves the final length and queues the other 4 (both
+    with a BF16 cache: TensorRT-LLM's anchor ran FP8, which holds all 24)."""
     from levers.configuration import Configuration
     from predictor.predict import predict
     from predictor.target import resolve_target
@@ -152,7 +153,7 @@ def test_an_on_demand_kv_pool_holds_requests_at_their_mean_length():
     found = {}
     for engine in ("vllm", "trtllm"):
         target = resolve_target("llama-3.1-70b", "h200x1", engine)
-        found[engine] = predict(target, Configuration(tp=1, weight_dtype="fp8", concurrency=24),
+        found[engine] = predict(target, Configuration(tp=1, weight_dtype="fp8", kv_cache_dtype="bf16", concurrency=24),
                                 WorkloadSpec("fixed", 1024, 8192, 10, False))
     assert found["vllm"].memory.max_concurrency == found["trtllm"].memory.max_concurrency < 24
     assert not any(f.startswith("queueing") for f in found["vllm"].flags)

@@ -230,3 +230,22 @@ def test_a_workload_says_what_its_harness_did_only_when_it_did_something():
     assert "harness" not in WorkloadSpec("fixed", 1024, 1024).to_json()
     spec = WorkloadSpec("fixed", 1024, 1024, 10, harness=Harness("inferencex", ahead_steps=1))
     assert spec.to_json()["harness"] == {"name": "inferencex", "ahead_steps": 1}
+
+
+def test_aiconfigurator_tensorrt_llm_rows_of_quantized_gemms_read_an_fp8_kv_cache():
+    """AIConfigurator's TensorRT-LLM rows with FP8/FP4 GEMMs run an FP8 KV cache (their
+    capacity says so, `predictor.corpus.formats`); a BF16 GEMM row and other engines keep
+    the checkpoint's cache."""
+    import csv
+
+    from predictor.corpus.formats import aiconfigurator_row
+
+    with open(AIC, encoding="utf-8") as handle:
+        base = next(r for r in csv.DictReader(handle) if r["mode"] == "agg")
+    assert base["gemm_quant_mode"] == "fp8"
+    trtllm = aiconfigurator_row({**base, "backend": "trtllm", "backend_version": "1.2.0rc6"}, "aic:2")
+    unquantized = aiconfigurator_row({**base, "backend": "trtllm", "backend_version": "1.2.0rc6", "precision": "bf16",
+                                      "gemm_quant_mode": "bf16", "moe_quant_mode": "bf16"}, "aic:3")
+    vllm = aiconfigurator_row(base, "aic:4")
+    assert trtllm.config.kv_cache_dtype == "fp8"
+    assert unquantized.config.kv_cache_dtype == vllm.config.kv_cache_dtype == "bf16"

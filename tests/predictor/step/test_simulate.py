@@ -103,10 +103,24 @@ def test_attention_by_type():
     assert attention_op(load_card("DeepSeek-V3").attention[0], 8, 2, 2.0).entry_bytes == mla.entry_bytes / 2
 
 
-def test_kv_fp8_halves_long_context_attention():
+def test_an_fp8_kv_cache_holds_twice_the_tokens_but_reads_as_long():
+    """A quantized cache is read at the BF16 cache's time per token (the kernels
+    dequantise as they read, `predictor.step.operators`): its gain is capacity."""
+    from predictor.memory import memory_breakdown
+    from predictor.step.operators import KV_READ_MIN_BYTES
+
     bf16 = _model("Llama-3.1-8B", "h100x1").decode(64, 8192).get("attention")
     fp8 = _model("Llama-3.1-8B", "h100x1", kv_cache_dtype="fp8").decode(64, 8192).get("attention")
-    assert fp8 == pytest.approx(bf16 / 2, rel=0.01)
+    assert fp8 == pytest.approx(bf16, rel=REL) and bf16 > 0
+    card = load_card("Llama-3.1-8B")
+    group = card.attention[0]
+    assert attention_op(group, 1, 1, 1.0).entry_bytes == attention_op(group, 1, 1, KV_READ_MIN_BYTES).entry_bytes
+    assert attention_op(group, 1, 1, 4.0).entry_bytes == 2 * attention_op(group, 1, 1, 2.0).entry_bytes
+    h100 = parse_cluster("h100x1").gpu
+    pools = [memory_breakdown(card, hbm_bytes=int(h100.hbm_gb * 1e9), vendor="nvidia", kv_cache_dtype=kv)
+             for kv in ("bf16", "fp8")]
+    assert pools[1].kv_bytes_per_token * 2 == pools[0].kv_bytes_per_token
+    assert pools[1].max_concurrency >= 2 * pools[0].max_concurrency - 1
 
 
 def test_precision_semantics():
