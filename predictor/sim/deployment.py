@@ -119,9 +119,8 @@ def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpu
     prefill = _pool("prefill", prefill_config, inputs, host_billed=PREFILL_STEP_HOST_SHARE, shared=shared)
     for replica in prefill.replicas:
         replica.admits_for_decode = True
-    decode = _pool("decode", decode_config, inputs)
+    decode = _pool("decode", decode_config, inputs)      # bills its host time on TTFT in full
     # the rest of the prefill pool's host time, and the decode pool's own fixed part
-    decode.ttft_host_share = 1.0
     rest = 1.0 - PREFILL_STEP_HOST_SHARE
     decode.host = HostTimes(decode.host.fixed_us + rest * prefill.host.fixed_us, rest * prefill.host.per_token_us)
     backend = config.kv_transfer_backend or DEFAULT_BACKEND[inputs.engine]

@@ -46,6 +46,7 @@ from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.cards.precision import config_dtypes
+from predictor.cards.weights import BF16_BYTES
 from predictor.memory import dtype_bytes, heads_per_rank
 
 GEMM_PEAK_EFFICIENCY = 0.80
@@ -53,7 +54,7 @@ GEMM_HALF_EFFICIENCY_ROWS = 64.0
 GEMM_BW_EFFICIENCY = 0.80
 ELEMENTWISE_BW_EFFICIENCY = 0.70
 ATTENTION_DECODE_BW_EFFICIENCY = 0.75
-KV_READ_MIN_BYTES = 2.0   # a quantized KV cache is read at the BF16 cache's time per token (module docstring)
+KV_READ_MIN_BYTES = BF16_BYTES   # a quantized KV cache is read at the BF16 cache's time per token (module docstring)
 ATTENTION_DECODE_COMPUTE_EFFICIENCY = 0.50
 ATTENTION_PREFILL_COMPUTE_EFFICIENCY = 0.55
 LINEAR_PREFILL_FLOPS_PER_STATE = 6.0
