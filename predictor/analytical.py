@@ -11,6 +11,13 @@ Semantics (the DES reproduces them when queueing and cache effects are absent):
 - A prompt is prefilled in chunks of ``min(chunked_prefill_size, max_batched_tokens)``
   tokens, each chunk riding in a decode step of the running batch (a mixed step).
   Prefill work is charged to the steps as marginal cost: ``mixed - decode``.
+- Under attention DP a prompt's chunks run on its own rank (the others wait at the MoE
+  layers' collectives), and the prompts arriving in one step land on ranks at random: the
+  step carries the busiest rank's, ``E[max_r N_r]`` of ``dp`` Poisson counts of mean
+  ``k / dp`` for ``k`` prompts per step (``k`` when ``dp = 1``; ``k / dp`` when every
+  rank has several). An engine that balances attention DP (TRT-LLM's
+  ``attention_dp_config.enable_balance``) holds prompts until every rank has one and
+  starts them together: ``k / dp`` one-prompt steps per step.
 - A decode step commits ``tokens_per_step`` (L(k), METHOD §3.8) tokens per request.
 - Mean decode context = ``isl + osl/2`` (decode cost is linear in context).
 
@@ -22,8 +29,8 @@ decode steps; throughput per GPU counts both pools.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
+from functools import lru_cache
 
 from predictor.step.cost import StepModel
 from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
@@ -49,6 +56,7 @@ class Load:
     host_overlaps: bool = True    # host work overlaps the steps (False: it shares their cores, a CPU engine)
     recv_interval: int = 1        # decode steps between the scheduler's polls for new requests
     ahead_steps: int = 0          # steps the scheduler plans ahead of the GPU (vLLM --async-scheduling: 1)
+    balanced_dp: bool = False     # attention-DP prompts start together, one per rank (TRT-LLM enable_balance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +107,45 @@ def chunks(isl: int, chunk_tokens: int) -> list[tuple[int, int]]:
     return [(min(size, isl - start), start) for start in range(0, isl, size)]
 
 
+def attention_dp(model: StepModel) -> int:
+    """The model's attention-DP ranks (1 for a step model without a layout)."""
+    return max(1, getattr(getattr(model, "config", None), "attention_dp", 1))
+
+
+def _mixed_us(model: StepModel, tokens: int, batch: int, ctx: float, prior: float, prompts: int) -> float:
+    """A mixed step whose chunks belong to ``prompts`` prompts (placed on attention-DP
+    ranks by the step model; a model without attention DP takes no count)."""
+    if attention_dp(model) > 1:
+        return model.mixed_us(tokens, batch, ctx, prior, prompts=max(1, prompts))
+    return model.mixed_us(tokens, batch, ctx, prior)
+
+
+@lru_cache(maxsize=4096)
+def busiest_rank_prompts(prompts_per_step: float, ranks: int) -> float:
+    """``E[max_r N_r]`` over ``ranks`` Poisson counts of mean ``prompts_per_step / ranks``:
+    the prompts the busiest attention-DP rank carries in a step (module docstring)."""
+    if ranks <= 1 or prompts_per_step <= 0:
+        return max(0.0, prompts_per_step)
+    mean = prompts_per_step / ranks
+    if mean > 50.0:   # normal limit: the largest of `ranks` draws
+        return mean + math.sqrt(mean * 2.0 * math.log(ranks))
+    total, pmf, cdf = 0.0, math.exp(-mean), 0.0
+    for m in range(int(mean + 12.0 * math.sqrt(mean) + 20.0)):
+        cdf += pmf
+        total += 1.0 - min(1.0, cdf) ** ranks
+        pmf *= mean / (m + 1)
+    return total
+
+
 def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: int, ctx: float) -> tuple[float, float]:
-    """(sum over chunks of the mixed-step time, sum of marginal cost over decode)."""
+    """(sum over chunks of the mixed-step time, sum of marginal cost over decode) of one
+    prompt (on one attention-DP rank)."""
     base = model.decode_us(batch, ctx) if batch > 0 else 0.0
     pieces = chunks(isl, chunk_tokens)
     mixed_total = 0.0
     for tokens, prior in pieces:
         if batch > 0:
-            mixed_total += model.mixed_us(tokens, batch, ctx, prior)
+            mixed_total += _mixed_us(model, tokens, batch, ctx, prior, 1)
         else:
             mixed_total += model.prefill_us(tokens, 1, prior)
     return mixed_total, mixed_total - base * len(pieces)
@@ -124,6 +163,8 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     running = max(1.0, in_system * osl_steps / (osl_steps + num_chunks)) if osl_steps else 0.0
     rate_per_s = load.arrival_rate
     overloaded = False
+    ranks = attention_dp(model)
+    step_us = model.decode_us(max(1, round(running)), ctx)
     for _ in range(ITERATIONS):
         batch = max(1, round(running))
         # A request's own prefill never stalls its own decode: each request sees the
@@ -131,6 +172,13 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         others = running * (in_system - 1) / in_system if closed else running
         decode_us = model.decode_us(batch, ctx)
         mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx)
+        if ranks > 1:
+            # prompts arriving in one step overlap on different ranks (module docstring)
+            per_step = round(others / osl_steps if closed and osl_steps else rate_per_s * step_us / US_PER_S, 3)
+            if load.balanced_dp:
+                marginal_us /= ranks
+            elif per_step > 0:
+                marginal_us *= busiest_rank_prompts(per_step, ranks) / per_step
         if closed:
             busy_share = None
         else:
@@ -164,7 +212,7 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     if closed and load.concurrency > cap and rate_per_s:
         # Little's law over the whole closed loop: clients beyond the cap wait.
         queue_us += max(0.0, load.concurrency / rate_per_s * US_PER_S - e2e_us - load.host_us)
-    mixed_one_us = model.mixed_us(min(load.chunk_tokens, load.isl), max(1, round(running)), ctx)
+    mixed_one_us = _mixed_us(model, min(load.chunk_tokens, load.isl), max(1, round(running)), ctx, 0.0, 1)
     steps_per_s = US_PER_S / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / steps_per_s) if steps_per_s else 0.0
     return SteadyState(
@@ -196,7 +244,7 @@ def first_wave_ttft_us(model: StepModel, load: Load, decodes_here: bool = True) 
         if step_tokens <= 0:
             break
         if decoding and decodes_here:
-            clock_us += model.mixed_us(step_tokens, decoding, load.isl)
+            clock_us += _mixed_us(model, step_tokens, decoding, load.isl, 0.0, -(-step_tokens // max(1, load.isl)))
         else:
             clock_us += model.prefill_us(step_tokens, max(1, step_tokens // max(1, load.isl)))
         done_tokens += step_tokens

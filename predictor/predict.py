@@ -35,6 +35,7 @@ from predictor.feasibility import check_configuration, pool_configs
 from predictor.memory import MemoryBreakdown
 from predictor.prediction import Prediction, illegal
 from predictor.sim import simulate
+from predictor.sim.scheduler import PROFILES
 from predictor.step.cost import Mode, StepCost, StepModel
 from predictor.step.fusions import fusion_opportunities
 from predictor.step.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
@@ -161,7 +162,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
         gpus=config.replica_gpus, replicas=replicas, host_us=host_ms * US_PER_MS,
         host_overlaps=target.cluster.gpu.vendor != "cpu", recv_interval=workload.harness.recv_interval,
-        ahead_steps=workload.harness.ahead_steps,
+        ahead_steps=workload.harness.ahead_steps, balanced_dp=PROFILES[Engine(target.engine)].balances_attention_dp,
     )
     state = steady_state(model, load)
     source = "analytical"

@@ -50,13 +50,17 @@ class EngineProfile:
     default_page_tokens: int
     decode_pool_cap: int | None = None      # engine cap on a disaggregated decode pool
     running_cap: int | None = None          # engine cap on any pool
+    balances_attention_dp: bool = False     # attention-DP prompts start together, one per rank
 
 
 PROFILES: dict[Engine, EngineProfile] = {
     Engine.VLLM: EngineProfile(Engine.VLLM, mixes_prefill=True, chunks_prefill=True, prefill_step_uses_chunk=False,
                                policy=AdmissionPolicy.FCFS, default_page_tokens=16),
+    # TRT-LLM's attention-DP deployments (its DeepSeek recipes, InferenceX's and
+    # AIConfigurator's launch scripts) set ``attention_dp_config.enable_balance``.
     Engine.TRTLLM: EngineProfile(Engine.TRTLLM, mixes_prefill=True, chunks_prefill=True,
-                                 prefill_step_uses_chunk=False, policy=AdmissionPolicy.FCFS, default_page_tokens=32),
+                                 prefill_step_uses_chunk=False, policy=AdmissionPolicy.FCFS, default_page_tokens=32,
+                                 balances_attention_dp=True),
     Engine.SGLANG: EngineProfile(Engine.SGLANG, mixes_prefill=False, chunks_prefill=True,
                                  prefill_step_uses_chunk=True, policy=AdmissionPolicy.LPM, default_page_tokens=1,
                                  decode_pool_cap=SGLANG_DECODE_POOL_CAP),

@@ -358,7 +358,7 @@ class SimulateStepModel:
 
     def prefill_raw(self, num_tokens: int, num_seqs: int = 1, context: float = 0.0) -> list[RawStep]:
         tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
-        rank_tokens, rank_seqs = -(-tokens // self._dp), -(-seqs // self._dp)
+        rank_tokens, rank_seqs = self._prefill_rank(tokens, seqs)
         parts = [self.body_raw(rank_tokens, tokens), self.head_raw(seqs),
                  self.prefill_attention_raw(rank_tokens, rank_seqs, context),
                  RawStep(fixed_steps=1.0, pipeline_us=self._pipeline_us(seqs, tokens, with_host=False))]
@@ -369,7 +369,7 @@ class SimulateStepModel:
         """One softmax / linear layer's priced compute and one MoE layer's routed experts on
         a prefill of ``num_tokens`` (the rest of a forward spread evenly over the layers)."""
         tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
-        rank_tokens, rank_seqs = -(-tokens // self._dp), -(-seqs // self._dp)
+        rank_tokens, rank_seqs = self._prefill_rank(tokens, seqs)
         body = self._body_terms(rank_tokens, tokens)
         card, bpu, flops = self.card, self._bytes_per_us, self._bf16_flops
         own = {True: 0.0, False: 0.0}
@@ -493,6 +493,16 @@ class SimulateStepModel:
             total += max(bw * memory, cp * compute)
         return total
 
+    def _prefill_rank(self, tokens: int, seqs: int) -> tuple[int, int]:
+        """(tokens, prompts) of a prefill on its busiest attention-DP rank. A prompt is not
+        split across ranks: each rank runs its own requests' attention and dense layers,
+        so one prompt's prefill is its rank's whole (the others wait at the MoE layers'
+        collectives), and ``seqs`` prompts leave ``ceil(seqs / dp)`` on the busiest."""
+        if self._dp <= 1:
+            return tokens, seqs
+        rank_seqs = -(-seqs // self._dp)
+        return -(-tokens * rank_seqs // seqs), rank_seqs
+
     def _decode_shape(self, batch: int) -> tuple[int, int, int]:
         micro = -(-max(1, int(batch)) // self._pp)
         return micro, -(-micro // self._dp), self._queries
@@ -559,7 +569,8 @@ class SimulateStepModel:
     def _prefill_terms(self, num_tokens: int, num_seqs: int, context: float) -> tuple[float, ...]:
         raws = self.prefill_raw(num_tokens, num_seqs, context)
         tokens = max(1, int(num_tokens))
-        parts = [self._body_terms(-(-tokens // self._dp), tokens), *(self._priced(raw) for raw in raws[1:])]
+        rank_tokens = self._prefill_rank(tokens, max(1, int(num_seqs)))[0]
+        parts = [self._body_terms(rank_tokens, tokens), *(self._priced(raw) for raw in raws[1:])]
         body, head, attention, step = parts[:4]
         draft = sum(sum(p.values()) for p in parts[4:])
         comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context)
@@ -584,15 +595,17 @@ class SimulateStepModel:
         return sum(self._prefill_terms(num_tokens, num_seqs, context_tokens))
 
     def _mixed_terms(self, prefill_tokens: int, decode_batch: int, context: float,
-                     prefill_context: float) -> tuple[float, ...]:
+                     prefill_context: float, prompts: int = 0) -> tuple[float, ...]:
         if decode_batch <= 0:
-            return self._prefill_terms(prefill_tokens, 1, prefill_context)
+            return self._prefill_terms(prefill_tokens, prompts or self._dp, prefill_context)
         if prefill_tokens <= 0:
             return self._decode_terms(decode_batch, context)
         micro = -(-int(decode_batch) // self._pp)
         requests = -(-micro // self._dp)
         q, tokens = self._queries, int(prefill_tokens)
-        rank_prefill = -(-tokens // self._dp)
+        # ``prompts`` prompts' chunks on their busiest attention-DP rank (`_prefill_rank`);
+        # 0: the tokens spread over every rank (a step whose prompts the caller does not count)
+        rank_prefill = self._prefill_rank(tokens, prompts)[0] if prompts else -(-tokens // self._dp)
         gemm, moe, comm, launch, other = self._body(rank_prefill + requests * q, tokens + micro * q)
         head_gemm, head_other, head_launch = self._head(micro * q + 1)
         bw, cp = self.calibration.bandwidth, self.calibration.compute
@@ -617,10 +630,13 @@ class SimulateStepModel:
         return tuple(term if i in (1, 7) else max(0.0, term + decode[i] * extra) for i, term in enumerate(terms))
 
     def mixed(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
-              prefill_context_tokens: float = 0.0) -> StepCost:
-        terms = self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens)
+              prefill_context_tokens: float = 0.0, *, prompts: int = 0) -> StepCost:
+        """A decode step of ``decode_batch`` carrying ``prefill_tokens`` of prompt chunks
+        (``prompts``: how many prompts they belong to, which places them on attention-DP
+        ranks; 0 spreads them over every rank)."""
+        terms = self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens, prompts)
         return StepCost(tuple(zip(TERMS, terms)))
 
     def mixed_us(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
-                 prefill_context_tokens: float = 0.0) -> float:
-        return sum(self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens))
+                 prefill_context_tokens: float = 0.0, *, prompts: int = 0) -> float:
+        return sum(self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens, prompts))

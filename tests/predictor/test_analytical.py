@@ -1,9 +1,15 @@
 """The analytical steady state (predictor/analytical.py) on a linear fake step model,
 where every quantity can be computed by hand."""
 
+from dataclasses import replace
+from types import SimpleNamespace
+
 import pytest
 
-from predictor.analytical import Load, PoolLoad, chunks, disaggregated_state, steady_state
+from levers.catalog import Engine
+
+from predictor.analytical import Load, PoolLoad, busiest_rank_prompts, chunks, disaggregated_state, steady_state
+from predictor.sim.scheduler import PROFILES
 from predictor.step.cost import Mode, StepCost
 
 
@@ -34,6 +40,51 @@ class LinearModel:
 
     def mixed(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0):
         return StepCost.of(fixed=self.mixed_us(prefill_tokens, decode_batch, context_tokens))
+
+
+class RankedModel(LinearModel):
+    """The same on four attention-DP ranks: a counted prompt's chunk runs on one rank."""
+
+    config = SimpleNamespace(attention_dp=4)
+
+    def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0, *, prompts=0):
+        per_rank = prefill_tokens if prompts else prefill_tokens / 4
+        return self.decode_us(decode_batch, context_tokens) + 0.1 * per_rank
+
+
+def test_busiest_attention_dp_rank_carries_the_largest_poisson_count():
+    assert busiest_rank_prompts(3.0, 1) == 3.0                          # one rank: every prompt, serially
+    assert busiest_rank_prompts(0.01, 8) == pytest.approx(0.01, rel=0.01)   # rare prompts seldom meet
+    assert busiest_rank_prompts(1000.0, 8) == pytest.approx(125.0, rel=0.2)  # many: about k / dp each
+    assert 2.0 < busiest_rank_prompts(8.0, 8) < 3.0                     # E[max] of 8 Poisson(1) counts
+    values = [busiest_rank_prompts(k, 4) for k in (0.5, 1.0, 2.0, 4.0, 8.0, 60.0, 400.0)]
+    assert values == sorted(values)
+
+
+def test_attention_dp_prompts_of_one_step_overlap_on_their_ranks():
+    load = Load(isl=1024, osl=1025, concurrency=256, running_cap=256, chunk_tokens=8192)
+    state = steady_state(RankedModel(), load)
+    others = state.running * 255 / 256
+    per_step = round(others / 1024, 3)
+    expected_step_ms = (5000 + 50 * round(state.running) + 102.4 * busiest_rank_prompts(per_step, 4)) / 1000
+    assert state.step_ms == pytest.approx(expected_step_ms, rel=1e-5)   # the fixed point's last move
+    assert busiest_rank_prompts(per_step, 4) < 0.95 * per_step        # a quarter of a prompt a step: some overlap
+    # the prompt's own chunk rides one rank whole: its TTFT carries 102.4 us, not a quarter
+    assert state.ttft_admission_ms == pytest.approx((5000 + 50 * round(others) + 102.4) / 1000, rel=1e-9)
+
+
+def test_balanced_attention_dp_starts_one_prompt_per_rank_together():
+    # TRT-LLM's enable_balance: prompts wait until every rank has one, so a step carries
+    # k / dp one-prompt rounds, below the busiest rank of k random placements.
+    load = Load(isl=1024, osl=1025, concurrency=256, running_cap=256, chunk_tokens=8192, balanced_dp=True)
+    state = steady_state(RankedModel(), load)
+    per_step = state.running * 255 / 256 / 1024
+    expected_step_ms = (5000 + 50 * round(state.running) + 102.4 * per_step / 4) / 1000
+    assert state.step_ms == pytest.approx(expected_step_ms, rel=1e-4)
+    random_placement = steady_state(RankedModel(), replace(load, balanced_dp=False))
+    assert state.step_ms < random_placement.step_ms
+    assert PROFILES[Engine.TRTLLM].balances_attention_dp
+    assert not PROFILES[Engine.VLLM].balances_attention_dp and not PROFILES[Engine.SGLANG].balances_attention_dp
 
 
 def test_chunks_split_a_prompt():

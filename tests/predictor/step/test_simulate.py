@@ -147,6 +147,25 @@ def test_attention_dp_replicates_weights_and_splits_requests():
     assert dp.get("moe") == pytest.approx(tp.get("moe"), rel=REL)   # the MoE sees the stage's tokens either way
 
 
+def test_attention_dp_prompt_stays_on_its_rank():
+    """A prompt is not split across attention-DP ranks: one prompt's prefill on DP8 runs
+    its attention and dense layers whole on its rank (attention TP1), slower than on TP8
+    where they shard; eight prompts spread one per rank cost about what one does."""
+    tp = _model("DeepSeek-V3", "mi355x", tp=8, ep=8)
+    dp = _model("DeepSeek-V3", "mi355x", tp=8, ep=8, attention_dp=8)
+    one_tp, one_dp = tp.prefill(4096, 1), dp.prefill(4096, 1)
+    assert one_dp.get("attention") > 4 * one_tp.get("attention")
+    assert one_dp.get("gemm") > 4 * one_tp.get("gemm")
+    eight = dp.prefill(8 * 4096, 8)
+    assert eight.get("attention") == pytest.approx(one_dp.get("attention"), rel=REL)   # one prompt per rank
+    assert dp.prefill(9 * 4096, 9).get("attention") == pytest.approx(2 * one_dp.get("attention"), rel=REL)
+    # a mixed step: its chunk on one rank when the caller counts one prompt, spread when not
+    counted = dp.mixed_us(4096, 64, 2048, prompts=1)
+    spread = dp.mixed_us(4096, 64, 2048)
+    assert counted > 2 * spread
+    assert tp.mixed_us(4096, 64, 2048, prompts=1) == pytest.approx(tp.mixed_us(4096, 64, 2048), rel=REL)
+
+
 def test_speculation_verify_step_and_drafter():
     plain = _model("DeepSeek-V3", "mi355x", tp=8, ep=8)
     mtp = _model("DeepSeek-V3", "mi355x", tp=8, ep=8, spec_method="mtp", spec_depth=3)
