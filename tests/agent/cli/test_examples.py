@@ -3,7 +3,8 @@ commands and print what an operator sizes them by (docs/EXAMPLES.md).
 
 Cost: each file runs once with a reduced DES (``--requests 200 --replications 1``), ~1.5
 CPU-seconds; the full default runs (40 requests per client, 3 replications) are what
-docs/EXAMPLES.md shows and take ~2 CPU-s (A) and ~30 CPU-s (B) (2026-12-02, idle 2-core Xeon).
+docs/EXAMPLES.md shows and take ~2 CPU-s (A) and ~30 CPU-s (B) (2026-12-02, idle 2-core Xeon;
+6 and 77 on 2026-12-03 on a guest 3x slower).
 """
 
 from __future__ import annotations
