@@ -108,6 +108,8 @@ class Replica:
         self.limits = limits
         self.recorder = recorder
         self.dp = len(ranks)
+        self.steps_run = 0                      # ReplicaView: engine steps run
+        self.hold_from: int | None = None       # ReplicaView: a balanced admission hold's start
         self.plan: StepPlan | None = None
         self.stamp = 0
         self.kick_pending = False
@@ -145,6 +147,7 @@ class Replica:
     def end_step(self) -> StepOutcome:
         """Advance the running step (the third part of schedule -> price -> advance)."""
         plan, self.plan = self.plan, None
+        self.steps_run += plan.num_steps
         self.recorder.step(plan.kind, plan.num_steps, plan.duration_us, plan.stalls_decoders, plan.shape)
         return advance(plan.batch.work, plan.start_us, plan.segments[0][1], plan.segments, self.recorder)
 

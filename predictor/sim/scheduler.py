@@ -14,7 +14,9 @@ KV and an admission policy. They differ in whether prefill rides in decode steps
 
 ``lpm`` (longest prefix match) orders a backlog of 2..128 waiting requests by resident
 prefix (SGLang falls back to FCFS above 128); FCFS keeps arrival order. Both stop at the
-first request that does not fit (head-of-line). SGLang caps a decode pool without
+first request that does not fit (head-of-line). TensorRT-LLM balances attention DP as its
+recipes configure it (`holds_prompts`): new prompts wait until every rank has one, or 60
+steps. SGLang caps a decode pool without
 attention DP at 128 running requests (METHOD §3.11). Only this module and the KV pool
 change request state (STYLE rule 2): `schedule` admits and picks chunks, `advance`
 applies a priced step.
@@ -33,6 +35,7 @@ from predictor.sim.request import Request
 
 LPM_MAX_QUEUE = 128                 # SGLang: lpm only while <= 128 requests wait
 SGLANG_DECODE_POOL_CAP = 128        # SGLang decode pool without attention DP (METHOD §3.11)
+BALANCE_TIMEOUT_STEPS = 60          # TRT-LLM attention_dp_config.timeout_iters in its recipes
 
 
 class AdmissionPolicy(StrEnum):
@@ -119,6 +122,8 @@ class ReplicaView(Protocol):
     limits: Limits
     ranks: Sequence[Rank]
     merges_runs: bool               # repeated prefill/mixed steps may run as one event
+    steps_run: int                  # engine steps this replica has run
+    hold_from: int | None           # `steps_run` when a balanced admission hold began
 
 
 class EngineScheduler(Protocol):
@@ -137,8 +142,9 @@ def admission_order(rank: Rank, policy: AdmissionPolicy, slots: int) -> list[Req
 
 
 def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int,
-                 now_us: float) -> list[tuple[Request, int]]:
-    """Continue admitted prompts, then admit waiting requests while budget, cap and KV allow."""
+                 now_us: float, admits: bool = True) -> list[tuple[Request, int]]:
+    """Continue admitted prompts, then (``admits``) admit waiting requests while budget,
+    cap and KV allow."""
     chunks: list[tuple[Request, int]] = []
     if not rank.prefilling and not rank.waiting:
         return chunks               # a decode-only rank (most of a wide attention-DP pool)
@@ -151,6 +157,8 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
         budget -= take
     if rank.waiting:            # what a running cap could bind on (predictor.sim.reuse)
         rank.peak_demand = max(rank.peak_demand, rank.num_running + len(rank.waiting))
+    if not admits:
+        return chunks
     for request in admission_order(rank, profile.policy, limits.running_cap - rank.num_running):
         if not request.is_kv_ready:
             if budget <= 0:
@@ -234,12 +242,37 @@ class MixedScheduler:
 
     def schedule(self, replica: ReplicaView, now_us: float) -> Batch | None:
         limits, work = replica.limits, []
+        held = self.profile.balances_attention_dp and len(replica.ranks) > 1 and holds_prompts(replica)
         for rank in replica.ranks:
             budget = limits.token_budget - rank.num_decoders * limits.decode_tokens
-            chunks = fill_prefill(rank, self.profile, limits, budget, now_us)
+            chunks = fill_prefill(rank, self.profile, limits, budget, now_us, admits=not held)
             if chunks or rank.num_decoders:     # an idle rank adds nothing to the step
                 work.append(RankWork(rank, tuple(chunks), rank.num_decoders > 0))
-        return _batch(work, replica.merges_runs)
+        batch = _batch(work, replica.merges_runs)
+        if held and batch is not None:          # the run ends when the hold times out
+            left = BALANCE_TIMEOUT_STEPS - (replica.steps_run - replica.hold_from)
+            batch = Batch(batch.work, max(1, min(batch.max_steps, left)))
+        return batch
+
+
+def holds_prompts(replica: ReplicaView) -> bool:
+    """TensorRT-LLM's balanced attention DP (``attention_dp_config.enable_balance``, set by
+    its recipes): new prompts wait until every rank has one, or for at most
+    :data:`BALANCE_TIMEOUT_STEPS` steps while the replica runs, then start together
+    (`predictor.analytical` prices the same). Only prompts wait: a decode pool's arrivals
+    (their KV ready) are admitted as they come."""
+    ranks = replica.ranks
+    with_prompts = sum(1 for rank in ranks if rank.waiting and not rank.waiting[0].is_kv_ready)
+    busy = with_prompts and any(rank.num_decoders or rank.prefilling for rank in ranks)
+    if not busy or with_prompts == len(ranks):
+        replica.hold_from = None
+        return False
+    if replica.hold_from is None:
+        replica.hold_from = replica.steps_run
+    if replica.steps_run - replica.hold_from >= BALANCE_TIMEOUT_STEPS:
+        replica.hold_from = None
+        return False
+    return True
 
 
 class PrefillFirstScheduler:

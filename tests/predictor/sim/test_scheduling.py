@@ -1,5 +1,7 @@
 """Engine scheduler models, tails, attention-DP lockstep, stretches, determinism, bad input."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -18,6 +20,7 @@ from predictor.sim.kv_pool import KvPool, PoolShape
 from predictor.sim.prefix_cache import LeafFirstCache
 from predictor.sim.rank import Rank
 from predictor.sim.request import Request, RequestSpec
+from predictor.sim import scheduler
 from predictor.sim.scheduler import admission_order
 from predictor.workload import WorkloadSpec
 from tests.predictor.sim.sim_fakes import FakeTarget, fake_factory, fixed_capacity
@@ -129,3 +132,22 @@ def test_linear_state_takes_pool_room_per_sequence(target):
     state_bytes = 1024 * 131072.0          # 1024 token-equivalents per sequence
     with pytest.raises(InputError, match="needs 3072 KV tokens"):
         run(target, Configuration(), WorkloadSpec("fixed", 1024, 1024), capacity=fixed_capacity(3000, state_bytes))
+
+
+def test_balanced_attention_dp_starts_prompts_together(h100, monkeypatch):
+    # TensorRT-LLM's enable_balance: a prompt waits (at most BALANCE_TIMEOUT_STEPS steps)
+    # until every rank has one, so fewer steps carry prefill and prompts wait longer.
+    target, config = FakeTarget(h100, Engine.TRTLLM), Configuration(concurrency=64, tp=4, attention_dp=4)
+    balanced = run(target, config, MIXED, requests=400).metrics
+    profile = scheduler.PROFILES[Engine.TRTLLM]
+    assert profile.balances_attention_dp
+    monkeypatch.setitem(scheduler.SCHEDULERS, Engine.TRTLLM,
+                        scheduler.MixedScheduler(replace(profile, balances_attention_dp=False)))
+    free = run(target, config, MIXED, requests=400).metrics
+    assert balanced["mixed_step_fraction"] < 0.8 * free["mixed_step_fraction"]
+    assert balanced["ttft_ms_mean"] > free["ttft_ms_mean"]
+    # nothing to balance on one rank: the same run with the hold on or off
+    single = Configuration(concurrency=64, tp=4)
+    unheld = run(target, single, MIXED, requests=400).metrics
+    monkeypatch.setitem(scheduler.SCHEDULERS, Engine.TRTLLM, scheduler.MixedScheduler(profile))
+    assert run(target, single, MIXED, requests=400).metrics == unheld
