@@ -107,19 +107,6 @@ def chunks(isl: int, chunk_tokens: int) -> list[tuple[int, int]]:
     return [(min(size, isl - start), start) for start in range(0, isl, size)]
 
 
-def attention_dp(model: StepModel) -> int:
-    """The model's attention-DP ranks (1 for a step model without a layout)."""
-    return max(1, getattr(getattr(model, "config", None), "attention_dp", 1))
-
-
-def _mixed_us(model: StepModel, tokens: int, batch: int, ctx: float, prior: float, prompts: int) -> float:
-    """A mixed step whose chunks belong to ``prompts`` prompts (placed on attention-DP
-    ranks by the step model; a model without attention DP takes no count)."""
-    if attention_dp(model) > 1:
-        return model.mixed_us(tokens, batch, ctx, prior, prompts=max(1, prompts))
-    return model.mixed_us(tokens, batch, ctx, prior)
-
-
 @lru_cache(maxsize=4096)
 def busiest_rank_prompts(prompts_per_step: float, ranks: int) -> float:
     """``E[max_r N_r]`` over ``ranks`` Poisson counts of mean ``prompts_per_step / ranks``:
@@ -145,7 +132,7 @@ def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: in
     mixed_total = 0.0
     for tokens, prior in pieces:
         if batch > 0:
-            mixed_total += _mixed_us(model, tokens, batch, ctx, prior, 1)
+            mixed_total += model.mixed_us(tokens, batch, ctx, prior, prompts=1)
         else:
             mixed_total += model.prefill_us(tokens, 1, prior)
     return mixed_total, mixed_total - base * len(pieces)
@@ -163,7 +150,7 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     running = max(1.0, in_system * osl_steps / (osl_steps + num_chunks)) if osl_steps else 0.0
     rate_per_s = load.arrival_rate
     overloaded = False
-    ranks = attention_dp(model)
+    ranks = model.attention_dp
     step_us = model.decode_us(max(1, round(running)), ctx)
     for _ in range(ITERATIONS):
         batch = max(1, round(running))
@@ -172,12 +159,12 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         others = running * (in_system - 1) / in_system if closed else running
         decode_us = model.decode_us(batch, ctx)
         mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx)
-        if ranks > 1:
-            # prompts arriving in one step overlap on different ranks (module docstring)
+        # prompts arriving in one step overlap on different ranks (module docstring)
+        if ranks > 1 and load.balanced_dp:
+            marginal_us /= ranks
+        elif ranks > 1:
             per_step = round(others / osl_steps if closed and osl_steps else rate_per_s * step_us / US_PER_S, 3)
-            if load.balanced_dp:
-                marginal_us /= ranks
-            elif per_step > 0:
+            if per_step > 0:
                 marginal_us *= busiest_rank_prompts(per_step, ranks) / per_step
         if closed:
             busy_share = None
@@ -212,7 +199,7 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     if closed and load.concurrency > cap and rate_per_s:
         # Little's law over the whole closed loop: clients beyond the cap wait.
         queue_us += max(0.0, load.concurrency / rate_per_s * US_PER_S - e2e_us - load.host_us)
-    mixed_one_us = _mixed_us(model, min(load.chunk_tokens, load.isl), max(1, round(running)), ctx, 0.0, 1)
+    mixed_one_us = model.mixed_us(min(load.chunk_tokens, load.isl), max(1, round(running)), ctx, prompts=1)
     steps_per_s = US_PER_S / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / steps_per_s) if steps_per_s else 0.0
     return SteadyState(
@@ -244,7 +231,7 @@ def first_wave_ttft_us(model: StepModel, load: Load, decodes_here: bool = True) 
         if step_tokens <= 0:
             break
         if decoding and decodes_here:
-            clock_us += _mixed_us(model, step_tokens, decoding, load.isl, 0.0, -(-step_tokens // max(1, load.isl)))
+            clock_us += model.mixed_us(step_tokens, decoding, load.isl, prompts=-(-step_tokens // max(1, load.isl)))
         else:
             clock_us += model.prefill_us(step_tokens, max(1, step_tokens // max(1, load.isl)))
         done_tokens += step_tokens

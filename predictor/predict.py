@@ -162,7 +162,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
         gpus=config.replica_gpus, replicas=replicas, host_us=host_ms * US_PER_MS,
         host_overlaps=target.cluster.gpu.vendor != "cpu", recv_interval=workload.harness.recv_interval,
-        ahead_steps=workload.harness.ahead_steps, balanced_dp=PROFILES[Engine(target.engine)].balances_attention_dp,
+        ahead_steps=workload.harness.ahead_steps, balanced_dp=PROFILES[target.engine].balances_attention_dp,
     )
     state = steady_state(model, load)
     source = "analytical"

@@ -182,6 +182,10 @@ class SimulateStepModel:
         return self._flags
 
     @property
+    def attention_dp(self) -> int:
+        return self._dp
+
+    @property
     def host_time_ms(self) -> float:
         """Per-request host time on TTFT and end-to-end (METHOD §3.12), fixed part."""
         return self.calibration.host_ms

@@ -2,12 +2,10 @@
 where every quantity can be computed by hand."""
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
 from levers.catalog import Engine
-
 from predictor.analytical import Load, PoolLoad, busiest_rank_prompts, chunks, disaggregated_state, steady_state
 from predictor.sim.scheduler import PROFILES
 from predictor.step.cost import Mode, StepCost
@@ -19,6 +17,7 @@ class LinearModel:
     mode = Mode.RANK_ONLY
     anchor_id = None
     flags = ()
+    attention_dp = 1
 
     def __init__(self, tokens_per_step: float = 1.0) -> None:
         self.tokens_per_step = tokens_per_step
@@ -29,7 +28,7 @@ class LinearModel:
     def prefill_us(self, num_tokens, num_seqs=1, context_tokens=0.0):
         return 2000.0 + 0.1 * num_tokens
 
-    def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0):
+    def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0, *, prompts=0):
         return self.decode_us(decode_batch, context_tokens) + 0.1 * prefill_tokens
 
     def decode(self, batch, context_tokens):
@@ -38,14 +37,14 @@ class LinearModel:
     def prefill(self, num_tokens, num_seqs=1, context_tokens=0.0):
         return StepCost.of(fixed=self.prefill_us(num_tokens))
 
-    def mixed(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0):
-        return StepCost.of(fixed=self.mixed_us(prefill_tokens, decode_batch, context_tokens))
+    def mixed(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0, *, prompts=0):
+        return StepCost.of(fixed=self.mixed_us(prefill_tokens, decode_batch, context_tokens, prompts=prompts))
 
 
 class RankedModel(LinearModel):
     """The same on four attention-DP ranks: a counted prompt's chunk runs on one rank."""
 
-    config = SimpleNamespace(attention_dp=4)
+    attention_dp = 4
 
     def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0, *, prompts=0):
         per_rank = prefill_tokens if prompts else prefill_tokens / 4

@@ -21,6 +21,7 @@ class FakeStepModel:
     mode = Mode.RANK_ONLY
     anchor_id = None
     flags = ("fake",)
+    attention_dp = 1
 
     def __init__(self, tokens_per_step: float = 1.0, host_time_ms: float = 0.0) -> None:
         self.tokens_per_step = tokens_per_step
@@ -37,7 +38,7 @@ class FakeStepModel:
         return 1000.0 + 0.2 * num_tokens
 
     def mixed_us(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
-                 prefill_context_tokens: float = 0.0) -> float:
+                 prefill_context_tokens: float = 0.0, *, prompts: int = 0) -> float:
         return self.decode_us(decode_batch, context_tokens) + 0.2 * prefill_tokens
 
     def decode(self, batch: int, context_tokens: float) -> StepCost:
@@ -47,7 +48,7 @@ class FakeStepModel:
         return StepCost.of(other=self.prefill_us(num_tokens, num_seqs, context_tokens))
 
     def mixed(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
-              prefill_context_tokens: float = 0.0) -> StepCost:
+              prefill_context_tokens: float = 0.0, *, prompts: int = 0) -> StepCost:
         return StepCost.of(other=self.mixed_us(prefill_tokens, decode_batch, context_tokens))
 
 
