@@ -338,7 +338,8 @@ LEVERS: tuple[Lever, ...] = (
           optional=True),
     Lever(23, "max_running_requests", _D, "running-request cap per scheduler", bounds=(1, 2048), number=int),
     Lever(24, "max_batched_tokens", _D, "token budget per step", bounds=(256, 131072), number=int),
-    Lever(25, "chunked_prefill_size", _D, "tokens per prefill chunk", bounds=(256, 131072), number=int),
+    Lever(25, "chunked_prefill_size", _D, "tokens per prefill chunk (SGLang under attention DP: the replica's, "
+          "1/dp per rank)", bounds=(256, 131072), number=int),
     Lever(26, "kv_memory_fraction", _M, "share of HBM for weights + activations + KV (cap 0.90)",
           bounds=(0.5, 0.9), number=float),
     Lever(27, "kv_block_size", _M, "tokens per KV page",

@@ -35,7 +35,7 @@ from predictor.feasibility import check_configuration, pool_configs
 from predictor.memory import MemoryBreakdown
 from predictor.prediction import Prediction, illegal
 from predictor.sim import simulate
-from predictor.sim.scheduler import PROFILES
+from predictor.sim.scheduler import PROFILES, rank_chunk_tokens, rank_prefill_budget
 from predictor.step.cost import Mode, StepCost, StepModel
 from predictor.step.fusions import fusion_opportunities
 from predictor.step.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
@@ -159,7 +159,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         isl=workload.isl, osl=workload.osl, concurrency=config.concurrency / replicas,
         arrival_rate=config.arrival_rate / replicas,
         running_cap=_running_cap(target.engine, config, memory, workload),
-        chunk_tokens=min(config.chunked_prefill_size, config.max_batched_tokens),
+        chunk_tokens=rank_chunk_tokens(target.engine, config),
         gpus=config.replica_gpus, replicas=replicas, host_us=host_ms * US_PER_MS,
         host_overlaps=target.cluster.gpu.vendor != "cpu", recv_interval=workload.harness.recv_interval,
         ahead_steps=workload.harness.ahead_steps, balanced_dp=PROFILES[target.engine].balances_attention_dp,
@@ -173,7 +173,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
     elif workload.requests_per_client:
         protocol = Protocol(workload.isl, workload.osl, max(1, math.ceil(config.concurrency / replicas)),
                             workload.requests_per_client, load.running_cap, config.max_batched_tokens,
-                            config.chunked_prefill_size)
+                            load.chunk_tokens)
         metrics.update(benchmark_metrics(replay(model, protocol, target.engine), protocol, load.gpus, replicas))
         source = "benchmark"
     batch, decode_step, prefill_step, step_metrics = _steps(model, model, workload, state.running)
@@ -214,7 +214,7 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
                     running_cap=_running_cap(target.engine, config, memory, workload, split=True),
                     gpus=decode_config.replica_gpus, replicas=config.decode_replicas,
                     host_us=host_ms * US_PER_MS),
-        prefill_budget_tokens=config.max_batched_tokens * max(1, prefill_config.attention_dp),
+        prefill_budget_tokens=rank_prefill_budget(target.engine, prefill_config) * max(1, prefill_config.attention_dp),
         handoff_us=handoff_us(backend, kv_bytes, target.card.num_layers, link),
     )
     state, rate = disaggregated_state(prefill_model, decode_model, pools, config.concurrency)

@@ -37,6 +37,7 @@ from predictor.corpus.host import (
     request_rate_per_ms,
     ttft_typical,
 )
+from predictor.sim.scheduler import rank_chunk_tokens
 from predictor.step.simulate import SimulateStepModel
 from predictor.units import US_PER_MS
 
@@ -57,7 +58,7 @@ def _step(role: Role) -> float:
 
 def _chunks(role: Role) -> int:
     config = role.row.config
-    return len(chunks(role.row.isl, min(config.chunked_prefill_size, config.max_batched_tokens)))
+    return len(chunks(role.row.isl, rank_chunk_tokens(Engine(role.row.engine), config)))
 
 
 def itl_marginal(group: Group, isl: int) -> float | None:

@@ -33,7 +33,7 @@ from predictor.sim.rank import Rank
 from predictor.sim.replica import Replica
 from predictor.sim.request import Request
 from predictor.sim.results import Recorder
-from predictor.sim.scheduler import PROFILES, SCHEDULERS, Limits
+from predictor.sim.scheduler import PROFILES, SCHEDULERS, Limits, rank_chunk_tokens
 from predictor.step.cost import StepModel
 from predictor.step.handoff import DEFAULT_BACKEND, link_gbps
 from predictor.units import US_PER_MS
@@ -146,7 +146,7 @@ def _limits(config: Configuration, engine: Engine, role: str) -> Limits:
     if role == "decode" and profile.decode_pool_cap is not None and config.attention_dp <= 1:
         cap = min(cap, profile.decode_pool_cap)
     speculating = config.spec_method != "none" and config.spec_depth > 0
-    return Limits(cap, config.max_batched_tokens, min(config.chunked_prefill_size, config.max_batched_tokens),
+    return Limits(cap, config.max_batched_tokens, rank_chunk_tokens(engine, config),
                   1 + (config.spec_depth if speculating else 0))
 
 

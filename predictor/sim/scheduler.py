@@ -27,11 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import islice
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from levers.catalog import Engine
 from predictor.sim.rank import Rank
 from predictor.sim.request import Request
+
+if TYPE_CHECKING:
+    from levers.configuration import Configuration
 
 LPM_MAX_QUEUE = 128                 # SGLang: lpm only while <= 128 requests wait
 SGLANG_DECODE_POOL_CAP = 128        # SGLang decode pool without attention DP (METHOD §3.11)
@@ -54,6 +57,7 @@ class EngineProfile:
     decode_pool_cap: int | None = None      # engine cap on a disaggregated decode pool
     running_cap: int | None = None          # engine cap on any pool
     balances_attention_dp: bool = False     # attention-DP prompts start together, one per rank
+    splits_chunk_over_dp: bool = False      # the chunk size is engine-wide: each DP rank gets 1/dp
 
 
 PROFILES: dict[Engine, EngineProfile] = {
@@ -66,7 +70,7 @@ PROFILES: dict[Engine, EngineProfile] = {
                                  balances_attention_dp=True),
     Engine.SGLANG: EngineProfile(Engine.SGLANG, mixes_prefill=False, chunks_prefill=True,
                                  prefill_step_uses_chunk=True, policy=AdmissionPolicy.LPM, default_page_tokens=1,
-                                 decode_pool_cap=SGLANG_DECODE_POOL_CAP),
+                                 decode_pool_cap=SGLANG_DECODE_POOL_CAP, splits_chunk_over_dp=True),
     Engine.ATOM: EngineProfile(Engine.ATOM, mixes_prefill=False, chunks_prefill=False, prefill_step_uses_chunk=False,
                                policy=AdmissionPolicy.FCFS, default_page_tokens=16),
     # llama.cpp's server (predictor.harvest): one request at a time, whole prompts, no paging.
@@ -74,6 +78,26 @@ PROFILES: dict[Engine, EngineProfile] = {
                                    prefill_step_uses_chunk=False, policy=AdmissionPolicy.FCFS,
                                    default_page_tokens=1, running_cap=1),
 }
+
+
+def rank_chunk_tokens(engine: Engine, config: Configuration) -> int:
+    """The prompt chunk one attention-DP rank prefills per step: ``min(chunked_prefill_size,
+    max_batched_tokens)``, except where the engine reads ``chunked_prefill_size`` as the
+    replica's: SGLang divides it by ``dp_size`` when DP attention is on (its
+    ``server_args``: "The chunked prefill size is adjusted to ... to avoid MoE kernel
+    issues"), so a DEP8 replica at 8,192 prefills 1,024 tokens of a prompt per rank and step."""
+    chunk = min(config.chunked_prefill_size, config.max_batched_tokens)
+    if PROFILES[engine].splits_chunk_over_dp and config.attention_dp > 1:
+        return max(1, min(config.chunked_prefill_size // config.attention_dp, config.max_batched_tokens))
+    return chunk
+
+
+def rank_prefill_budget(engine: Engine, config: Configuration) -> int:
+    """Prompt tokens one attention-DP rank prefills in a prefill-only step: its chunk where
+    the engine caps such a step at one chunk (SGLang), else the token budget."""
+    if PROFILES[engine].prefill_step_uses_chunk:
+        return rank_chunk_tokens(engine, config)
+    return config.max_batched_tokens
 
 
 @dataclass(frozen=True, slots=True)

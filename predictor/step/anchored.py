@@ -32,6 +32,7 @@ from predictor.analytical import chunks, host_time_ms, single_ttft_ms
 from predictor.anchors.anchor import HOST_PER_ENGINE, Anchor
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile, load_gpu
+from predictor.sim.scheduler import rank_chunk_tokens
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode
 from predictor.step.fit import SIGMA_PREFILL_POINT, SIGMA_SERVED_PREFILL_POINT, Point, fit_points
@@ -90,7 +91,7 @@ def decode_measurements(anchor: Anchor) -> list[tuple[int, int, float]]:
 
 def sweep_chunk(model: SimulateStepModel) -> int:
     """The chunk a concurrency-1 prefill of ``model``'s layout runs in."""
-    return min(model.config.chunked_prefill_size, model.config.max_batched_tokens)
+    return rank_chunk_tokens(Engine(model.engine), model.config)
 
 
 def anchor_points(anchor: Anchor, model: SimulateStepModel) -> list[Point]:

@@ -151,3 +151,19 @@ def test_balanced_attention_dp_starts_prompts_together(h100, monkeypatch):
     unheld = run(target, single, MIXED, requests=400).metrics
     monkeypatch.setitem(scheduler.SCHEDULERS, Engine.TRTLLM, scheduler.MixedScheduler(profile))
     assert run(target, single, MIXED, requests=400).metrics == unheld
+
+
+def test_sglang_divides_its_chunk_over_attention_dp_ranks():
+    """SGLang reads chunked_prefill_size as the replica's under DP attention (its
+    server_args divide it by dp_size): a DEP8 replica at 8,192 prefills 1,024 tokens of a
+    prompt per rank and step; vLLM and TensorRT-LLM give each rank the whole chunk."""
+    from predictor.sim.deployment import _limits
+    from predictor.sim.scheduler import rank_chunk_tokens, rank_prefill_budget
+
+    dep8 = Configuration(tp=8, ep=8, attention_dp=8, max_batched_tokens=8192, chunked_prefill_size=8192)
+    tp8 = Configuration(tp=8, max_batched_tokens=8192, chunked_prefill_size=4096)
+    assert rank_chunk_tokens(Engine.SGLANG, dep8) == 1024 == _limits(dep8, Engine.SGLANG, "prefill").chunk_tokens
+    assert rank_chunk_tokens(Engine.SGLANG, tp8) == 4096 == rank_prefill_budget(Engine.SGLANG, tp8)
+    for engine in (Engine.VLLM, Engine.TRTLLM):
+        assert rank_chunk_tokens(engine, dep8) == 8192 == rank_prefill_budget(engine, dep8)
+        assert rank_prefill_budget(engine, tp8) == 8192
