@@ -256,6 +256,21 @@ def _ix_layout(raw: Raw, card: ModelCard, disaggregated: bool) -> tuple[dict, in
     return {"tp": tp, "ep": ep, "attention_dp": dp, "replicas": total // tp}, total
 
 
+# SGLang's own defaults where the launch leaves them (its server_args): a prompt chunk
+# (`chunked_prefill_size`) tiered by GPU memory, 8,192 below 160 GiB (H100, H200) and
+# 16,384 above (B200, GB200, GB300, MI300 class), and `max_prefill_tokens` 16,384. Under DP
+# attention the chunk is the replica's, 1/dp per rank (`predictor.sim.scheduler.rank_chunk_tokens`).
+SGLANG_CHUNK_TIERS = ((160.0 * 1.024 ** 3, 8192),)   # (below this many GB of HBM, chunk)
+SGLANG_LARGE_CHUNK = 16384
+SGLANG_MAX_PREFILL_TOKENS = 16384
+
+
+def sglang_default_chunk(gpu: str) -> int:
+    """SGLang's `chunked_prefill_size` on ``gpu`` when the launch leaves it unset."""
+    hbm_gb = load_gpu(gpu).hbm_gb
+    return next((chunk for below, chunk in SGLANG_CHUNK_TIERS if hbm_gb < below), SGLANG_LARGE_CHUNK)
+
+
 def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     card = load_card(card_name_for(raw["model"]))
     gpu = gpu_name_for(raw.get("hardware") or raw.get("hw", ""))
@@ -264,6 +279,9 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     levers, total = _ix_layout(raw, card, disaggregated)
     levers.update(dtypes_for(card, gpu, raw["precision"]))
     levers["spec_method"], levers["spec_depth"] = spec_for(card, raw.get("spec_decoding", ""))
+    if str(engine) == "sglang":     # its recipes' chunk: SGLang's own default (dsr1_fp4_b200.sh: 16,384)
+        levers.update(max_batched_tokens=SGLANG_MAX_PREFILL_TOKENS,
+                      chunked_prefill_size=sglang_default_chunk(gpu))
     isl, osl, conc = _int(raw, "isl"), _int(raw, "osl"), _int(raw, "conc")
     out = _float(raw, "total_output_tput")
     tot = _float(raw, "total_tput")
@@ -370,22 +388,30 @@ AIC_DEFAULT_FLAGS_COLLECTOR = "aic-auto-gap-analysis"
 # gap-analysis collector's rows keep the levers' defaults, as they keep SGLang's.
 AIC_BUDGET_MARGIN_TOKENS = 1500
 AIC_BUDGET_ENGINES = frozenset({"vllm", "trtllm", "sglang"})
-
-
 def _aic_mixed_prefill(engine, mode: str, source_text: str) -> bool:
     return (str(engine) in AIC_MIXED_CHUNK_ENGINES and mode == "agg"
             and AIC_DEFAULT_FLAGS_COLLECTOR not in source_text)
 
 
-def _aic_budget(engine, mode: str, source_text: str, isl: int, concurrency: int) -> dict:
-    """The generator's token budget of an aggregated worker (above), as levers."""
-    if mode != "agg" or AIC_DEFAULT_FLAGS_COLLECTOR in source_text or str(engine) not in AIC_BUDGET_ENGINES:
-        return {}
-    budget = isl + AIC_BUDGET_MARGIN_TOKENS + (0 if str(engine) == "sglang" else concurrency)
+def _aic_budget(engine, gpu: str, mode: str, source_text: str, isl: int, concurrency: int) -> dict:
+    """The generator's token budget of an aggregated worker (above), as levers; SGLang's
+    own defaults where the generator leaves them (its split workers, the gap-analysis
+    collector's rows)."""
+    sglang = str(engine) == "sglang"
     low, high = get_lever("max_batched_tokens").bounds
+    generated = AIC_DEFAULT_FLAGS_COLLECTOR not in source_text and str(engine) in AIC_BUDGET_ENGINES
+    if not generated or (sglang and mode != "agg"):
+        return {"max_batched_tokens": SGLANG_MAX_PREFILL_TOKENS,
+                "chunked_prefill_size": sglang_default_chunk(gpu)} if sglang else {}
+    # a split's TensorRT-LLM and vLLM prefill workers: `prefill max_num_tokens` = isl + 1500
+    # (trtllm.rule, vllm.rule; the decode pool's budget only bounds its own batch, which
+    # its running cap bounds first). SGLang's split workers keep its chunk (above): the
+    # rule's max_prefill_tokens = isl + 1500 would cap a DP rank's chunk of 1/dp of it
+    # here (`rank_chunk_tokens`), where SGLang cuts 1/dp of its own 16,384.
+    budget = isl + AIC_BUDGET_MARGIN_TOKENS + (0 if sglang or mode != "agg" else concurrency)
     budget = int(min(max(budget, low), high))
-    return {"max_batched_tokens": budget, "chunked_prefill_size": min(budget, Configuration().chunked_prefill_size)
-            if str(engine) == "sglang" else budget}
+    return {"max_batched_tokens": budget,
+            "chunked_prefill_size": min(budget, sglang_default_chunk(gpu)) if sglang else budget}
 
 
 def _source_fields(text: str) -> dict[str, str]:
@@ -457,7 +483,7 @@ def aiconfigurator_row(raw: Raw, row_id: str) -> CorpusRow:
     if source.get("wip", "").lower() == "true":
         notes.append("work-in-progress run (wip=True)")
     deployed = raw.get("silicon_data_source", "")
-    levers.update(_aic_budget(engine, mode, deployed, isl, conc))
+    levers.update(_aic_budget(engine, gpu, mode, deployed, isl, conc))
     mixed = _aic_mixed_prefill(engine, mode, deployed)
     if mixed:
         notes.append("SGLang deployed with mixed chunked prefill (AIConfigurator's generator rule)")

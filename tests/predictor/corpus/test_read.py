@@ -102,6 +102,12 @@ def test_inferencex_split_layouts_follow_the_sglang_convention():
     # dynamo-sglang records tp=1 for a 4-GPU worker: GPUs per worker are trusted
     assert gb.config.prefill_layout == "TP4/EP1/DP4" and gb.config.decode_layout == "TP4/EP1/DP4"
     assert (gb.config.prefill_replicas, gb.config.decode_replicas, gb.total_gpus) == (1, 2, 12)
+    # SGLang's own prefill defaults on these GPUs (the B200 DeepSeek-R1 recipe's 16,384 too):
+    # the chunk, 1/dp of it per attention-DP rank, and max_prefill_tokens
+    for row in (amd, gb):
+        assert (row.config.max_batched_tokens, row.config.chunked_prefill_size) == (16384, 16384)
+    assert {(r.config.max_batched_tokens, r.config.chunked_prefill_size) for r in rows if r.engine == "vllm"} == {
+        (8192, 8192)}
     line = IX.read_text().splitlines()[int(gb.id.split(":")[1]) - 1].split(",")
     # every GPU of both pools counts: InferenceX's output_tput_per_total_gpu
     assert gb.measured.output_throughput_per_gpu == pytest.approx(float(line[34]), rel=1e-9)
@@ -174,7 +180,7 @@ def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysi
     import csv
 
     from predictor.benchmark import runs_in_waves
-    from predictor.corpus.formats import aiconfigurator_row
+    from predictor.corpus.formats import aiconfigurator_row, sglang_default_chunk
     from predictor.workload import WorkloadSpec
 
     with open(AIC, encoding="utf-8") as handle:
@@ -193,7 +199,10 @@ def test_aiconfigurator_sglang_workers_mix_prefill_unless_run_by_the_gap_analysi
     assert generated.config.max_batched_tokens == isl + 1500
     assert generated.config.chunked_prefill_size == min(isl + 1500, 8192)
     assert vllm.config.max_batched_tokens == vllm.config.chunked_prefill_size == isl + 1500 + vllm.concurrency
-    assert (collected.config.max_batched_tokens, collected.config.chunked_prefill_size) == (8192, 8192)
+    # the collector leaves SGLang's own defaults: max_prefill_tokens 16,384 and a chunk
+    # tiered by GPU memory
+    assert (collected.config.max_batched_tokens, collected.config.chunked_prefill_size) == (
+        16384, sglang_default_chunk(collected.gpu))
     for row, waves in ((generated, False), (collected, True), (vllm, False)):
         spec = WorkloadSpec("fixed", row.isl, row.osl, row.requests_per_client, row.fixed_lengths,
                             harness=row.harness)
@@ -249,3 +258,22 @@ def test_aiconfigurator_tensorrt_llm_rows_of_quantized_gemms_read_an_fp8_kv_cach
     vllm = aiconfigurator_row(base, "aic:4")
     assert trtllm.config.kv_cache_dtype == "fp8"
     assert unquantized.config.kv_cache_dtype == vllm.config.kv_cache_dtype == "bf16"
+
+
+def test_aiconfigurator_split_workers_carry_the_generators_prefill_budget_or_sglangs_defaults():
+    """A split row's prefill workers: TensorRT-LLM's and vLLM's `prefill max_num_tokens` =
+    isl + 1500 (the generator's trtllm.rule, vllm.rule); SGLang's split workers keep its own defaults
+    (max_prefill_tokens 16,384, a chunk tiered by GPU memory: 16,384 on a GB200)."""
+    import csv
+
+    from predictor.corpus.formats import aiconfigurator_row, sglang_default_chunk
+
+    with open(AIC, encoding="utf-8") as handle:
+        split = next(r for r in csv.DictReader(handle) if r["mode"] == "disagg" and r["backend"] == "trtllm")
+    trtllm = aiconfigurator_row(split, "aic:5")
+    assert trtllm.config.max_batched_tokens == trtllm.config.chunked_prefill_size == trtllm.isl + 1500
+    vllm = aiconfigurator_row({**split, "backend": "vllm", "backend_version": "0.12.0"}, "aic:7")
+    assert vllm.config.max_batched_tokens == vllm.config.chunked_prefill_size == vllm.isl + 1500
+    sglang = aiconfigurator_row({**split, "backend": "sglang", "backend_version": "0.5.9"}, "aic:6")
+    assert (sglang.config.max_batched_tokens, sglang.config.chunked_prefill_size) == (16384, 16384)
+    assert sglang_default_chunk("h200") == 8192 and sglang_default_chunk("gb200") == 16384
