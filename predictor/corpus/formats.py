@@ -260,15 +260,14 @@ def _ix_layout(raw: Raw, card: ModelCard, disaggregated: bool) -> tuple[dict, in
 # (`chunked_prefill_size`) tiered by GPU memory, 8,192 below 160 GiB (H100, H200) and
 # 16,384 above (B200, GB200, GB300, MI300 class), and `max_prefill_tokens` 16,384. Under DP
 # attention the chunk is the replica's, 1/dp per rank (`predictor.sim.scheduler.rank_chunk_tokens`).
-SGLANG_CHUNK_TIERS = ((160.0 * 1.024 ** 3, 8192),)   # (below this many GB of HBM, chunk)
-SGLANG_LARGE_CHUNK = 16384
+SGLANG_LARGE_GPU_GB = 160 * 2 ** 30 / 1e9      # 160 GiB
+SGLANG_CHUNK, SGLANG_LARGE_CHUNK = 8192, 16384
 SGLANG_MAX_PREFILL_TOKENS = 16384
 
 
 def sglang_default_chunk(gpu: str) -> int:
     """SGLang's `chunked_prefill_size` on ``gpu`` when the launch leaves it unset."""
-    hbm_gb = load_gpu(gpu).hbm_gb
-    return next((chunk for below, chunk in SGLANG_CHUNK_TIERS if hbm_gb < below), SGLANG_LARGE_CHUNK)
+    return SGLANG_LARGE_CHUNK if load_gpu(gpu).hbm_gb >= SGLANG_LARGE_GPU_GB else SGLANG_CHUNK
 
 
 def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
@@ -388,6 +387,8 @@ AIC_DEFAULT_FLAGS_COLLECTOR = "aic-auto-gap-analysis"
 # gap-analysis collector's rows keep the levers' defaults, as they keep SGLang's.
 AIC_BUDGET_MARGIN_TOKENS = 1500
 AIC_BUDGET_ENGINES = frozenset({"vllm", "trtllm", "sglang"})
+
+
 def _aic_mixed_prefill(engine, mode: str, source_text: str) -> bool:
     return (str(engine) in AIC_MIXED_CHUNK_ENGINES and mode == "agg"
             and AIC_DEFAULT_FLAGS_COLLECTOR not in source_text)

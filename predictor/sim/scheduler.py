@@ -86,10 +86,10 @@ def rank_chunk_tokens(engine: Engine, config: Configuration) -> int:
     replica's: SGLang divides it by ``dp_size`` when DP attention is on (its
     ``server_args``: "The chunked prefill size is adjusted to ... to avoid MoE kernel
     issues"), so a DEP8 replica at 8,192 prefills 1,024 tokens of a prompt per rank and step."""
-    chunk = min(config.chunked_prefill_size, config.max_batched_tokens)
+    chunk = config.chunked_prefill_size
     if PROFILES[engine].splits_chunk_over_dp and config.attention_dp > 1:
-        return max(1, min(config.chunked_prefill_size // config.attention_dp, config.max_batched_tokens))
-    return chunk
+        chunk = max(1, chunk // config.attention_dp)
+    return min(chunk, config.max_batched_tokens)
 
 
 def rank_prefill_budget(engine: Engine, config: Configuration) -> int:
