@@ -340,7 +340,9 @@ LEVERS: tuple[Lever, ...] = (
     Lever(24, "max_batched_tokens", _D, "token budget per step", bounds=(256, 131072), number=int),
     Lever(25, "chunked_prefill_size", _D, "tokens per prefill chunk (SGLang under attention DP: the replica's, "
           "1/dp per rank)", bounds=(256, 131072), number=int),
-    Lever(26, "kv_memory_fraction", _M, "share of HBM for weights + activations + KV (cap 0.90)",
+    Lever(26, "kv_memory_fraction", _M, "share of HBM for weights + activations + KV (cap 0.90; a launch "
+          "passes each engine the value of its own flag for that pool: SGLang's static share leaves "
+          "activations out, TensorRT-LLM's is a share of the memory left free)",
           bounds=(0.5, 0.9), number=float),
     Lever(27, "kv_block_size", _M, "tokens per KV page",
           _per(vllm=(16, 32, 64, 128), sglang=(1, 16, 32, 64, 128), atom=(16, 32, 64, 128),

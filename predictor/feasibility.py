@@ -14,7 +14,13 @@ from levers.configuration import Configuration
 from levers.legality import context_reasons, effective_activation_dtype, structural_reasons
 from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
-from predictor.memory import MemoryBreakdown, memory_breakdown
+from predictor.memory import (
+    FREE_SHARE_ENGINES,
+    STATIC_SHARE_ENGINES,
+    MemoryBreakdown,
+    engine_memory_fraction,
+    memory_breakdown,
+)
 from predictor.units import BYTES_PER_GB
 
 DEFAULT_CONTEXT_TOKENS = 2048
@@ -48,6 +54,16 @@ def memory_for(card: ModelCard, cluster: Cluster, config: Configuration,
         context_tokens=context_tokens, spec_method=config.spec_method if config.spec_depth > 0 else "none",
         tp_subgroup=config.tp_subgroup, dwdp=config.dwdp_ranks,
     )
+
+
+def engine_memory_flag(card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
+                       context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> float | None:
+    """What ``engine``'s own memory flag must say for the KV pool the lever prices
+    (`predictor.memory.engine_memory_fraction`); None where the flag counts what the lever
+    counts (vLLM, ATOM) or the engine has none."""
+    if str(engine) not in STATIC_SHARE_ENGINES | FREE_SHARE_ENGINES:
+        return None
+    return engine_memory_fraction(engine, memory_for(card, cluster, config, context_tokens))
 
 
 def pool_configs(config: Configuration) -> tuple[Configuration, Configuration] | None:

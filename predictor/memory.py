@@ -51,7 +51,7 @@ from predictor.hardware import FP4_BITS_PER_VALUE_BY_VENDOR
 from predictor.step.speculation import DSPARK_LAYERS
 from predictor.units import BYTES_PER_GB
 
-HBM_LEGAL_FRACTION = 0.9
+HBM_LEGAL_FRACTION = 0.9          # the lever's cap (`levers.catalog`, lever 26); the model itself takes (0, 1)
 FP4_BYTES = {vendor: bits / 8 for vendor, bits in FP4_BITS_PER_VALUE_BY_VENDOR.items()}
 DTYPE_BYTES = {Dtype.BF16: 2.0, Dtype.FP8: 1.0}
 GRAPH_BASE_BYTES = 0.25 * BYTES_PER_GB
@@ -130,6 +130,46 @@ class MemoryBreakdown:
         }
 
 
+def lever_fraction_from_static(memory: MemoryBreakdown, static_fraction: float) -> float:
+    """SGLang's `--mem-fraction-static` as the `kv_memory_fraction` lever. SGLang's share
+    holds the weights and the KV pool; activations and graphs live in the rest of HBM
+    (its `server_args`: "the fraction of the memory used for static allocation (model
+    weights and KV cache memory pool)"). The lever's share holds all four (PRODUCT.md
+    lever 26), so the same pool is the static share plus the step's workspace."""
+    return static_fraction + (memory.activations_bytes + memory.graph_bytes) / memory.hbm_bytes
+
+
+def static_fraction(memory: MemoryBreakdown) -> float:
+    """The lever's share as SGLang's `--mem-fraction-static` (`lever_fraction_from_static`'s inverse)."""
+    return (memory.usable_bytes - memory.activations_bytes - memory.graph_bytes) / memory.hbm_bytes
+
+
+def free_memory_fraction(memory: MemoryBreakdown) -> float:
+    """The lever's KV pool as TensorRT-LLM's `free_gpu_memory_fraction`: its share of the
+    memory left free once weights, activations and graphs are allocated (the engine sizes
+    its cache after a warm-up step), so the same pool is asked for."""
+    free = memory.hbm_bytes - memory.weights_bytes - memory.activations_bytes - memory.graph_bytes
+    return max(0.0, memory.kv_pool_bytes) / free if free > 0 else 0.0
+
+
+STATIC_SHARE_ENGINES, FREE_SHARE_ENGINES = frozenset({"sglang"}), frozenset({"trtllm"})
+
+
+def engine_memory_fraction(engine: str, memory: MemoryBreakdown) -> float:
+    """The value of ``engine``'s own memory flag that asks for the lever's KV pool:
+    SGLang's `--mem-fraction-static` (`static_fraction`), TensorRT-LLM's
+    `free_gpu_memory_fraction` (`free_memory_fraction`); vLLM's and ATOM's
+    `--gpu-memory-utilization` count what the lever counts. Rounded down to 3 decimals,
+    so the engine never takes more than the memory model priced."""
+    if str(engine) in STATIC_SHARE_ENGINES:
+        value = static_fraction(memory)
+    elif str(engine) in FREE_SHARE_ENGINES:
+        value = free_memory_fraction(memory)
+    else:
+        value = memory.usable_bytes / memory.hbm_bytes
+    return math.floor(max(0.0, value) * 1000) / 1000
+
+
 def dtype_bytes(dtype: Dtype | str, vendor: str) -> float:
     """Bytes per stored value of a precision on a vendor's platform (explicit FP4 formats
     included, `predictor.cards.precision.stored_bytes`)."""
@@ -202,8 +242,8 @@ def _checked_layout(tp: int, pp: int, ep: int, attention_dp: int, dcp: int, subg
 def _check_inputs(vendor: str, fraction: float, graph_capture: str, context: int, batched: int) -> None:
     if vendor not in FP4_BYTES:
         raise InputError("vendor", f"unknown GPU vendor '{vendor}'", accepted_list(FP4_BYTES))
-    if not 0 < fraction <= HBM_LEGAL_FRACTION:
-        raise InputError("kv_memory_fraction", f"{fraction} is outside (0, 0.9]", "0.5 .. 0.90")
+    if not 0 < fraction < 1:
+        raise InputError("kv_memory_fraction", f"{fraction} is outside (0, 1)", "0.5 .. 0.90")
     if graph_capture not in GRAPH_CAPTURES:
         raise InputError("graph_capture", f"unknown value '{graph_capture}'", accepted_list(GRAPH_CAPTURES))
     if context < 1 or batched < 1:
@@ -342,12 +382,13 @@ def _activations(card: ModelCard, layout: Layout, act_bytes: float, tokens: int,
 def _reason(hbm: int, weights: int, activations: int, graph: int, per_sequence: int, context: int,
             concurrency: int, fraction: float) -> str | None:
     needed = weights + activations + graph + per_sequence
-    limit = hbm * HBM_LEGAL_FRACTION
+    share = max(HBM_LEGAL_FRACTION, fraction)
+    limit = hbm * share
     gb = BYTES_PER_GB
     if needed > limit:
         return (f"weights {weights / gb:,.1f} GB + activations {activations / gb:,.1f} GB + graphs "
                 f"{graph / gb:,.1f} GB + one {context}-token sequence {per_sequence / gb:,.2f} GB per GPU "
-                f"exceed 90% of HBM ({limit / gb:,.1f} of {hbm / gb:,.1f} GB)")
+                f"exceed {share:.0%} of HBM ({limit / gb:,.1f} of {hbm / gb:,.1f} GB)")
     if concurrency < 1:
         return (f"kv_memory_fraction={fraction} leaves no room for one {context}-token sequence "
                 f"({per_sequence / gb:,.2f} GB per GPU)")

@@ -88,7 +88,7 @@ def dynamo_worker_argv(plan: DeployPlan, pool: PoolLaunch) -> list[str]:
             "--tensor-parallel-size", str(config.tp), "--pipeline-parallel-size", str(config.pp),
             "--expert-parallel-size", str(config.ep), "--max-batch-size", str(config.max_running_requests),
             "--max-num-tokens", str(config.max_batched_tokens), "--max-seq-len", str(request.context_tokens),
-            "--free-gpu-memory-fraction", str(config.kv_memory_fraction),
+            "--free-gpu-memory-fraction", request.memory_flag(config),
             "--extra-engine-args", f"{CONFIG_MOUNT}/{path.rsplit('/', 1)[-1]}", "--disaggregation-mode", pool.role]
 
 

@@ -14,13 +14,13 @@ harvest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from levers.catalog import Engine, get_lever
 from levers.configuration import Configuration
 from levers.errors import InputError
-from predictor.feasibility import check_configuration, memory_for, pool_configs
+from predictor.feasibility import check_configuration, engine_memory_flag, memory_for, pool_configs
 from predictor.harvest.adapters import adapter_for
 from predictor.harvest.launch import (
     DECODE,
@@ -128,6 +128,8 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
         files_dir=options.files_dir, checkpoint_given=options.model_path is not None,
         prefix_caching=config.prefix_cache == "on",
         pool=None if role == SERVE else PoolRole(role, backend))
+    request = replace(request, memory_fraction=engine_memory_flag(card, target.cluster, target.engine, config,
+                                                                  request.context_tokens))
     try:
         command = adapter_for(target.engine).launch(config, request, native_dtypes(card))
     except InputError as error:   # a deployment has no endpoint to fall back on (harvest's hint)

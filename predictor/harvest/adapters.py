@@ -99,7 +99,7 @@ class VllmAdapter(GpuAdapter):
                 "--max-model-len", str(request.context_tokens),
                 "--max-num-seqs", str(config.max_running_requests),
                 "--max-num-batched-tokens", str(config.max_batched_tokens),
-                "--gpu-memory-utilization", str(config.kv_memory_fraction)]
+                "--gpu-memory-utilization", request.memory_flag(config)]
         env: dict[str, str] = {}
         if config.ep > 1:
             argv.append("--enable-expert-parallel")
@@ -147,7 +147,7 @@ class SglangAdapter(GpuAdapter):
                 "--max-running-requests", str(config.max_running_requests),
                 "--max-prefill-tokens", str(config.max_batched_tokens),
                 "--chunked-prefill-size", str(config.chunked_prefill_size),
-                "--mem-fraction-static", str(config.kv_memory_fraction)]
+                "--mem-fraction-static", request.memory_flag(config)]
         env: dict[str, str] = {}
         if config.attention_dp > 1:
             argv += ["--attn-dp-size", str(config.attention_dp)]
@@ -202,7 +202,7 @@ class AtomAdapter(GpuAdapter):
                 "--max-model-len", str(request.context_tokens),
                 "--max-num-seqs", str(config.max_running_requests),
                 "--max-num-batched-tokens", str(config.max_batched_tokens),
-                "--gpu-memory-utilization", str(config.kv_memory_fraction),
+                "--gpu-memory-utilization", request.memory_flag(config),
                 "--kv_cache_dtype", config.kv_cache_dtype or native.get("kv_cache_dtype", "bf16")]
         if config.attention_dp > 1:
             argv += ["--data-parallel-size", str(config.attention_dp), "--enable-dp-attention"]

@@ -55,6 +55,12 @@ class LaunchRequest:
     checkpoint_given: bool = False  # --model-path named the checkpoint: its precisions are the asked ones
     prefix_caching: bool = False    # a harvest measures with it off (METHOD §4); a deployment turns it on
     pool: PoolRole | None = None    # one pool of a disaggregated deployment (inferasim deploy)
+    memory_fraction: float | None = None  # the engine's own memory flag for the lever's KV pool
+                                          # (`predictor.memory.engine_memory_fraction`); None: the lever
+
+    def memory_flag(self, config: Configuration) -> str:
+        """The value the engine's memory flag gets (`memory_fraction`, else the lever's)."""
+        return str(self.memory_fraction if self.memory_fraction is not None else config.kv_memory_fraction)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from levers.legality import structural_reasons
 from predictor.anchors.anchor import Signature
 from predictor.anchors.store import signature_for
 from predictor.cards.registry import ModelCard, load_card
+from predictor.feasibility import engine_memory_flag
 from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
 from predictor.harvest.adapters import (
     EngineAdapter,
@@ -277,7 +278,8 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     if request.endpoint is None:
         launch_request = LaunchRequest(model_path=model_path, served_name=served, port=request.port or free_port(),
                                        context_tokens=context, threads=request.threads, python=request.python,
-                                       checkpoint_given=request.model_path is not None)
+                                       checkpoint_given=request.model_path is not None,
+                                       memory_fraction=engine_memory_flag(card, cluster, engine, config, context))
         launch = adapter.launch(config, launch_request, native)
         launch = replace(launch, argv=launch.argv + tuple(request.extra_args))
     checks = (check_width(config, *width_limit(cluster, request.endpoint)), check_prefix_cache_lever(config, set(partial)),

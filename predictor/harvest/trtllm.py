@@ -60,7 +60,7 @@ class TrtllmAdapter(GpuAdapter):
                 "--backend", "pytorch", "--tp_size", str(config.tp), "--pp_size", str(config.pp),
                 "--ep_size", str(config.ep), "--max_batch_size", str(config.max_running_requests),
                 "--max_num_tokens", str(config.max_batched_tokens), "--max_seq_len", str(request.context_tokens),
-                "--kv_cache_free_gpu_memory_fraction", str(config.kv_memory_fraction),
+                "--kv_cache_free_gpu_memory_fraction", request.memory_flag(config),
                 "--extra_llm_api_options", path)
         text = yaml.safe_dump(self.options(config, request), sort_keys=False)
         return LaunchCommand(argv, {}, ((path, text),))
@@ -68,7 +68,7 @@ class TrtllmAdapter(GpuAdapter):
     def options(self, config: Configuration, request: LaunchRequest) -> dict:
         """The LLM API options written to the YAML file (module docstring)."""
         kv_cache: dict = {"enable_block_reuse": request.prefix_caching,
-                          "free_gpu_memory_fraction": config.kv_memory_fraction}
+                          "free_gpu_memory_fraction": float(request.memory_flag(config))}
         if config.kv_cache_dtype == "fp8":
             kv_cache["dtype"] = "fp8"
         if config.kv_block_size:

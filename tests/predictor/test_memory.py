@@ -242,7 +242,7 @@ def test_to_json_reports_gb():
 @pytest.mark.parametrize("layout, what", [
     (dict(tp=8, attention_dp=3), "attention_dp"), (dict(tp=8, ep=3), "ep"),
     (dict(tp=8, attention_dp=8, dcp=2), "dcp"), (dict(tp=0), "tp"),
-    (dict(kv_cache_dtype="fp4"), "kv_cache_dtype"), (dict(kv_memory_fraction=0.95), "kv_memory_fraction"),
+    (dict(kv_cache_dtype="fp4"), "kv_cache_dtype"), (dict(kv_memory_fraction=1.0), "kv_memory_fraction"),
     (dict(graph_capture="sometimes"), "graph_capture"),
 ])
 def test_bad_inputs_are_input_errors(layout, what):
@@ -254,3 +254,19 @@ def test_bad_inputs_are_input_errors(layout, what):
 def test_unknown_vendor():
     with pytest.raises(InputError, match="unknown GPU vendor"):
         memory_breakdown(load_card("llama-3.1-8b"), hbm_bytes=H100, vendor="intel")
+
+
+def test_engine_memory_flags_ask_for_the_pool_the_lever_prices():
+    """SGLang's `--mem-fraction-static` counts weights and KV (activations and graphs
+    outside); TensorRT-LLM's `free_gpu_memory_fraction` is a share of what weights,
+    activations and graphs leave free; vLLM's utilisation counts what the lever counts."""
+    from predictor.memory import engine_memory_fraction, lever_fraction_from_static, static_fraction
+
+    m = llama8b(kv_memory_fraction=0.85)
+    static = static_fraction(m)
+    assert H100 * static - m.weights_bytes == pytest.approx(m.kv_pool_bytes, abs=1)
+    assert lever_fraction_from_static(m, static) == pytest.approx(0.85)
+    free = H100 - m.weights_bytes - m.activations_bytes - m.graph_bytes
+    assert engine_memory_fraction("trtllm", m) * free == pytest.approx(m.kv_pool_bytes, rel=2e-3)
+    assert engine_memory_fraction("sglang", m) == math.floor(static * 1000) / 1000 < 0.85
+    assert engine_memory_fraction("vllm", m) == 0.85

@@ -147,3 +147,23 @@ def test_fixtures_record_where_the_flags_came_from():
         provenance = engine_flags(engine)["provenance"]
         assert provenance["origin"] and provenance["version"] and provenance["files"]
         assert all(len(f["sha256"]) == 64 for f in provenance["files"])
+
+
+@pytest.mark.parametrize("engine, flag", [("sglang", "--mem-fraction-static"),
+                                          ("trtllm", "--kv_cache_free_gpu_memory_fraction"),
+                                          ("vllm", "--gpu-memory-utilization")])
+def test_each_engine_is_asked_for_the_kv_pool_the_lever_prices(engine, flag):
+    """The lever counts weights + activations + KV; each engine's flag is its own share
+    (`predictor.memory.engine_memory_fraction`), so the launched pool is the priced one."""
+    from predictor.feasibility import memory_for
+    from predictor.memory import free_memory_fraction, static_fraction
+
+    target = resolve_target("deepseek-r1", "b200", engine)
+    pool = build_plan(target, config("tp=8,kv_memory_fraction=0.85")).pools[0]
+    argv = pool.command.argv
+    value = float(argv[argv.index(flag) + 1])
+    memory = memory_for(target.card, target.cluster, pool.config, pool.request.context_tokens)
+    expected = {"sglang": static_fraction(memory), "trtllm": free_memory_fraction(memory), "vllm": 0.85}[engine]
+    assert value == pytest.approx(expected, abs=1e-3) and value <= expected
+    if engine == "sglang":            # activations and graphs sit outside its share
+        assert value < 0.85
