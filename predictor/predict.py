@@ -225,7 +225,8 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     if workload.requests_per_client:
         metrics["ttft_ms_mean"] = disaggregated_benchmark_ttft_ms(
             prefill_model, decode_model, pools, config.concurrency, state, workload.requests_per_client) + host_ms
-    metrics["ttft_single_ms"] = (single_ttft_ms(prefill_model, workload.isl, config.max_batched_tokens)
+    metrics["ttft_single_ms"] = (single_ttft_ms(prefill_model, workload.isl,
+                                                rank_prefill_budget(target.engine, prefill_config))
                                  - host_time_ms(prefill_model, workload.isl) + host_ms)
     batch, decode_step, prefill_step, step_metrics = _steps(prefill_model, decode_model, workload, state.running)
     metrics.update(_memory_metrics(memory, decode_config))

@@ -159,3 +159,23 @@ def test_an_on_demand_kv_pool_holds_requests_at_their_mean_length():
     assert not any(f.startswith("queueing") for f in found["vllm"].flags)
     assert any(f.startswith("queueing") for f in found["trtllm"].flags)
     assert found["trtllm"].metrics["ttft_ms_mean"] > 10 * found["vllm"].metrics["ttft_ms_mean"]
+
+
+def test_a_splits_single_prompt_ttft_prefills_in_the_pools_own_step(monkeypatch):
+    """A split's `ttft_single_ms` prefills the prompt as its pool's prefill step does
+    (`predictor.sim.scheduler.rank_prefill_budget`): an SGLang DP8 pool at a 8,192-token
+    chunk takes 1,024 tokens per rank and step, not the token budget."""
+    import predictor.predict as predict_module
+
+    target = resolve_target("deepseek-r1", "mi355xx8x2", "sglang")
+    split = config("disaggregated=true,prefill_layout=TP8/EP8/DP8,decode_layout=TP8/EP8/DP8,concurrency=8,"
+                   "chunked_prefill_size=8192,max_batched_tokens=16384")
+    seen, real = [], predict_module.single_ttft_ms
+
+    def spy(model, isl, chunk_tokens):
+        seen.append(chunk_tokens)
+        return real(model, isl, chunk_tokens)
+
+    monkeypatch.setattr(predict_module, "single_ttft_ms", spy)
+    assert predict(target, split, ONE_K).legal
+    assert seen == [1024]
