@@ -32,6 +32,7 @@ the quantisation applied, and a weight class is never wider than the checkpoint 
 - Activations: fp8 for fp8 GEMMs; fp4 for FP4 GEMMs on GPUs with FP4 tensor cores (bf16
   elsewhere); bf16 for weight-only int4 and for bf16.
 - KV cache: the checkpoint's (the engines' `auto`; the corpora do not record it), except
+  InferenceX's DeepSeek-R1 SGLang recipes on B200 (`IX_SGLANG_RECIPES`: FP8) and
   AIConfigurator's TensorRT-LLM rows with FP8 or FP4 GEMMs, read with an FP8 cache
   (`_aic_kv_dtype`): their KV capacity is an FP8 cache's (Llama-3.1-70B at TP1, 1k/8k,
   queues from 64 clients on H200 and 128 on B200, where FP8 pools hold 40 and 65 requests
@@ -46,7 +47,8 @@ pools: InferenceX `total_*_tput / total_gpus`, i.e. `output_tput_per_total_gpu`)
 Physical bounds (a row outside them fails with its reason, it is never priced): numbers
 are ASCII and finite (`levers.inputs.parse_number`); counts are whole numbers up to
 `MAX_COUNT`; metrics are positive and at most `MAX_METRIC`; ISL + OSL fit the model's
-maximum context and the concurrency fits the concurrency lever's range.
+maximum context and the concurrency fits the concurrency lever's range; the prompt tokens
+per second per GPU fit the GPU's peak dense FLOP/s (`_check_prompt_rate`).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ from predictor.corpus.row import (
     running_cap,
 )
 from predictor.hardware import load_gpu
-from predictor.units import MS_PER_S
+from predictor.memory import lever_fraction_from_static, memory_breakdown
+from predictor.units import BYTES_PER_GB, MS_PER_S
 from predictor.workload import Harness
 
 Raw = Mapping[str, str]
@@ -281,6 +284,8 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     if str(engine) == "sglang":     # its recipes' chunk: SGLang's own default (dsr1_fp4_b200.sh: 16,384)
         levers.update(max_batched_tokens=SGLANG_MAX_PREFILL_TOKENS,
                       chunked_prefill_size=sglang_default_chunk(gpu))
+        if not disaggregated:
+            levers.update(_ix_sglang_recipe(card, gpu, levers))
     isl, osl, conc = _int(raw, "isl"), _int(raw, "osl"), _int(raw, "conc")
     out = _float(raw, "total_output_tput")
     tot = _float(raw, "total_tput")
@@ -315,6 +320,36 @@ IX_RECV_INTERVAL_LOW, IX_RECV_INTERVAL_HIGH, IX_RECV_INTERVAL_FROM_CLIENTS = 10,
 IX_ASYNC_STEPS = 1
 
 
+# Its colocated DeepSeek-R1 recipes for SGLang on B200 (benchmarks/dsr1_fp8_b200.sh,
+# dsr1_fp4_b200.sh) launch with `--kv-cache-dtype fp8_e4m3` and their own memory share and
+# prefill sizes: FP8 at TP4 `--mem-fraction-static 0.95` with 8,192-token chunks and prefill
+# budget (the weights take 169 GB of a GPU's 193: at the lever's 0.90 the pool would hold
+# one 9k-token request, where the measured run decodes 32), FP8 at TP8 0.82 with 32,768,
+# FP4 0.85 with a 16,384 chunk. SGLang's share holds weights and KV only
+# (`predictor.memory.lever_fraction_from_static` carries it to the lever's).
+IX_SGLANG_RECIPES = {
+    ("DeepSeek-R1", "B200", "fp8", 4): (0.95, 8192, 8192),
+    ("DeepSeek-R1", "B200", "fp8", 8): (0.82, 32768, 32768),
+    ("DeepSeek-R1", "B200", "fp4", 4): (0.85, 16384, SGLANG_MAX_PREFILL_TOKENS),
+    ("DeepSeek-R1", "B200", "fp4", 8): (0.85, 16384, SGLANG_MAX_PREFILL_TOKENS),
+}
+
+
+def _ix_sglang_recipe(card: ModelCard, gpu: str, levers: dict) -> dict:
+    """The levers one of `IX_SGLANG_RECIPES` sets (none for other stacks)."""
+    recipe = IX_SGLANG_RECIPES.get((card.name, gpu, levers["expert_dtype"] or levers["weight_dtype"], levers["tp"]))
+    if recipe is None:
+        return {}
+    static, chunk, budget = recipe
+    set_ = dict(kv_cache_dtype="fp8", chunked_prefill_size=chunk, max_batched_tokens=budget)
+    memory = memory_breakdown(card, hbm_bytes=int(load_gpu(gpu).hbm_gb * BYTES_PER_GB), vendor=load_gpu(gpu).vendor,
+                              tp=levers["tp"], ep=levers["ep"], attention_dp=levers["attention_dp"],
+                              weight_dtype=levers["weight_dtype"], expert_dtype=levers["expert_dtype"],
+                              activation_dtype=levers["activation_dtype"], kv_cache_dtype="fp8",
+                              max_batched_tokens=budget)
+    return set_ | {"kv_memory_fraction": round(lever_fraction_from_static(memory, static), 4)}
+
+
 def _ix_recv_interval(engine, model: str, gpu: str, disaggregated: bool, conc: int) -> int:
     if str(engine) != "sglang" or disaggregated or (model, gpu) not in IX_RECV_INTERVAL_STACKS:
         return 1
@@ -342,6 +377,23 @@ def chart_precision(precision: str, card: ModelCard) -> str:
 BENCHMARK_REQUESTS_PER_CLIENT = 10
 
 
+def _check_prompt_rate(card: ModelCard, gpu: str, activation: str, isl: int, osl: int, measured: Measured) -> None:
+    """The prompt tokens a row says each GPU prefilled per second must fit that GPU's peak
+    dense FLOP/s at the row's activation precision, at 2 FLOPs per weight a token
+    multiplies (embeddings aside; attention not counted, so the bound is loose). A row
+    beyond it did not run what it names (AIConfigurator's Qwen3-32B FP4 at TP2 on GB200,
+    15k/0.5k prompts at 448 clients: 444k prompt tokens/s per GPU, 2.9x the peak)."""
+    total, output = measured.throughput_per_gpu, measured.output_throughput_per_gpu
+    if output is None:
+        return
+    prompt_rate = total - output if total is not None and total > output else output * isl / osl
+    weights = card.active_params() - card.params_by_component().get("embeddings", 0)
+    peak = load_gpu(gpu).peak_flops(activation)
+    if prompt_rate * 2 * weights > peak:
+        raise MappingError(f"its {prompt_rate:,.0f} prompt tokens/s per GPU need "
+                           f"{prompt_rate * 2 * weights / peak:.1f}x the {gpu}'s peak {activation} FLOP/s")
+
+
 def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version: str, precision: str,
             levers: dict, isl: int, osl: int, conc: int, measured: Measured, when: str,
             notes: tuple[str, ...] = (),
@@ -356,6 +408,7 @@ def _finish(row_id: str, source: str, card: ModelCard, gpu: str, engine, version
         raise MappingError(f"concurrency {conc:,} is over {MAX_CONCURRENCY:,} clients")
     if not measured.has_any():
         raise MappingError("no measured metric")
+    _check_prompt_rate(card, gpu, levers.get("activation_dtype") or "bf16", isl, osl, measured)
     label = chart_precision(precision, card)
     return CorpusRow(id=row_id, source=str(source), model=card.name, gpu=gpu, engine=str(engine),
                      engine_version=version or "unknown", precision=label, config=_config(levers, conc),

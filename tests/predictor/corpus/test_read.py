@@ -277,3 +277,51 @@ def test_aiconfigurator_split_workers_carry_the_generators_prefill_budget_or_sgl
     sglang = aiconfigurator_row({**split, "backend": "sglang", "backend_version": "0.5.9"}, "aic:6")
     assert (sglang.config.max_batched_tokens, sglang.config.chunked_prefill_size) == (16384, 16384)
     assert sglang_default_chunk("h200") == 8192 and sglang_default_chunk("gb200") == 16384
+
+
+def test_inferencex_deepseek_r1_b200_sglang_rows_carry_their_recipes_memory_and_fp8_cache():
+    """`dsr1_fp8_b200.sh` at TP4 runs SGLang with `--mem-fraction-static 0.95`, an FP8 cache
+    and 8,192-token chunks: read so, the pool holds the 32 clients of 9k tokens it measured
+    decoding (at the lever's 0.90 with a BF16 cache it held one). Other stacks keep SGLang's
+    defaults and the checkpoint's cache."""
+    import csv
+
+    from predictor.corpus.formats import inferencex_row
+    from predictor.feasibility import memory_for
+    from predictor.memory import static_fraction
+
+    with open(NATIVE.parent / "inferencex_small.csv", encoding="utf-8") as handle:
+        base = next(r for r in csv.DictReader(handle) if r["disagg"] == "False")
+    fp8 = {**base, "hw": "b200", "hardware": "b200", "framework": "sglang", "disagg": "False",
+           "model": "deepseek-ai/DeepSeek-R1-0528", "precision": "fp8", "tp": "4", "ep": "1",
+           "dp_attention": "False", "isl": "8192", "osl": "1024", "conc": "32", "total_gpus": "4"}
+    row = inferencex_row(fp8, "ix:1")
+    config = row.config
+    assert (config.kv_cache_dtype, config.chunked_prefill_size, config.max_batched_tokens) == ("fp8", 8192, 8192)
+    memory = memory_for(row.card(), row.cluster(), config, 9216)
+    assert static_fraction(memory) == pytest.approx(0.95, abs=1e-4)
+    assert memory.max_concurrency >= 32
+    eight = inferencex_row({**fp8, "tp": "8", "total_gpus": "8"}, "ix:2").config
+    assert (eight.chunked_prefill_size, eight.kv_cache_dtype) == (32768, "fp8")
+    h200 = inferencex_row({**fp8, "hw": "h200", "hardware": "h200", "tp": "8", "total_gpus": "8"}, "ix:3").config
+    assert (h200.kv_cache_dtype, h200.kv_memory_fraction, h200.chunked_prefill_size) == ("bf16", 0.9, 8192)
+
+
+def test_a_row_whose_prompt_rate_beats_the_gpus_peak_flops_is_not_priced():
+    """2 FLOPs per weight per prompt token: a row claiming more prompt tokens per second
+    than its GPUs' peak dense FLOP/s allow did not run what it names (`_check_prompt_rate`)."""
+    import csv
+
+    from predictor.corpus.formats import inferencex_row
+
+    with open(NATIVE.parent / "inferencex_small.csv", encoding="utf-8") as handle:
+        base = next(r for r in csv.DictReader(handle) if r["disagg"] == "False")
+    row = inferencex_row(base, "ix:1")
+    gpus = row.total_gpus
+    weights = row.card().active_params() - row.card().params_by_component()["embeddings"]
+    peak = row.cluster().gpu.peak_flops(row.config.activation_dtype or "bf16")
+    output = float(base["total_output_tput"])
+    possible = 0.9 * peak / (2 * weights) * gpus + output           # prompt + output tokens/s, all GPUs
+    assert inferencex_row({**base, "total_tput": str(possible)}, "ix:2").measured.throughput_per_gpu
+    with pytest.raises(MappingError, match="peak"):
+        inferencex_row({**base, "total_tput": str(1.2 * peak / (2 * weights) * gpus + output)}, "ix:3")
