@@ -341,13 +341,14 @@ def _ix_sglang_recipe(card: ModelCard, gpu: str, levers: dict) -> dict:
     if recipe is None:
         return {}
     static, chunk, budget = recipe
-    set_ = dict(kv_cache_dtype="fp8", chunked_prefill_size=chunk, max_batched_tokens=budget)
-    memory = memory_breakdown(card, hbm_bytes=int(load_gpu(gpu).hbm_gb * BYTES_PER_GB), vendor=load_gpu(gpu).vendor,
+    profile = load_gpu(gpu)
+    memory = memory_breakdown(card, hbm_bytes=int(profile.hbm_gb * BYTES_PER_GB), vendor=profile.vendor,
                               tp=levers["tp"], ep=levers["ep"], attention_dp=levers["attention_dp"],
                               weight_dtype=levers["weight_dtype"], expert_dtype=levers["expert_dtype"],
                               activation_dtype=levers["activation_dtype"], kv_cache_dtype="fp8",
                               max_batched_tokens=budget)
-    return set_ | {"kv_memory_fraction": round(lever_fraction_from_static(memory, static), 4)}
+    return {"kv_cache_dtype": "fp8", "chunked_prefill_size": chunk, "max_batched_tokens": budget,
+            "kv_memory_fraction": round(lever_fraction_from_static(memory, static), 4)}
 
 
 def _ix_recv_interval(engine, model: str, gpu: str, disaggregated: bool, conc: int) -> int:
@@ -382,7 +383,7 @@ def _check_prompt_rate(card: ModelCard, gpu: str, activation: str, isl: int, osl
     dense FLOP/s at the row's activation precision, at 2 FLOPs per weight a token
     multiplies (embeddings aside; attention not counted, so the bound is loose). A row
     beyond it did not run what it names (AIConfigurator's Qwen3-32B FP4 at TP2 on GB200,
-    15k/0.5k prompts at 448 clients: 444k prompt tokens/s per GPU, 2.9x the peak)."""
+    15k/0.5k prompts at 448 clients: 444k prompt tokens/s per GPU, 2.8x the peak)."""
     total, output = measured.throughput_per_gpu, measured.output_throughput_per_gpu
     if output is None:
         return
