@@ -59,11 +59,14 @@ def memory_for(card: ModelCard, cluster: Cluster, config: Configuration,
 def engine_memory_flag(card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
                        context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> float | None:
     """What ``engine``'s own memory flag must say for the KV pool the lever prices
-    (`predictor.memory.engine_memory_fraction`); None where the flag counts what the lever
-    counts (vLLM, ATOM) or the engine has none."""
+    (`predictor.memory.engine_memory_fraction`); None (the launch passes the lever) where
+    the flag counts what the lever counts (vLLM, ATOM), the engine has none, or the memory
+    model prices no pool at all: a harvest measures such a layout rather than trust the
+    model, and a flag asking for no pool would only stop the engine from starting."""
     if str(engine) not in STATIC_SHARE_ENGINES | FREE_SHARE_ENGINES:
         return None
-    return engine_memory_fraction(engine, memory_for(card, cluster, config, context_tokens))
+    memory = memory_for(card, cluster, config, context_tokens)
+    return engine_memory_fraction(engine, memory) if memory.kv_pool_bytes > 0 else None
 
 
 def pool_configs(config: Configuration) -> tuple[Configuration, Configuration] | None:

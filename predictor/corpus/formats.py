@@ -284,8 +284,8 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
     if str(engine) == "sglang":     # its recipes' chunk: SGLang's own default (dsr1_fp4_b200.sh: 16,384)
         levers.update(max_batched_tokens=SGLANG_MAX_PREFILL_TOKENS,
                       chunked_prefill_size=sglang_default_chunk(gpu))
-        if not disaggregated:
-            levers.update(_ix_sglang_recipe(card, gpu, levers))
+        if not disaggregated and levers["attention_dp"] == 1 and levers["spec_method"] == "none":
+            levers.update(_ix_sglang_recipe(card, gpu, levers))     # the recipes: DP 1, no MTP
     isl, osl, conc = _int(raw, "isl"), _int(raw, "osl"), _int(raw, "conc")
     out = _float(raw, "total_output_tput")
     tot = _float(raw, "total_tput")
@@ -326,7 +326,11 @@ IX_ASYNC_STEPS = 1
 # budget (the weights take 169 GB of a GPU's 193: at the lever's 0.90 the pool would hold
 # one 9k-token request, where the measured run decodes 32), FP8 at TP8 0.82 with 32,768,
 # FP4 0.85 with a 16,384 chunk. SGLang's share holds weights and KV only
-# (`predictor.memory.lever_fraction_from_static` carries it to the lever's).
+# (`predictor.memory.lever_fraction_from_static` carries it to the lever's). The recipes run
+# one data-parallel rank and no MTP (`dsr1_fp8_b200_mtp.sh` is another recipe), so only such
+# rows take them. Not carried: their `--max-running-requests` / `--cuda-graph-max-bs` (32 at
+# TP4, 128 at TP8; no row runs more clients than that, and the 224 graph slots fewer than
+# the lever's default hold ~0.9 GB).
 IX_SGLANG_RECIPES = {
     ("DeepSeek-R1", "B200", "fp8", 4): (0.95, 8192, 8192),
     ("DeepSeek-R1", "B200", "fp8", 8): (0.82, 32768, 32768),
@@ -385,9 +389,12 @@ def _check_prompt_rate(card: ModelCard, gpu: str, activation: str, isl: int, osl
     beyond it did not run what it names (AIConfigurator's Qwen3-32B FP4 at TP2 on GB200,
     15k/0.5k prompts at 448 clients: 444k prompt tokens/s per GPU, 2.8x the peak)."""
     total, output = measured.throughput_per_gpu, measured.output_throughput_per_gpu
-    if output is None:
+    if output is not None:
+        prompt_rate = total - output if total is not None and total > output else output * isl / osl
+    elif total is not None:
+        prompt_rate = total * isl / (isl + osl)
+    else:
         return
-    prompt_rate = total - output if total is not None and total > output else output * isl / osl
     weights = card.active_params() - card.params_by_component().get("embeddings", 0)
     peak = load_gpu(gpu).peak_flops(activation)
     if prompt_rate * 2 * weights > peak:

@@ -270,3 +270,21 @@ def test_engine_memory_flags_ask_for_the_pool_the_lever_prices():
     assert engine_memory_fraction("trtllm", m) * free == pytest.approx(m.kv_pool_bytes, rel=2e-3)
     assert engine_memory_fraction("sglang", m) == math.floor(static * 1000) / 1000 < 0.85
     assert engine_memory_fraction("vllm", m) == 0.85
+    odd = memory_breakdown(load_card("llama-3.1-8b"), hbm_bytes=85_520_809_984, vendor="nvidia",
+                           kv_memory_fraction=0.85)
+    assert engine_memory_fraction("vllm", odd) == 0.85         # the lever itself, not 0.849 (an H100's bytes)
+
+
+def test_a_layout_the_model_prices_no_pool_for_is_launched_with_the_lever():
+    """A harvest measures what the memory model doubts: asking TensorRT-LLM for 0% of its
+    free memory would only stop it from starting (`predictor.feasibility.engine_memory_flag`)."""
+    from levers.configuration import Configuration
+    from predictor.feasibility import engine_memory_flag, memory_for
+    from predictor.hardware import parse_cluster
+
+    card, cluster = load_card("llama-3.1-70b"), parse_cluster("h100")
+    tight = Configuration(tp=2, kv_memory_fraction=0.5)
+    assert memory_for(card, cluster, tight).kv_pool_bytes <= 0
+    assert engine_memory_flag(card, cluster, "trtllm", tight) is None
+    roomy = Configuration(tp=2, kv_memory_fraction=0.9)
+    assert 0 < engine_memory_flag(card, cluster, "trtllm", roomy) < 1

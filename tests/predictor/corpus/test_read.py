@@ -305,6 +305,9 @@ def test_inferencex_deepseek_r1_b200_sglang_rows_carry_their_recipes_memory_and_
     assert (eight.chunked_prefill_size, eight.kv_cache_dtype) == (32768, "fp8")
     h200 = inferencex_row({**fp8, "hw": "h200", "hardware": "h200", "tp": "8", "total_gpus": "8"}, "ix:3").config
     assert (h200.kv_cache_dtype, h200.kv_memory_fraction, h200.chunked_prefill_size) == ("bf16", 0.9, 8192)
+    for other in ({"dp_attention": "True"}, {"spec_decoding": "mtp"}):    # the recipes run DP 1, no MTP
+        config = inferencex_row({**fp8, "tp": "8", "total_gpus": "8", **other}, "ix:4").config
+        assert (config.kv_cache_dtype, config.kv_memory_fraction) == ("bf16", 0.9)
 
 
 def test_a_row_whose_prompt_rate_beats_the_gpus_peak_flops_is_not_priced():
@@ -325,3 +328,8 @@ def test_a_row_whose_prompt_rate_beats_the_gpus_peak_flops_is_not_priced():
     assert inferencex_row({**base, "total_tput": str(possible)}, "ix:2").measured.throughput_per_gpu
     with pytest.raises(MappingError, match="peak"):
         inferencex_row({**base, "total_tput": str(1.2 * peak / (2 * weights) * gpus + output)}, "ix:3")
+    isl, osl = int(base["isl"]), int(base["osl"])
+    only_total = {**base, "total_output_tput": "", "output_tput_per_total_gpu": "",     # prompt share by lengths
+                  "total_tput": str(1.2 * peak / (2 * weights) * gpus * (isl + osl) / isl)}
+    with pytest.raises(MappingError, match="peak"):
+        inferencex_row(only_total, "ix:4")
