@@ -14,13 +14,7 @@ from levers.configuration import Configuration
 from levers.legality import context_reasons, effective_activation_dtype, structural_reasons
 from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
-from predictor.memory import (
-    FREE_SHARE_ENGINES,
-    STATIC_SHARE_ENGINES,
-    MemoryBreakdown,
-    engine_memory_fraction,
-    memory_breakdown,
-)
+from predictor.memory import MemoryBreakdown, engine_memory_fraction, memory_breakdown
 from predictor.units import BYTES_PER_GB
 
 DEFAULT_CONTEXT_TOKENS = 2048
@@ -63,8 +57,6 @@ def engine_memory_flag(card: ModelCard, cluster: Cluster, engine: Engine | str, 
     the flag counts what the lever counts (vLLM, ATOM), the engine has none, or the memory
     model prices no pool at all: a harvest measures such a layout rather than trust the
     model, and a flag asking for no pool would only stop the engine from starting."""
-    if str(engine) not in STATIC_SHARE_ENGINES | FREE_SHARE_ENGINES:
-        return None
     memory = memory_for(card, cluster, config, context_tokens)
     return engine_memory_fraction(engine, memory) if memory.kv_pool_bytes > 0 else None
 

@@ -155,19 +155,19 @@ def free_memory_fraction(memory: MemoryBreakdown) -> float:
 STATIC_SHARE_ENGINES, FREE_SHARE_ENGINES = frozenset({"sglang"}), frozenset({"trtllm"})
 
 
-def engine_memory_fraction(engine: str, memory: MemoryBreakdown) -> float:
+def engine_memory_fraction(engine: str, memory: MemoryBreakdown) -> float | None:
     """The value of ``engine``'s own memory flag that asks for the lever's KV pool:
     SGLang's `--mem-fraction-static` (`static_fraction`), TensorRT-LLM's
-    `free_gpu_memory_fraction` (`free_memory_fraction`); vLLM's and ATOM's
-    `--gpu-memory-utilization` count what the lever counts (its value, to 3 decimals).
-    The converted shares are rounded down to 3 decimals, so the engine never takes more
-    than the memory model priced."""
+    `free_gpu_memory_fraction` (`free_memory_fraction`); None where the flag counts what
+    the lever counts (vLLM's and ATOM's `--gpu-memory-utilization`: the launch passes the
+    lever). The shares are rounded down to 3 decimals, so the engine never takes more than
+    the memory model priced."""
     if str(engine) in STATIC_SHARE_ENGINES:
         value = static_fraction(memory)
     elif str(engine) in FREE_SHARE_ENGINES:
         value = free_memory_fraction(memory)
     else:
-        return round(memory.usable_bytes / memory.hbm_bytes, 3)
+        return None
     return math.floor(max(0.0, value) * 1000) / 1000
 
 

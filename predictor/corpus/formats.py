@@ -68,13 +68,15 @@ from predictor.corpus.row import (
     MappingError,
     Measured,
     card_name_for,
+    cluster_for,
     engine_for,
     gpu_name_for,
     running_cap,
 )
+from predictor.feasibility import memory_for
 from predictor.hardware import load_gpu
-from predictor.memory import lever_fraction_from_static, memory_breakdown
-from predictor.units import BYTES_PER_GB, MS_PER_S
+from predictor.memory import lever_fraction_from_static
+from predictor.units import MS_PER_S
 from predictor.workload import Harness
 
 Raw = Mapping[str, str]
@@ -285,7 +287,7 @@ def inferencex_row(raw: Raw, row_id: str) -> CorpusRow:
         levers.update(max_batched_tokens=SGLANG_MAX_PREFILL_TOKENS,
                       chunked_prefill_size=sglang_default_chunk(gpu))
         if not disaggregated and levers["attention_dp"] == 1 and levers["spec_method"] == "none":
-            levers.update(_ix_sglang_recipe(card, gpu, levers))     # the recipes: DP 1, no MTP
+            levers.update(_ix_sglang_recipe(card, gpu, levers, _int(raw, "conc")))     # the recipes: DP 1, no MTP
     isl, osl, conc = _int(raw, "isl"), _int(raw, "osl"), _int(raw, "conc")
     out = _float(raw, "total_output_tput")
     tot = _float(raw, "total_tput")
@@ -339,20 +341,17 @@ IX_SGLANG_RECIPES = {
 }
 
 
-def _ix_sglang_recipe(card: ModelCard, gpu: str, levers: dict) -> dict:
-    """The levers one of `IX_SGLANG_RECIPES` sets (none for other stacks)."""
+def _ix_sglang_recipe(card: ModelCard, gpu: str, levers: dict, concurrency: int) -> dict:
+    """The levers one of `IX_SGLANG_RECIPES` sets (none for other stacks); the static share
+    is carried to the lever's meaning on the memory model that prices the row."""
     recipe = IX_SGLANG_RECIPES.get((card.name, gpu, levers["expert_dtype"] or levers["weight_dtype"], levers["tp"]))
     if recipe is None:
         return {}
     static, chunk, budget = recipe
-    profile = load_gpu(gpu)
-    memory = memory_breakdown(card, hbm_bytes=int(profile.hbm_gb * BYTES_PER_GB), vendor=profile.vendor,
-                              tp=levers["tp"], ep=levers["ep"], attention_dp=levers["attention_dp"],
-                              weight_dtype=levers["weight_dtype"], expert_dtype=levers["expert_dtype"],
-                              activation_dtype=levers["activation_dtype"], kv_cache_dtype="fp8",
-                              max_batched_tokens=budget)
-    return {"kv_cache_dtype": "fp8", "chunked_prefill_size": chunk, "max_batched_tokens": budget,
-            "kv_memory_fraction": round(lever_fraction_from_static(memory, static), 4)}
+    recipe_levers = {"kv_cache_dtype": "fp8", "chunked_prefill_size": chunk, "max_batched_tokens": budget}
+    config = _config({**levers, **recipe_levers}, concurrency)
+    memory = memory_for(card, cluster_for(gpu, config.total_gpus), config)
+    return {**recipe_levers, "kv_memory_fraction": round(lever_fraction_from_static(memory, static), 4)}
 
 
 def _ix_recv_interval(engine, model: str, gpu: str, disaggregated: bool, conc: int) -> int:

@@ -58,9 +58,13 @@ class LaunchRequest:
     memory_fraction: float | None = None  # the engine's own memory flag for the lever's KV pool
                                           # (`predictor.memory.engine_memory_fraction`); None: the lever
 
-    def memory_flag(self, config: Configuration) -> str:
+    def memory_share(self, config: Configuration) -> float:
         """The value the engine's memory flag gets (`memory_fraction`, else the lever's)."""
-        return str(self.memory_fraction if self.memory_fraction is not None else config.kv_memory_fraction)
+        return self.memory_fraction if self.memory_fraction is not None else config.kv_memory_fraction
+
+    def memory_flag(self, config: Configuration) -> str:
+        """`memory_share` as a command-line argument."""
+        return str(self.memory_share(config))
 
 
 @dataclass(frozen=True, slots=True)

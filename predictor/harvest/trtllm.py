@@ -68,7 +68,7 @@ class TrtllmAdapter(GpuAdapter):
     def options(self, config: Configuration, request: LaunchRequest) -> dict:
         """The LLM API options written to the YAML file (module docstring)."""
         kv_cache: dict = {"enable_block_reuse": request.prefix_caching,
-                          "free_gpu_memory_fraction": float(request.memory_flag(config))}
+                          "free_gpu_memory_fraction": request.memory_share(config)}
         if config.kv_cache_dtype == "fp8":
             kv_cache["dtype"] = "fp8"
         if config.kv_block_size:
