@@ -73,7 +73,8 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     bound (predictor.sim.stop)."""
     started = time.perf_counter()
     context = workload.isl + workload.osl / 2.0 if workload.is_fixed else float(workload.context_tokens)
-    anchoring = Anchoring.of(target, store, priors, context, workload.acceptance, workload.harness.name)
+    anchoring = Anchoring.of(target, store, priors, context, workload.acceptance, workload.harness.name,
+                             split=config.disaggregated)
     config = anchoring.resolve(config)
     feasibility = check_configuration(target.card, target.cluster, target.engine, config,
                                       workload.context_tokens)

@@ -123,6 +123,11 @@ class Provenance(_Strict):
 # layouts (`predictor.corpus.host`), so a fit holds it close and the prefill takes the rest
 # of the TTFT (`predictor.step.anchored.ENGINE_HOST_SIGMA`).
 HOST_PER_ENGINE = "host-per-engine"
+# An anchor flag: its points were measured in the pools of a disaggregated deployment (a
+# corpus anchor whose rows are all split rows). A colocated target it calibrates, like a
+# split target a colocated anchor calibrates, is a `split` transfer
+# (`predictor.anchors.coverage.transfer_kinds`).
+SPLIT_POOL = "split-pool"
 
 
 class Anchor(_Strict):

@@ -67,6 +67,8 @@ class Anchoring:
     context_tokens: float | None = None
     acceptance: tuple[float, ...] | None = None
     harness: str | None = None          # the measured run's harness (`WorkloadSpec.harness`)
+    split: bool = False                 # the deployment is disaggregated: its pools' layouts come
+                                        # here as plain replicas, and their transfer kinds say split
     selections: list[Selection] = field(default_factory=list)
     calibrations: list[Calibration] = field(default_factory=list)
     _models: dict[Configuration, StepModel] = field(default_factory=dict)
@@ -74,15 +76,15 @@ class Anchoring:
     @classmethod
     def of(cls, target: Target, store: AnchorStore | None = None, priors: Priors | None = None,
            context_tokens: float | None = None, acceptance: tuple[float, ...] | None = None,
-           harness: str | None = None) -> Anchoring:
+           harness: str | None = None, split: bool = False) -> Anchoring:
         store = store if store is not None else default_store()
         return cls(target, store, priors if priors is not None else store_priors(store), context_tokens, acceptance,
-                   harness)
+                   harness, split)
 
     def _select(self, config: Configuration) -> Selection:
         t = self.target
         return self.store.select(t.card, t.cluster, t.engine, config, config.concurrency,
-                                 context_tokens=self.context_tokens)
+                                 context_tokens=self.context_tokens, disaggregated=config.disaggregated or self.split)
 
     def resolve(self, config: Configuration) -> Configuration:
         """``config`` with its unset levers taken from the anchor of its (decode) layout."""

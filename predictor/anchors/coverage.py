@@ -16,7 +16,7 @@ applies them.
   build, the newest harvest, the id.
 - **Transfer kinds** say how the target differs from the chosen anchor: `precision` (a
   kernel set the anchor did not run), `split` (disaggregated pools from a colocated
-  anchor), `width` (another TP/EP/attention-DP/PP), `length` (a decode context outside
+  anchor, or a colocated layout from an anchor measured in split pools), `width` (another TP/EP/attention-DP/PP), `length` (a decode context outside
   1.5x of the measured ones), `load` (a batch outside the measured ones), else
   `in-ladder`. Each kind has a measured error (`predictor.uncertainty`).
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from levers.configuration import Configuration
-from predictor.anchors.anchor import Anchor, Signature
+from predictor.anchors.anchor import SPLIT_POOL, Anchor, Signature
 from predictor.cards.model_card import ModelCard
 
 WILDCARD_BACKEND = "auto"
@@ -144,7 +144,7 @@ def transfer_kinds(anchor: Anchor, layout: Configuration, batch: int, context: f
     sig, kinds = anchor.signature, []
     if set_mismatches(sig, layout):
         kinds.append(PRECISION)
-    if disaggregated:
+    if disaggregated != (SPLIT_POOL in anchor.flags):
         kinds.append(SPLIT)
     if layout_of(sig) != (layout.tp, layout.ep, layout.attention_dp, layout.pp):
         kinds.append(WIDTH)

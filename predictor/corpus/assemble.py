@@ -12,7 +12,7 @@ from collections import Counter
 
 from levers.catalog import Engine
 from levers.legality import structural_reasons
-from predictor.anchors.anchor import Anchor, DecodePoint, DecodeSweep, PrefillSweep, Provenance
+from predictor.anchors.anchor import SPLIT_POOL, Anchor, DecodePoint, DecodeSweep, PrefillSweep, Provenance
 from predictor.anchors.store import anchor_id_for, signature_for
 from predictor.cards.registry import load_card
 from predictor.corpus.anchors import (
@@ -70,10 +70,12 @@ def assemble(group: Group, decode: DecodeSweep, prefill: PrefillSweep, *, comman
                             command_line=command_line, source_rows=tuple(used), notes=notes)
     points = tuple(DecodePoint(batch=b, context_tokens=ctx, step_ms=statistics.median(steps))
                    for (ctx, b), steps in sorted(group.decode_points.items()))
+    roles = group.decode or group.prefill
+    flags = [*group.flags, *([SPLIT_POOL] if roles and not any(r.colocated for r in roles) else [])]
     return Anchor(id=anchor_id_for(signature), signature=signature, decode_sweep=decode, prefill_sweep=prefill,
                   decode_points=points, host_time_ms=group.host_base_ms, host_us_per_prompt_token=group.host_per_token_us,
                   first_wave_stall_ms=group.first_wave_stall_ms,
-                  flags=tuple(dict.fromkeys(group.flags)), provenance=provenance)
+                  flags=tuple(dict.fromkeys(flags)), provenance=provenance)
 
 
 def _row_order(row_id: str) -> tuple[str, int]:

@@ -100,6 +100,17 @@ def test_disaggregated_pools_count_every_gpu():
     assert prediction.breakdown["kv_transfer_backend"] == "mori" and prediction.breakdown["kv_handoff_us"] > 120
 
 
+def test_a_split_priced_from_colocated_anchors_is_a_split_transfer():
+    """Its pools reach the anchors as plain replicas; the prediction still says split (and
+    so takes the split band and its mode), not the pools' in-ladder or width kinds."""
+    prediction = predict(gpt_oss_h100(), config("disaggregated=true,prefill_layout=TP2,decode_layout=TP2,"
+                                                "concurrency=64"), ONE_K)
+    assert prediction.legal and prediction.anchor_id
+    assert "split" in prediction.transfer_kinds
+    colocated = predict(gpt_oss_h100(), config("tp=2,concurrency=64"), ONE_K)
+    assert "split" not in colocated.transfer_kinds
+
+
 def test_a_split_bills_the_decode_pools_host_time_in_full(monkeypatch):
     """METHOD §3.11: a split's request passes two engines' front ends, so the decode
     pool's fixed host time reaches its TTFT whole (not half, as one pass would)."""
