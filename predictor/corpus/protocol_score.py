@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from predictor.anchors.anchoring import default_store
+from predictor.anchors.anchoring import default_store, store_priors
 from predictor.anchors.store import AnchorStore
 from predictor.cards.registry import load_card
 from predictor.corpus.assemble import build_anchors
@@ -151,7 +151,7 @@ def run_protocol(rows: list[CorpusRow], protocol: Protocol | str, *, predict_fn:
     chosen: Selection = select(protocol, rows)
     results, failed, num_anchors = [], [], 0
     for fold in chosen.folds:
-        store, priors = AnchorStore.from_anchors([]), None
+        store, priors, scoped = AnchorStore.from_anchors([]), None, None
         if fold.anchors:
             built, count = _store_and_priors(list(fold.anchors), refine_rounds, predict_fn)
             num_anchors += count
@@ -159,14 +159,27 @@ def run_protocol(rows: list[CorpusRow], protocol: Protocol | str, *, predict_fn:
                 priors = learn_from_anchors(built.all(), load_card, exclude_model=fold.name)
             else:
                 store = built
+            if fold.scope is not None and not fold.priors_only:
+                priors, scoped = store_priors(built), _scoped_stores(built, fold)
         for row in fold.targets:
             row_priors = priors if priors is not None or fold.anchors else embedded_priors_without(row.model)
-            result = _classify(row, predict_fn(row, store, row_priors))
+            row_store = store if scoped is None else scoped.get(fold.scope(row), AnchorStore.from_anchors([]))
+            result = _classify(row, predict_fn(row, row_store, row_priors))
             if result is None:
                 failed.append((row.id, "not predicted (illegal or no metrics)"))
             else:
                 results.append(result)
     return ProtocolScore(Protocol(protocol), tuple(results), chosen.unexpressed, num_anchors, tuple(failed))
+
+
+def _scoped_stores(built: AnchorStore, fold) -> dict[tuple, AnchorStore]:
+    """The fold's anchors by the scope of the rows each was built from (`Split.scope`)."""
+    scope_of = {row.id: fold.scope(row) for row in fold.anchors}
+    by_scope: dict[tuple, list] = defaultdict(list)
+    for anchor in built.all():
+        for key in dict.fromkeys(scope_of[i] for i in anchor.provenance.source_rows if i in scope_of):
+            by_scope[key].append(anchor)
+    return {key: AnchorStore.from_anchors(anchors) for key, anchors in by_scope.items()}
 
 
 def parse_protocols(text: str) -> tuple[Protocol, ...]:

@@ -10,12 +10,12 @@ reported with the reason, never dropped silently). Rows outside the protocol's s
 | protocol | anchors | targets |
 |---|---|---|
 | in-ladder | per ladder (stack, layout, isl, osl): the 1st, 3rd, ... concurrency and the highest | the other concurrencies of the ladder |
-| cross-width | per chart (stack, isl, osl): colocated rows of its narrowest TP | colocated rows at every wider TP |
-| tp4-to-8 | per chart: colocated TP4 rows | colocated TP8 rows |
+| cross-width | per chart (stack, isl, osl): colocated rows of its narrowest TP | colocated rows at every wider TP, each from its own chart's anchors |
+| tp4-to-8 | per chart: colocated TP4 rows | colocated TP8 rows, from their chart's anchors |
 | cross-length | per stack: colocated rows at 1k/1k | colocated rows at 8k/1k and 1k/8k of layouts anchored at 1k/1k |
 | load | per ladder: rows at concurrency <= 16 | higher concurrencies of the ladder |
 | split | per stack: colocated rows | disaggregated rows |
-| precision | per deployment (model, GPU, engine, speculation, layout, isl, osl) run at two or more precisions: the most measured precision | the other precisions |
+| precision | per deployment (model, GPU, engine, speculation, layout, isl, osl) run at two or more precisions: the most measured precision | the other precisions, each from an anchor of its own deployment's rows |
 | none | none (no measurement of the scored corpus: physics and the shipped cross-model priors of other models) | every row |
 | leave-model-out | per model: every other model's rows (they only teach the cross-model priors) | that model's rows |
 
@@ -60,6 +60,9 @@ class Split:
     anchors: tuple[CorpusRow, ...]
     targets: tuple[CorpusRow, ...]
     priors_only: bool = False      # anchors teach cross-model priors only (leave-model-out)
+    # A target may be calibrated only by anchors built from rows of its own scope (key of
+    # a row); the fold's priors still come from all its anchors. None: any anchor of the fold.
+    scope: Callable[[CorpusRow], tuple] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,9 @@ def _by_width(rows: list[CorpusRow], pick: Callable[[set[int]], tuple[set[int], 
         anchor_tps, target_tps = chosen
         anchors += [r for r in chart if r.config.tp in anchor_tps]
         targets += [r for r in chart if r.config.tp in target_tps]
-    return Selection(protocol, (Split("all", tuple(anchors), tuple(targets)),), tuple(unexpressed))
+    # a target's anchor is its own chart's: a layout that is the narrowest of another chart
+    # (another length) would otherwise price it as a length transfer at its own width
+    return Selection(protocol, (Split("all", tuple(anchors), tuple(targets), scope=_chart),), tuple(unexpressed))
 
 
 def _is_target_width(row: CorpusRow, protocol: Protocol) -> bool:
@@ -184,17 +189,24 @@ def split(rows: list[CorpusRow]) -> Selection:
     return Selection(Protocol.SPLIT, (Split("all", tuple(anchors), tuple(targets)),), tuple(unexpressed))
 
 
+def _deployment(row: CorpusRow) -> tuple:
+    return row.model, row.gpu, row.engine, row.spec, row.layout_name, row.isl, row.osl
+
+
 def precision(rows: list[CorpusRow]) -> Selection:
+    """Each deployment's other precisions from its own main precision: a target is
+    calibrated only by an anchor built from its deployment's rows (`Split.scope`), not by
+    an anchor of its own precision at another layout (21 of AIConfigurator's 119 targets
+    were: width transfers scored as precision ones)."""
     anchors, targets = [], []
-    key = lambda r: (r.model, r.gpu, r.engine, r.spec, r.layout_name, r.isl, r.osl)  # noqa: E731
-    for group in _grouped(rows, key).values():
+    for group in _grouped(rows, _deployment).values():
         by_precision = _grouped(group, lambda r: (r.precision,))
         if len(by_precision) < 2:
             continue
         (main,) = max(by_precision, key=lambda k: (len(by_precision[k]), k))
         for (label,), members in by_precision.items():
             (anchors if label == main else targets).extend(members)
-    return Selection(Protocol.PRECISION, (Split("all", tuple(anchors), tuple(targets)),))
+    return Selection(Protocol.PRECISION, (Split("all", tuple(anchors), tuple(targets), scope=_deployment),))
 
 
 def none(rows: list[CorpusRow]) -> Selection:

@@ -1,0 +1,72 @@
+"""Protocol selections of `inferasim score --protocol` (METHOD §8) on a small native corpus."""
+
+import csv
+from pathlib import Path
+
+from predictor.corpus.protocol_score import run_protocol
+from predictor.corpus.read import read_corpus
+from predictor.corpus.refine import predict_row
+
+NATIVE = Path(__file__).resolve().parents[2] / "fixtures" / "corpus" / "native_small.csv"
+
+
+def _two_precisions(tmp_path: Path) -> Path:
+    """The fixture's two ladders (TP2, TP4) each also run at a second precision at two
+    concurrencies: fp4 is TP2's main precision, bf16 TP4's."""
+    with NATIVE.open() as f:
+        rows = list(csv.DictReader(f))
+    extra = []
+    for row in rows:
+        if row["concurrency"] in ("4", "8"):
+            extra.append({**row, "precision": "bf16"} if row["tp"] == "2" else dict(row))
+        if row["tp"] == "4":
+            row["precision"] = "bf16"
+    path = tmp_path / "two_precisions.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows + extra)
+    return path
+
+
+def test_a_precision_target_is_calibrated_by_its_own_deployments_anchor(tmp_path):
+    """Not by an anchor of its own precision at another layout: that is a width transfer."""
+    rows = list(read_corpus(_two_precisions(tmp_path)).rows)
+    seen: dict[str, set] = {}
+
+    def recording(row, store, priors=None):
+        seen[row.id] = {(a.signature.tp, a.signature.weight_dtype) for a in store.all()}
+        return predict_row(row, store, priors)
+
+    scored = run_protocol(rows, "precision", predict_fn=recording)
+    targets = {(r.row.config.tp, r.row.precision): r for r in scored.results}
+    assert set(targets) == {(2, "bf16"), (4, "fp4")} and len(scored.results) == 4
+    for result in scored.results:
+        tp = result.row.config.tp
+        assert {t for t, _ in seen[result.id]} == {tp}           # its own layout's anchor only
+
+
+def test_a_cross_width_target_is_calibrated_by_its_own_charts_narrowest_width(tmp_path):
+    """At 1k/1k the fixture's TP2 rows anchor its TP4 rows; at 2k/1k TP4 is the narrowest
+    width (and TP8 its target). The 1k/1k TP4 rows must not take the 2k/1k TP4 anchor: that
+    would be a length transfer at their own width, scored as a width one."""
+    with NATIVE.open() as f:
+        rows = list(csv.DictReader(f))
+    longer = [{**r, "isl": "2048", "tp": "8" if r["tp"] == "2" else r["tp"]} for r in rows]
+    path = tmp_path / "two_charts.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows + longer)
+    seen: dict[str, set] = {}
+
+    def recording(row, store, priors=None):
+        seen[row.id] = {a.signature.tp for a in store.all()}
+        return predict_row(row, store, priors)
+
+    scored = run_protocol(list(read_corpus(path).rows), "cross-width", predict_fn=recording)
+    widths = {(r.row.isl, r.row.config.tp) for r in scored.results}
+    assert widths == {(1024, 4), (2048, 8)}
+    for result in scored.results:
+        assert seen[result.id] == ({2} if result.row.isl == 1024 else {4})
+        assert "width" in result.prediction.transfer_kinds
