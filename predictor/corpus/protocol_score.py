@@ -163,7 +163,10 @@ def run_protocol(rows: list[CorpusRow], protocol: Protocol | str, *, predict_fn:
                 priors, scoped = store_priors(built), _scoped_stores(built, fold)
         for row in fold.targets:
             row_priors = priors if priors is not None or fold.anchors else embedded_priors_without(row.model)
-            row_store = store if scoped is None else scoped.get(fold.scope(row), AnchorStore.from_anchors([]))
+            row_store = store if scoped is None else scoped.get(fold.scope(row))
+            if row_store is None:       # its scope's rows built no anchor: not a no-anchor price in disguise
+                failed.append((row.id, "no anchor was built from the rows of its own chart or deployment"))
+                continue
             result = _classify(row, predict_fn(row, row_store, row_priors))
             if result is None:
                 failed.append((row.id, "not predicted (illegal or no metrics)"))

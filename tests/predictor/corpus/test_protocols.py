@@ -70,3 +70,12 @@ def test_a_cross_width_target_is_calibrated_by_its_own_charts_narrowest_width(tm
     for result in scored.results:
         assert seen[result.id] == ({2} if result.row.isl == 1024 else {4})
         assert "width" in result.prediction.transfer_kinds
+
+
+def test_a_scoped_target_without_an_anchor_of_its_scope_is_reported_not_priced(tmp_path, monkeypatch):
+    import predictor.corpus.protocol_score as protocol_score
+
+    monkeypatch.setattr(protocol_score, "_scoped_stores", lambda built, fold: {})
+    scored = run_protocol(list(read_corpus(_two_precisions(tmp_path)).rows), "precision")
+    assert not scored.results and len(scored.failed) == 4
+    assert all("own chart or deployment" in why for _, why in scored.failed)
