@@ -124,9 +124,9 @@ class Provenance(_Strict):
 # of the TTFT (`predictor.step.anchored.ENGINE_HOST_SIGMA`).
 HOST_PER_ENGINE = "host-per-engine"
 # An anchor flag: its points were measured in the pools of a disaggregated deployment (a
-# corpus anchor whose rows are all split rows). A colocated target it calibrates, like a
-# split target a colocated anchor calibrates, is a `split` transfer
-# (`predictor.anchors.coverage.transfer_kinds`).
+# corpus anchor whose rows are all split rows). A split it calibrates is no `split`
+# transfer (`predictor.anchors.coverage.transfer_kinds`); a colocated layout it calibrates
+# shows the flag.
 SPLIT_POOL = "split-pool"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from levers.catalog import ENGINES
 from levers.configuration import Configuration
 from levers.errors import InputError
-from predictor.anchors.anchor import SPLIT_POOL, Anchor
+from predictor.anchors.anchor import Anchor
 from predictor.anchors.coverage import measured_batches, measured_contexts
 from predictor.anchors.store import AnchorStore, anchor_id_for, load_anchor_file
 from predictor.cards.registry import load_card
@@ -158,8 +158,7 @@ def plain_configuration(anchor: Anchor) -> Configuration:
 
 def plain_coverage(store: AnchorStore) -> PlainCoverage:
     """`PlainCoverage` of every anchor of ``store`` (speculation counts as part of the plain
-    stack: a measured MTP stack is named with its method; a stack measured in the pools of a
-    split is named as a split deployment whose pool runs its layout)."""
+    stack: a measured MTP stack is named with its method)."""
     misses, anchored, total = [], 0, 0
     for anchor in store.all():
         sig = anchor.signature
@@ -170,8 +169,7 @@ def plain_coverage(store: AnchorStore) -> PlainCoverage:
         cluster = anchor_cluster(anchor, load_gpu(sig.accelerator))
         config = plain_configuration(anchor)
         context = float(measured_contexts(anchor)[0])
-        selection = store.select(card, cluster, sig.engine, config, config.concurrency, context_tokens=context,
-                                 disaggregated=SPLIT_POOL in anchor.flags)
+        selection = store.select(card, cluster, sig.engine, config, config.concurrency, context_tokens=context)
         if selection.anchor is not None and selection.anchor.id == anchor.id and selection.covered:
             anchored += 1
         elif selection.anchor is None or selection.anchor.id != anchor.id:

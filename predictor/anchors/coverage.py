@@ -16,9 +16,11 @@ applies them.
   build, the newest harvest, the id.
 - **Transfer kinds** say how the target differs from the chosen anchor: `precision` (a
   kernel set the anchor did not run), `split` (disaggregated pools from a colocated
-  anchor, or a colocated layout from an anchor measured in split pools), `width` (another TP/EP/attention-DP/PP), `length` (a decode context outside
-  1.5x of the measured ones), `load` (a batch outside the measured ones), else
-  `in-ladder`. Each kind has a measured error (`predictor.uncertainty`).
+  anchor; not the reverse, which no protocol measures: a colocated layout priced from an
+  anchor measured in split pools carries that anchor's `split-pool` flag), `width`
+  (another TP/EP/attention-DP/PP), `length` (a decode context outside 1.5x of the
+  measured ones), `load` (a batch outside the measured ones), else `in-ladder`. Each kind
+  has a measured error (`predictor.uncertainty`).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def transfer_kinds(anchor: Anchor, layout: Configuration, batch: int, context: f
     sig, kinds = anchor.signature, []
     if set_mismatches(sig, layout):
         kinds.append(PRECISION)
-    if disaggregated != (SPLIT_POOL in anchor.flags):
+    if disaggregated and SPLIT_POOL not in anchor.flags:
         kinds.append(SPLIT)
     if layout_of(sig) != (layout.tp, layout.ep, layout.attention_dp, layout.pp):
         kinds.append(WIDTH)

@@ -150,6 +150,7 @@ def run_protocol(rows: list[CorpusRow], protocol: Protocol | str, *, predict_fn:
     """Anchors from the protocol's anchor rows, predictions for its targets (module docstring)."""
     chosen: Selection = select(protocol, rows)
     results, failed, num_anchors = [], [], 0
+    unexpressed = list(chosen.unexpressed)
     for fold in chosen.folds:
         store, priors, scoped = AnchorStore.from_anchors([]), None, None
         if fold.anchors:
@@ -164,15 +165,16 @@ def run_protocol(rows: list[CorpusRow], protocol: Protocol | str, *, predict_fn:
         for row in fold.targets:
             row_priors = priors if priors is not None or fold.anchors else embedded_priors_without(row.model)
             row_store = store if scoped is None else scoped.get(fold.scope(row))
-            if row_store is None:       # its scope's rows built no anchor: not a no-anchor price in disguise
-                failed.append((row.id, "no anchor was built from the rows of its own chart or deployment"))
+            if row_store is None:       # not a no-anchor price in disguise
+                unexpressed.append((row.id, "no anchor was built from its own chart's or deployment's rows "
+                                            "(the corpus rule took its layout's points from other rows, or none)"))
                 continue
             result = _classify(row, predict_fn(row, row_store, row_priors))
             if result is None:
                 failed.append((row.id, "not predicted (illegal or no metrics)"))
             else:
                 results.append(result)
-    return ProtocolScore(Protocol(protocol), tuple(results), chosen.unexpressed, num_anchors, tuple(failed))
+    return ProtocolScore(Protocol(protocol), tuple(results), tuple(unexpressed), num_anchors, tuple(failed))
 
 
 def _scoped_stores(built: AnchorStore, fold) -> dict[tuple, AnchorStore]:

@@ -165,16 +165,17 @@ def test_pools_and_replicas_are_priced_by_their_own_kinds():
     assert split.kinds == ("split",)
 
 
-def test_an_anchor_measured_in_split_pools_is_a_split_transfer_for_a_colocated_layout():
-    """The split kind is the crossing of the colocated / disaggregated line, either way:
-    a pool anchor prices a split's pool in-ladder and a colocated replica as a transfer."""
+def test_an_anchor_measured_in_split_pools_prices_a_split_in_ladder():
+    """A pool anchor prices a split's pool without the split transfer; a colocated replica
+    it prices shows its flag (that direction has no measured error of its own)."""
     from predictor.anchors.anchor import SPLIT_POOL
 
     pool = make_anchor(tp=8, ep=1, flags=(SPLIT_POOL,))
-    assert select([pool], concurrency=32).kinds == ("split",)
     split = select([pool], concurrency=32, disaggregated=True, prefill_layout="TP8/EP1/DP1",
                    decode_layout="TP8/EP1/DP1")
     assert split.kinds == ("in-ladder",) and split.covered
+    colocated = select([pool], concurrency=32)
+    assert colocated.kinds == ("in-ladder",) and SPLIT_POOL in colocated.flags
 
 
 def test_unset_levers_take_the_anchor_recipe_and_set_ones_must_match():

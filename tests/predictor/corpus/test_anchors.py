@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from levers.catalog import Engine
-from predictor.anchors.anchor import HOST_PER_ENGINE
+from predictor.anchors.anchor import HOST_PER_ENGINE, SPLIT_POOL
 from predictor.corpus.host import HOST_BY_ENGINE
 from predictor.corpus.anchors import CAPTURE_LADDER, context_gamma, decode_sweep, prefill_sweep, recorded_batch
 from predictor.corpus.assemble import build_anchors
@@ -73,6 +73,7 @@ def test_rule_builds_one_anchor_per_layout_with_every_point(tmp_path):
         assert not anchor.decode_sweep.is_full_sweep and anchor.decode_sweep.prompt_tokens == 1536
         assert anchor.signature.captured_sizes == CAPTURE_LADDER
         assert len(anchor.provenance.source_rows) == 5
+        assert SPLIT_POOL not in anchor.flags                 # colocated rows
 
 
 def test_refined_anchor_rows_are_reproduced(tmp_path):
@@ -144,6 +145,7 @@ def test_split_rows_feed_both_pool_layouts():
     build = build_anchors([r for r in corpus.rows if r.gpu == "GB200"])
     [anchor] = build.anchors                 # prefill and decode pools share the TP4/DP4 layout
     assert (anchor.signature.tp, anchor.signature.attention_dp) == (4, 4)
+    assert SPLIT_POOL in anchor.flags        # measured in split pools only
     assert anchor.provenance.source_rows and all(i.startswith("inferencex_small.csv:")
                                                  for i in anchor.provenance.source_rows)
 

@@ -77,5 +77,5 @@ def test_a_scoped_target_without_an_anchor_of_its_scope_is_reported_not_priced(t
 
     monkeypatch.setattr(protocol_score, "_scoped_stores", lambda built, fold: {})
     scored = run_protocol(list(read_corpus(_two_precisions(tmp_path)).rows), "precision")
-    assert not scored.results and len(scored.failed) == 4
-    assert all("own chart or deployment" in why for _, why in scored.failed)
+    assert not scored.results and not scored.failed and len(scored.unexpressed) == 4
+    assert all("own chart's or deployment's rows" in why for _, why in scored.unexpressed)
