@@ -84,7 +84,7 @@ class Anchoring:
     def _select(self, config: Configuration) -> Selection:
         t = self.target
         return self.store.select(t.card, t.cluster, t.engine, config, config.concurrency,
-                                 context_tokens=self.context_tokens, disaggregated=config.disaggregated or self.split)
+                                 context_tokens=self.context_tokens, disaggregated=self.split)
 
     def resolve(self, config: Configuration) -> Configuration:
         """``config`` with its unset levers taken from the anchor of its (decode) layout."""

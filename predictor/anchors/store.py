@@ -227,10 +227,10 @@ class AnchorStore:
 
     def select(self, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
                concurrency: int, *, context_tokens: float | None = None,
-               engine_version: str = WILDCARD_BUILD, disaggregated: bool | None = None) -> Selection:
+               engine_version: str = WILDCARD_BUILD, disaggregated: bool = False) -> Selection:
         """The anchor of this model, GPU and engine that best matches the target (METHOD §4,
-        `predictor.anchors.coverage`), else none. ``disaggregated``: whether the deployment
-        is split (default: ``config``'s; a pool's layout is priced as a plain replica)."""
+        `predictor.anchors.coverage`), else none. ``disaggregated``: ``config`` is a pool of
+        a split deployment (a pool's layout is priced as a plain replica)."""
         candidates = self.of_model(card, cluster, engine)
         if not candidates:
             return Selection(None, False, (), f"no anchor for {card.name} on {cluster.gpu.name} / {engine}")
@@ -238,8 +238,7 @@ class AnchorStore:
         batch = target_batch(config, concurrency)
         ranked = _ordered(candidates, lambda a: match_rank(a, layout, card, batch, context_tokens, engine_version))
         chosen = ranked[0]
-        split = config.disaggregated if disaggregated is None else disaggregated
-        kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
+        kinds = transfer_kinds(chosen, layout, batch, context_tokens, config.disaggregated or disaggregated)
         covered = kinds == (IN_LADDER,)
         reason = f"covered by {chosen.id}" if covered else f"calibrated by {chosen.id} ({', '.join(kinds)})"
         return Selection(chosen, covered, anchor_flags(chosen, layout, kinds), reason, kinds,
