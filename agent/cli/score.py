@@ -29,7 +29,8 @@ FORMAT_HELP = ("Corpus format: inferencex, aiconfigurator, native, or auto (from
 PROTOCOL_HELP = ("Score by protocol instead (anchors on one width / length / load / layout, predictions on the "
                  "others): in-ladder, cross-width, tp4-to-8, cross-length, load, split, precision, none, "
                  "leave-model-out, or all (comma-separated). One table: median and p90 error per metric, pair "
-                 "accuracy, 80%-interval coverage, absurd predictions, rows that cannot be expressed.")
+                 "accuracy, 80%-interval coverage, absurd predictions (and how many sit on rows whose TPOT contradicts "
+                 "their own chart; --json lists each), rows that cannot be expressed.")
 WHERE_HELP = ("Use the rows matching EXPR as anchor rows (e.g. 'pp=1', 'tp=8,concurrency<=64') instead of the "
               "default rule (alternate concurrencies of each deployment).")
 
@@ -162,7 +163,8 @@ def protocol_table(data: dict) -> Table:
                  [("protocol", "left"), ("rows", "right"), ("not expressed", "right"),
                   ("TPOT % median / p90", "right"), ("out tok/s/GPU % median / p90", "right"),
                   ("mean TTFT % median / p90", "right"), ("pair accuracy", "right"),
-                  ("in 80% interval TPOT / tput / TTFT", "right"), ("absurd", "right")])
+                  ("in 80% interval TPOT / tput / TTFT", "right"),
+                  ("absurd (on rows contradicting their chart)", "right")])
     for line in data["protocols"]:
         cover = line["interval_coverage"]
         grid.add_row(
@@ -171,5 +173,5 @@ def protocol_table(data: dict) -> Table:
             f"{_pct(line['throughput_median_ape'])} / {_pct(line['throughput_p90_ape'])}",
             f"{_pct(line['ttft_median_ape'])} / {_pct(line['ttft_p90_ape'])}", _ratio(line["pair_accuracy"]),
             " / ".join(_ratio(cover[m]) for m in ("tpot", "throughput", "ttft")),
-            str(sum(line["absurd"].values())))
+            f"{sum(line['absurd'].values())} ({sum(line['absurd_on_contradicting_rows'].values())})")
     return grid

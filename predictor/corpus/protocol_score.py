@@ -29,7 +29,8 @@ from predictor.corpus.metrics import ape, quantile
 from predictor.corpus.protocols import ALL, PROTOCOLS, Protocol, Selection, select
 from predictor.corpus.refine import REFINE_ROUNDS, predict_row, refine
 from predictor.corpus.row import CorpusRow
-from predictor.corpus.summary import METRICS, RowKind, RowResult, noise_by_config, summarize
+from predictor.corpus.summary import (METRICS, RowKind, RowResult, chart_contradictions, noise_by_config,
+                                      summarize)
 from predictor.step.priors import Priors, learn_from_anchors
 from predictor.uncertainty import band_keys
 
@@ -47,8 +48,11 @@ class ProtocolScore:
     num_anchors: int
     failed: tuple[tuple[str, str], ...] = field(default=())
 
-    def summary(self, noise: dict) -> dict:
+    def summary(self, noise: dict, contradictions: dict[str, str] | None = None) -> dict:
+        """The protocol's line; ``contradictions``: rows that contradict their own chart
+        (`chart_contradictions`), named beside the absurd predictions on them."""
         base = summarize(list(self.results), noise)
+        rows = absurd_rows(self.results, contradictions or {})
         return {
             "protocol": str(self.protocol), "n": len(self.results), "n_anchors": self.num_anchors,
             "n_unexpressed": len(self.unexpressed), "n_failed": len(self.failed),
@@ -57,6 +61,9 @@ class ProtocolScore:
             **{f"{m}_p90_ape": base[f"{m}_p90_ape"] for m in METRICS},
             "pair_accuracy": base["pair_accuracy"], "decisive_pairs": base["decisive_pairs"],
             "interval_coverage": coverage(self.results), "absurd": absurd(self.results),
+            "absurd_on_contradicting_rows": {m: sum(1 for r in rows if r["metric"] == m and r["contradicts_chart"])
+                                             for m in METRICS},
+            "absurd_rows": rows,
             "modes": _count((r.id, str(r.prediction.mode)) for r in self.results),
             "transfer": _count((r.id, str(r.prediction.transfer)) for r in self.results),
         }
@@ -93,10 +100,26 @@ def absurd(results: Iterable[RowResult]) -> dict[str, int]:
             pair = result.pair(metric)
             if pair is None:
                 continue
-            predicted, measured = pair
-            count += predicted <= 0 or not math.isfinite(predicted) or max(predicted / measured,
-                                                                              measured / predicted) > ABSURD_FACTOR
+            count += _is_absurd(*pair)
         out[metric] = count
+    return out
+
+
+def _is_absurd(predicted: float, measured: float) -> bool:
+    return predicted <= 0 or not math.isfinite(predicted) or max(predicted / measured,
+                                                                 measured / predicted) > ABSURD_FACTOR
+
+
+def absurd_rows(results: Iterable[RowResult], contradictions: dict[str, str]) -> list[dict]:
+    """Every absurd prediction (`absurd`) with its row, values and, when the row
+    contradicts its own chart, why (`chart_contradictions`)."""
+    out = []
+    for result in results:
+        for metric in METRICS:
+            pair = result.pair(metric)
+            if pair is not None and _is_absurd(*pair):
+                out.append({"id": result.id, "metric": metric, "predicted": round(pair[0], 4),
+                            "measured": round(pair[1], 4), "contradicts_chart": contradictions.get(result.id)})
     return out
 
 
@@ -196,11 +219,11 @@ def parse_protocols(text: str) -> tuple[Protocol, ...]:
 
 def score_protocols(rows: list[CorpusRow], protocols: Iterable[Protocol], **options) -> dict:
     """Every protocol's summary line (module docstring), and its raw residuals."""
-    noise = noise_by_config(rows)
+    noise, contradictions = noise_by_config(rows), chart_contradictions(rows)
     lines, raw, tiered = [], {}, {}
     for protocol in protocols:
         scored = run_protocol(rows, protocol, **options)
-        lines.append(scored.summary(noise))
+        lines.append(scored.summary(noise, contradictions))
         raw[str(protocol)] = residuals(scored.results)
         tiered[str(protocol)] = tiered_residuals(scored.results)
     return {"protocols": lines, "residuals": raw, "tiered_residuals": tiered}

@@ -71,6 +71,40 @@ def noise_by_config(rows: list[CorpusRow]) -> dict[tuple, float]:
 
 # --- summaries ----------------------------------------------------------------------------------
 
+# A chart's mean TPOT falling by more than this factor as its clients grow (or two runs of
+# one configuration that far apart) is a contradiction of the rows, not a modelling miss: a
+# decode step does not get cheaper as its batch grows, and the runs differ by more than the
+# ~5% the same configuration repeats to (METHOD §8).
+CONTRADICTION_FACTOR = 1.25
+
+
+def chart_contradictions(rows: list[CorpusRow]) -> dict[str, str]:
+    """Rows whose mean TPOT contradicts their own chart (`CONTRADICTION_FACTOR`): within one
+    stack, layout and pair of lengths, a row at more clients decodes faster than one at
+    fewer (or at as many) by more than the factor. Both rows of each such pair are named,
+    with the other row, its clients, TPOT and build: which of the two is wrong the rows
+    cannot say. Reported beside a protocol's absurd predictions, never excluded from it."""
+    charts: dict[tuple, list[CorpusRow]] = defaultdict(list)
+    for row in rows:
+        if row.measured.tpot_ms_mean:
+            charts[(row.stack, row.layout_name, row.isl, row.osl)].append(row)
+    found: dict[str, str] = {}
+    for members in charts.values():
+        members.sort(key=lambda r: r.concurrency)
+        for i, fewer in enumerate(members):
+            for more in members[i + 1:]:
+                slow, fast = fewer.measured.tpot_ms_mean, more.measured.tpot_ms_mean
+                if slow <= CONTRADICTION_FACTOR * fast:
+                    continue
+                what = (f"two runs at {more.concurrency} clients {slow / fast:.1f}x apart"
+                        if more.concurrency == fewer.concurrency else
+                        f"{more.concurrency} clients decode {slow / fast:.1f}x faster than {fewer.concurrency}")
+                for row, other in ((fewer, more), (more, fewer)):
+                    found.setdefault(row.id, f"{what} in the same chart ({fast:.2f} vs {slow:.2f} ms TPOT; other "
+                                             f"row {other.id}, build {other.engine_version or 'unknown'})")
+    return found
+
+
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from agent.cli.main import app
+from tests.fixtures.corpus_edits import native_with_fast_row
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
 runner = CliRunner()
@@ -77,3 +78,15 @@ def test_non_physical_rows_fail_with_their_reason_and_empty_selections_are_error
     assert empty.exit_code == 2 and "has a header but no rows" in empty.stderr
     nothing = runner.invoke(app, ["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "tp=="])
     assert nothing.exit_code == 2 and "--anchor-where: 'tp==' matches none of the" in nothing.stderr
+
+
+def test_score_by_protocol_names_absurd_predictions_on_rows_that_contradict_their_chart(tmp_path):
+    path, fast = native_with_fast_row(tmp_path, 6.0)
+    table = runner.invoke(app, ["score", str(path), "--format", "native", "--protocol", "load"])
+    assert table.exit_code == 0, table.output
+    assert "by protocol" in table.stdout
+    result = runner.invoke(app, ["score", str(path), "--format", "native", "--protocol", "load", "--json"])
+    assert result.exit_code == 0, result.output
+    line = json.loads(result.stdout)["protocols"][0]
+    named = [r for r in line["absurd_rows"] if r["id"] == fast]
+    assert named and "faster than" in named[0]["contradicts_chart"]

@@ -3,9 +3,12 @@
 import csv
 from pathlib import Path
 
-from predictor.corpus.protocol_score import run_protocol
+from predictor.corpus.protocol_score import run_protocol, score_protocols
+from predictor.corpus.protocols import Protocol
 from predictor.corpus.read import read_corpus
 from predictor.corpus.refine import predict_row
+from predictor.corpus.summary import chart_contradictions
+from tests.fixtures.corpus_edits import native_with_fast_row
 
 NATIVE = Path(__file__).resolve().parents[2] / "fixtures" / "corpus" / "native_small.csv"
 
@@ -79,3 +82,23 @@ def test_a_scoped_target_without_an_anchor_of_its_scope_is_reported_not_priced(t
     scored = run_protocol(list(read_corpus(_two_precisions(tmp_path)).rows), "precision")
     assert not scored.results and not scored.failed and len(scored.unexpressed) == 4
     assert all("own chart's or deployment's rows" in why for _, why in scored.unexpressed)
+
+
+def test_rows_that_contradict_their_chart_are_named_with_the_row_they_contradict(tmp_path):
+    assert chart_contradictions(list(read_corpus(NATIVE).rows)) == {}
+    path, fast = native_with_fast_row(tmp_path, 6.0)
+    found = chart_contradictions(list(read_corpus(path).rows))
+    assert fast in found and "faster than" in found[fast]
+    partners = {i for i in found if i != fast}
+    assert partners and all(fast in found[i] for i in partners)      # each names the fast row
+    slightly, _ = native_with_fast_row(tmp_path, 1.1)                      # within run-to-run noise
+    assert chart_contradictions(list(read_corpus(slightly).rows)) == {}
+
+
+def test_an_absurd_prediction_on_a_contradicting_row_says_so(tmp_path):
+    path, fast = native_with_fast_row(tmp_path, 6.0)
+    line = score_protocols(list(read_corpus(path).rows), [Protocol("load")])["protocols"][0]
+    on_fast = [r for r in line["absurd_rows"] if r["id"] == fast]
+    assert on_fast and all(r["contradicts_chart"] for r in on_fast)
+    assert line["absurd_on_contradicting_rows"]["tpot"] >= 1
+    assert sum(line["absurd"].values()) == len(line["absurd_rows"])
