@@ -31,6 +31,12 @@ def _cover(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}"
 
 
+def _absurd(absurd: dict, contradicting: dict, metric: str) -> str:
+    """An absurd count, with how many sit on rows contradicting their chart when any do."""
+    on = contradicting.get(metric, 0)
+    return f"{absurd.get(metric, 0)}" + (f" ({on})" if on else "")
+
+
 def table(entries: list[dict]) -> list[str]:
     lines = ["| protocol | targets (anchors) / not expressible | TPOT median (p90) | throughput median | "
              "TTFT median | pair accuracy | 80% coverage TPOT / tput / TTFT | held-out coverage | "
@@ -39,7 +45,6 @@ def table(entries: list[dict]) -> list[str]:
     for e in entries:
         cover, absurd = e.get("interval_coverage", {}), e.get("absurd", {})
         odd = e.get("absurd_on_contradicting_rows", {})
-        count = lambda m: f"{absurd.get(m, 0)}" + (f" ({odd[m]})" if odd.get(m) else "")  # noqa: E731
         held = e.get("cross_corpus_coverage", {})
         pair = "-" if e.get("pair_accuracy") is None else f"{100 * e['pair_accuracy']:.1f}%"
         lines.append(
@@ -48,7 +53,7 @@ def table(entries: list[dict]) -> list[str]:
             f"{_pct(e.get('ttft_median_ape'))} | {pair} | "
             f"{_cover(cover.get('tpot'))} / {_cover(cover.get('throughput'))} / {_cover(cover.get('ttft'))} | "
             f"{_cover(held.get('tpot'))} / {_cover(held.get('throughput'))} / {_cover(held.get('ttft'))} | "
-            f"{count('tpot')} / {count('throughput')} / {count('ttft')} | "
+            f"{_absurd(absurd, odd, 'tpot')} / {_absurd(absurd, odd, 'throughput')} / {_absurd(absurd, odd, 'ttft')} | "
             f"{TARGETS.get(e['protocol'], '')} |")
     return lines
 

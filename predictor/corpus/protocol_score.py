@@ -61,7 +61,7 @@ class ProtocolScore:
             **{f"{m}_p90_ape": base[f"{m}_p90_ape"] for m in METRICS},
             "pair_accuracy": base["pair_accuracy"], "decisive_pairs": base["decisive_pairs"],
             "interval_coverage": coverage(self.results), "absurd": absurd(self.results),
-            "absurd_on_contradicting_rows": {m: sum(1 for r in rows if r["metric"] == m and r["contradicts_chart"])
+            "absurd_on_contradicting_rows": {m: sum(1 for r in rows if r["metric"] == m and r["chart_contradiction"])
                                              for m in METRICS},
             "absurd_rows": rows,
             "modes": _count((r.id, str(r.prediction.mode)) for r in self.results),
@@ -93,16 +93,8 @@ def coverage(results: Iterable[RowResult]) -> dict[str, float | None]:
 
 def absurd(results: Iterable[RowResult]) -> dict[str, int]:
     """Predictions at or below zero, or more than `ABSURD_FACTOR` off, per metric."""
-    out = {}
-    for metric in METRICS:
-        count = 0
-        for result in results:
-            pair = result.pair(metric)
-            if pair is None:
-                continue
-            count += _is_absurd(*pair)
-        out[metric] = count
-    return out
+    rows = absurd_rows(results, {})
+    return {metric: sum(1 for r in rows if r["metric"] == metric) for metric in METRICS}
 
 
 def _is_absurd(predicted: float, measured: float) -> bool:
@@ -118,9 +110,14 @@ def absurd_rows(results: Iterable[RowResult], contradictions: dict[str, str]) ->
         for metric in METRICS:
             pair = result.pair(metric)
             if pair is not None and _is_absurd(*pair):
-                out.append({"id": result.id, "metric": metric, "predicted": round(pair[0], 4),
-                            "measured": round(pair[1], 4), "contradicts_chart": contradictions.get(result.id)})
+                out.append({"id": result.id, "metric": metric, "predicted": _finite(pair[0]),
+                            "measured": _finite(pair[1]), "chart_contradiction": contradictions.get(result.id)})
     return out
+
+
+def _finite(value: float) -> float | None:
+    """``value`` rounded for JSON; None when not finite (strict JSON has no NaN)."""
+    return round(value, 4) if math.isfinite(value) else None
 
 
 def residuals(results: Iterable[RowResult]) -> dict[str, list[float]]:

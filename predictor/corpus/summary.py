@@ -81,28 +81,44 @@ CONTRADICTION_FACTOR = 1.25
 def chart_contradictions(rows: list[CorpusRow]) -> dict[str, str]:
     """Rows whose mean TPOT contradicts their own chart (`CONTRADICTION_FACTOR`): within one
     stack, layout and pair of lengths, a row at more clients decodes faster than one at
-    fewer (or at as many) by more than the factor. Both rows of each such pair are named,
-    with the other row, its clients, TPOT and build: which of the two is wrong the rows
-    cannot say. Reported beside a protocol's absurd predictions, never excluded from it."""
+    fewer by more than the factor, or two runs at as many clients are that far apart. Both
+    rows of each such pair are named; a row's reason is its worst pair (the other row, both
+    TPOTs, the other row's build) and how many other rows it clashes with: which row of a
+    pair is wrong the rows cannot say. Reported beside a protocol's absurd predictions,
+    never excluded from it."""
     charts: dict[tuple, list[CorpusRow]] = defaultdict(list)
     for row in rows:
         if row.measured.tpot_ms_mean:
             charts[(row.stack, row.layout_name, row.isl, row.osl)].append(row)
-    found: dict[str, str] = {}
+    clashes: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for members in charts.values():
         members.sort(key=lambda r: r.concurrency)
         for i, fewer in enumerate(members):
             for more in members[i + 1:]:
-                slow, fast = fewer.measured.tpot_ms_mean, more.measured.tpot_ms_mean
-                if slow <= CONTRADICTION_FACTOR * fast:
-                    continue
-                what = (f"two runs at {more.concurrency} clients {slow / fast:.1f}x apart"
-                        if more.concurrency == fewer.concurrency else
-                        f"{more.concurrency} clients decode {slow / fast:.1f}x faster than {fewer.concurrency}")
-                for row, other in ((fewer, more), (more, fewer)):
-                    found.setdefault(row.id, f"{what} in the same chart ({fast:.2f} vs {slow:.2f} ms TPOT; other "
-                                             f"row {other.id}, build {other.engine_version or 'unknown'})")
+                pair = _contradiction(fewer, more)
+                if pair is not None:
+                    ratio, what, slow, fast = pair
+                    for row, other in ((fewer, more), (more, fewer)):
+                        clashes[row.id].append((ratio, f"{what} in the same chart ({fast:.2f} vs {slow:.2f} ms TPOT; "
+                                                       f"other row {other.id}, build {other.engine_version or 'unknown'})"))
+    found = {}
+    for row_id, pairs in clashes.items():
+        _, worst = max(pairs, key=lambda p: p[0])
+        found[row_id] = worst + (f" and {len(pairs) - 1} other rows" if len(pairs) > 1 else "")
     return found
+
+
+def _contradiction(fewer: CorpusRow, more: CorpusRow) -> tuple[float, str, float, float] | None:
+    """(ratio, what, slower TPOT, faster TPOT) when ``more`` clients decode more than
+    `CONTRADICTION_FACTOR` faster than ``fewer`` (either way round at as many clients)."""
+    a, b = fewer.measured.tpot_ms_mean, more.measured.tpot_ms_mean
+    if more.concurrency == fewer.concurrency:
+        slow, fast = max(a, b), min(a, b)
+        what = f"two runs at {more.concurrency} clients {slow / fast:.1f}x apart"
+    else:
+        slow, fast = a, b
+        what = f"{more.concurrency} clients decode {slow / fast:.1f}x faster than {fewer.concurrency}"
+    return (slow / fast, what, slow, fast) if slow > CONTRADICTION_FACTOR * fast else None
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

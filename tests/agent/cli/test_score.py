@@ -7,6 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from agent.cli.main import app
+from agent.cli.score import protocol_table
 from tests.fixtures.corpus_edits import native_with_fast_row
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
@@ -89,4 +90,7 @@ def test_score_by_protocol_names_absurd_predictions_on_rows_that_contradict_thei
     assert result.exit_code == 0, result.output
     line = json.loads(result.stdout)["protocols"][0]
     named = [r for r in line["absurd_rows"] if r["id"] == fast]
-    assert named and "faster than" in named[0]["contradicts_chart"]
+    assert named and "faster than" in named[0]["chart_contradiction"]
+    cell = protocol_table(json.loads(result.stdout)).columns[-1]._cells[0]
+    assert cell == f"{sum(line['absurd'].values())} ({sum(line['absurd_on_contradicting_rows'].values())})"
+    assert line["absurd_on_contradicting_rows"]["tpot"] >= 1
