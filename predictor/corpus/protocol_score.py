@@ -60,9 +60,8 @@ class ProtocolScore:
             **{f"{m}_median_ape": base[f"{m}_median_ape"] for m in METRICS},
             **{f"{m}_p90_ape": base[f"{m}_p90_ape"] for m in METRICS},
             "pair_accuracy": base["pair_accuracy"], "decisive_pairs": base["decisive_pairs"],
-            "interval_coverage": coverage(self.results), "absurd": absurd(self.results),
-            "absurd_on_contradicting_rows": {m: sum(1 for r in rows if r["metric"] == m and r["chart_contradiction"])
-                                             for m in METRICS},
+            "interval_coverage": coverage(self.results), "absurd": per_metric(rows),
+            "absurd_on_contradicting_rows": per_metric([r for r in rows if r["chart_contradiction"]]),
             "absurd_rows": rows,
             "modes": _count((r.id, str(r.prediction.mode)) for r in self.results),
             "transfer": _count((r.id, str(r.prediction.transfer)) for r in self.results),
@@ -91,9 +90,8 @@ def coverage(results: Iterable[RowResult]) -> dict[str, float | None]:
     return out
 
 
-def absurd(results: Iterable[RowResult]) -> dict[str, int]:
-    """Predictions at or below zero, or more than `ABSURD_FACTOR` off, per metric."""
-    rows = absurd_rows(results, {})
+def per_metric(rows: list[dict]) -> dict[str, int]:
+    """How many of `absurd_rows`' ``rows`` each metric has."""
     return {metric: sum(1 for r in rows if r["metric"] == metric) for metric in METRICS}
 
 
@@ -103,8 +101,8 @@ def _is_absurd(predicted: float, measured: float) -> bool:
 
 
 def absurd_rows(results: Iterable[RowResult], contradictions: dict[str, str]) -> list[dict]:
-    """Every absurd prediction (`absurd`) with its row, values and, when the row
-    contradicts its own chart, why (`chart_contradictions`)."""
+    """Every absurd prediction (at or below zero, or more than `ABSURD_FACTOR` off) with its
+    row, values and, when the row contradicts its own chart, why (`chart_contradictions`)."""
     out = []
     for result in results:
         for metric in METRICS:

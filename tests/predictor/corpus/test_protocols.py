@@ -1,6 +1,5 @@
 """Protocol selections of `inferasim score --protocol` (METHOD §8) on a small native corpus."""
 
-import csv
 from pathlib import Path
 
 from predictor.corpus.protocol_score import run_protocol, score_protocols
@@ -8,28 +7,21 @@ from predictor.corpus.protocols import Protocol
 from predictor.corpus.read import read_corpus
 from predictor.corpus.refine import predict_row
 from predictor.corpus.summary import chart_contradictions
-from tests.fixtures.corpus_edits import native_with_fast_row, native_with_slower_repeat
-
-NATIVE = Path(__file__).resolve().parents[2] / "fixtures" / "corpus" / "native_small.csv"
+from tests.fixtures.corpus_edits import (NATIVE_SMALL, native_rows, native_with_fast_row, native_with_slower_repeat,
+                                         write_rows)
 
 
 def _two_precisions(tmp_path: Path) -> Path:
     """The fixture's two ladders (TP2, TP4) each also run at a second precision at two
     concurrencies: fp4 is TP2's main precision, bf16 TP4's."""
-    with NATIVE.open() as f:
-        rows = list(csv.DictReader(f))
+    rows = native_rows()
     extra = []
     for row in rows:
         if row["concurrency"] in ("4", "8"):
             extra.append({**row, "precision": "bf16"} if row["tp"] == "2" else dict(row))
         if row["tp"] == "4":
             row["precision"] = "bf16"
-    path = tmp_path / "two_precisions.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows + extra)
-    return path
+    return write_rows(tmp_path / "two_precisions.csv", rows + extra)
 
 
 def test_a_precision_target_is_calibrated_by_its_own_deployments_anchor(tmp_path):
@@ -53,14 +45,9 @@ def test_a_cross_width_target_is_calibrated_by_its_own_charts_narrowest_width(tm
     """At 1k/1k the fixture's TP2 rows anchor its TP4 rows; at 2k/1k TP4 is the narrowest
     width (and TP8 its target). The 1k/1k TP4 rows must not take the 2k/1k TP4 anchor: that
     would be a length transfer at their own width, scored as a width one."""
-    with NATIVE.open() as f:
-        rows = list(csv.DictReader(f))
+    rows = native_rows()
     longer = [{**r, "isl": "2048", "tp": "8" if r["tp"] == "2" else r["tp"]} for r in rows]
-    path = tmp_path / "two_charts.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows + longer)
+    path = write_rows(tmp_path / "two_charts.csv", rows + longer)
     seen: dict[str, set] = {}
 
     def recording(row, store, priors=None):
@@ -85,7 +72,7 @@ def test_a_scoped_target_without_an_anchor_of_its_scope_is_reported_not_priced(t
 
 
 def test_rows_that_contradict_their_chart_are_named_with_the_row_they_contradict(tmp_path):
-    assert chart_contradictions(list(read_corpus(NATIVE).rows)) == {}
+    assert chart_contradictions(list(read_corpus(NATIVE_SMALL).rows)) == {}
     path, fast = native_with_fast_row(tmp_path, 6.0)
     found = chart_contradictions(list(read_corpus(path).rows))
     assert fast in found and "faster than" in found[fast] and "other rows" in found[fast]
