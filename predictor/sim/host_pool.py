@@ -69,13 +69,23 @@ class SharedHostPool:
         self.cache = LeafFirstCache(0)
         self.checkpoint_blocks = size.checkpoint_blocks
         self.num_stored = 0
+        self._depths: dict[int, int] = {}    # session -> stored prefix its last lookup found
+
+    def _match(self, request: Request) -> int:
+        """Leading blocks stored (any checkpoint aside). The walk starts where the session's
+        last lookup ended when that block is still stored (`LeafFirstCache.match`'s probe:
+        the same answer as from the root; a session's turns are a chain of nodes here)."""
+        session = request.session
+        resident = self.cache.match(request.block_ids, request.num_blocks, self._depths.get(session, 0))[0]
+        self._depths[session] = resident
+        return resident
 
     def usable_blocks(self, request: Request) -> int:
         """Leading blocks a rank could load: the longest stored prefix (ending at a
         checkpoint when the model has per-sequence state)."""
         if not request.num_blocks:
             return 0
-        resident = self.cache.match(request.block_ids, request.num_blocks)[0]
+        resident = self._match(request)
         if not resident or not self.checkpoint_blocks:
             return resident
         tail = _checkpoint_ids(request.block_ids, resident, self.checkpoint_blocks)
@@ -86,11 +96,12 @@ class SharedHostPool:
         blocks = request.num_blocks
         if not blocks:
             return
-        stored = self.cache.match(request.block_ids, blocks)[1]
+        stored = self._match(request)
         self.cache.insert(request.block_ids, stored, blocks)      # only what the pool lacks
         if self.checkpoint_blocks:         # its own node: a later prompt branches off the prompt, not it
             self.cache.insert_after(request.block_ids, blocks,
                                     list(_checkpoint_ids(request.block_ids, blocks, self.checkpoint_blocks)))
+        self._depths[request.session] = blocks
         self.num_stored += 1
         overflow = self.cache.num_hbm_blocks - self.size.capacity_blocks
         if overflow > 0:

@@ -114,11 +114,29 @@ class LeafFirstCache:
         return index
 
     # -- lookups -------------------------------------------------------------------------
-    def _walk(self, ids: Sequence[int], limit: int) -> tuple[_Node, int, int]:
+    def _walk(self, ids: Sequence[int], limit: int, probe: int = 0) -> tuple[_Node, int, int]:
         """Follow ``ids[:limit]`` from the root: (the node holding the last resident
-        block, leading blocks resident in any tier, leading blocks resident in HBM)."""
+        block, leading blocks resident in any tier, leading blocks resident in HBM).
+        ``probe``: a depth the caller expects resident (`_resumed`)."""
         key = _getter(ids)
         node, pos, hbm, in_hbm = self.root, 0, 0, True
+        resumed = self._resumed(ids, key, min(probe, limit)) if probe else None
+        if resumed is not None:
+            node, pos = resumed
+            hbm = pos
+            keys, offset = node.keys, pos - node.depth
+            if offset < len(keys):       # the rest of the probed node's run
+                take = min(len(keys) - offset, limit - pos)
+                if take <= 0:
+                    return node, pos, pos
+                run = keys[offset:offset + take]
+                if run[-1] != key(pos + take - 1):
+                    take = _matched(run, key, pos, take) if run[0] == key(pos) else 0
+                    return node, pos + take, pos + take
+                pos += take
+                if offset + take < len(keys):
+                    return node, pos, pos
+            hbm = pos
         while pos < limit:
             child = node.children.get(key(pos))
             if child is None:
@@ -135,8 +153,26 @@ class LeafFirstCache:
                 break
         return node, pos, hbm
 
-    def match(self, ids: Sequence[int], num_blocks: int) -> tuple[int, int]:
-        node, resident, hbm = self._walk(ids, num_blocks)
+    def _resumed(self, ids: Sequence[int], key: Callable[[int], int], probe: int) -> tuple[_Node, int] | None:
+        """(the node holding block ``probe - 1``, ``probe``) when that block is resident, by
+        its hint, in a cache without a host tier; else None (the walk starts at the root).
+        Residency is prefix-closed along a path and a block id names its prefix, so every
+        block before it is resident too and the walk may go on from there: the same answer
+        as from the root, without visiting a session's chain of turns (a shared host pool's
+        stored prompts each keep their node: their state checkpoints hang under them)."""
+        if probe <= 0 or self.dram_capacity_blocks:
+            return None
+        block = key(probe - 1)
+        node = self._hints.get(block)
+        if node is None:
+            return None
+        offset = probe - 1 - node.depth
+        if 0 <= offset < len(node.keys) and node.keys[offset] == block:
+            return node, probe
+        return None
+
+    def match(self, ids: Sequence[int], num_blocks: int, probe: int = 0) -> tuple[int, int]:
+        node, resident, hbm = self._walk(ids, num_blocks, probe)
         if resident:
             self._hint(node.keys[resident - 1 - node.depth], node)
         return hbm, resident

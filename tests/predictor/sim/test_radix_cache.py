@@ -128,3 +128,24 @@ def test_continues_agrees_with_a_walk_of_the_whole_extended_prompt(steps):
             for cut in range(1, hbm + 1):
                 tail = [int(k) for k in probe[cut:]]
                 assert cache.continues(probe, cut, tail) == (hbm == len(probe))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(paths, st.integers(0, 6), st.integers(0, 13)), min_size=1, max_size=40),
+       st.sampled_from([0, 8]))
+def test_a_probed_walk_answers_as_a_walk_from_the_root(steps, dram_blocks):
+    """`match` with a probe (a depth the caller expects resident: a shared pool's last
+    lookup for the session) gives the root walk's answer whether the probed block is
+    resident, evicted since, past the prompt or inside a run, and with a host tier (which
+    ignores the probe); the walk may leave a hint behind, so both orders are compared."""
+    cache = LeafFirstCache(dram_capacity_blocks=dram_blocks)
+    for path, evict, probe in steps:
+        ids = prompt(path)
+        cache.insert(ids, cache.match(ids, len(ids))[1], len(ids))
+        cache.evict(evict)
+        for other, _, _ in steps:
+            seen = prompt(other)
+            for limit in {len(seen), max(1, len(seen) // 2)}:
+                from_root = cache.match(seen, limit)
+                assert cache.match(seen, limit, probe) == from_root
+                assert cache.match(seen, limit, limit) == from_root
