@@ -174,6 +174,8 @@ class SimulateStepModel:
         # per rows: the layers' priced terms, and (gemm, moe, communication, launch, other) of them
         self._body_memo: dict[tuple[int, int], tuple[dict[str, float], tuple[float, ...]]] = {}
         self._head_cache: dict[float, tuple[float, float]] = {}
+        self._group_gemm_memo: dict[int, tuple[float, ...]] = {}
+        self._prefill_fixed_memo: dict[tuple[int, int], tuple[dict[str, float], dict[str, float]]] = {}
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -369,30 +371,51 @@ class SimulateStepModel:
         return parts + self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context)
 
     # -- DWDP (predictor.step.dwdp) ---------------------------------------------------------
-    def prefill_layer_costs(self, num_tokens: int, num_seqs: int = 1, context: float = 0.0) -> LayerCosts:
+    def prefill_layer_costs(self, num_tokens: int, num_seqs: int = 1, context: float = 0.0,
+                            attention_parts: tuple[tuple[float, float], ...] | None = None) -> LayerCosts:
         """One softmax / linear layer's priced compute and one MoE layer's routed experts on
-        a prefill of ``num_tokens`` (the rest of a forward spread evenly over the layers)."""
+        a prefill of ``num_tokens`` (the rest of a forward spread evenly over the layers);
+        ``attention_parts``: the groups' (memory, compute) at this shape when known."""
         tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
         rank_tokens, rank_seqs = self._prefill_rank(tokens, seqs)
         body = self._body_terms(rank_tokens, tokens)
-        card, bpu, flops = self.card, self._bytes_per_us, self._bf16_flops
+        card, bw, cp = self.card, self.calibration.bandwidth, self.calibration.compute
+        if attention_parts is None:
+            attention_parts = self._prefill_attention_parts(rank_tokens, rank_seqs, context)
         own = {True: 0.0, False: 0.0}
         grouped = 0.0
-        for group, gemm, op in zip(card.attention, self._gemms, self._attention):
-            memory, compute = op.prefill_parts(rank_tokens, rank_seqs, context, flops, bpu)
-            cost = self._priced(RawStep((gemm.roofline(rank_tokens, bpu), Roofline(ATTENTION, memory, compute))))
-            layer_us = cost["gemm"] + cost["attention"]
-            grouped += cost["gemm"]
+        # each group's GEMMs and attention priced as `roofline.price` prices a one-layer step
+        for group, gemm_us, (memory, compute) in zip(card.attention, self._group_gemm_us(rank_tokens),
+                                                     attention_parts):
+            layer_us = gemm_us + max(bw * memory, cp * compute)
+            grouped += gemm_us
             own[group.kind.is_linear] = max(own[group.kind.is_linear], layer_us / group.num_layers)
         moe_layer = body["moe"] / card.moe_layers if card.moe_layers else 0.0
         rest = (body["gemm"] - grouped + body["other"] + body["launch"] + body["communication"]
                 + body["moe"]) / card.num_layers
         return LayerCosts(own[False] + rest, own[True] + rest, moe_layer)
 
-    def _dwdp_exposed_us(self, num_tokens: int, num_seqs: int, context: float) -> float:
+    def _group_gemm_us(self, rank_rows: int) -> tuple[float, ...]:
+        """Each attention group's priced projection GEMMs at ``rank_rows`` (cached per rows)."""
+        found = self._group_gemm_memo.get(rank_rows)
+        if found is None:
+            if len(self._group_gemm_memo) > ROWS_CACHE_LIMIT:
+                self._group_gemm_memo.clear()
+            bpu, bw, cp = self._bytes_per_us, self.calibration.bandwidth, self.calibration.compute
+            found = self._group_gemm_memo[rank_rows] = tuple(
+                r.weight * max(bw * r.memory_us, cp * r.compute_us)
+                for r in (gemm.roofline(rank_rows, bpu) for gemm in self._gemms[:len(self._attention)]))
+        return found
+
+    def _prefill_attention_parts(self, tokens: float, seqs: float, context: float) -> tuple[tuple[float, float], ...]:
+        flops, bpu = self._bf16_flops, self._bytes_per_us
+        return tuple(op.prefill_parts(tokens, seqs, context, flops, bpu) for op in self._attention)
+
+    def _dwdp_exposed_us(self, num_tokens: int, num_seqs: int, context: float,
+                         attention_parts: tuple[tuple[float, float], ...] | None = None) -> float:
         if self._dwdp is None or num_tokens <= 0:
             return 0.0
-        return self._dwdp.exposed_us(self.prefill_layer_costs(num_tokens, num_seqs, context))
+        return self._dwdp.exposed_us(self.prefill_layer_costs(num_tokens, num_seqs, context, attention_parts))
 
     # -- drafting and pipeline -------------------------------------------------------------
     def _draft_raw(self, requests: int, stage_requests: int, context: float) -> list[RawStep]:
@@ -476,6 +499,19 @@ class SimulateStepModel:
             terms = self._priced(self.body_raw(rank_rows, stage_rows))
             found = self._body_memo[key] = (terms, (terms["gemm"], terms["moe"], terms["communication"],
                                                      terms["launch"], terms["other"]))
+        return found
+
+    def _prefill_fixed_priced(self, tokens: int, seqs: int) -> tuple[dict[str, float], dict[str, float]]:
+        """A prefill's priced head and per-step parts (`prefill_raw`'s second and fourth),
+        which depend on its shape alone (cached per shape)."""
+        key = (tokens if self._pp > 1 else 0, seqs)     # the hops alone depend on the tokens
+        found = self._prefill_fixed_memo.get(key)
+        if found is None:
+            if len(self._prefill_fixed_memo) > ROWS_CACHE_LIMIT:
+                self._prefill_fixed_memo.clear()
+            found = self._prefill_fixed_memo[key] = (
+                self._priced(self.head_raw(seqs)),
+                self._priced(RawStep(fixed_steps=1.0, pipeline_us=self._pipeline_us(seqs, tokens, with_host=False))))
         return found
 
     def _head(self, lm_rows: float) -> tuple[float, float, float]:
@@ -571,13 +607,17 @@ class SimulateStepModel:
         return self.calibration.comm * self._comm.step_us(tokens / max(1, self._dp), tokens)
 
     def _prefill_terms(self, num_tokens: int, num_seqs: int, context: float) -> tuple[float, ...]:
-        raws = self.prefill_raw(num_tokens, num_seqs, context)
-        tokens = max(1, int(num_tokens))
-        rank_tokens = self._prefill_rank(tokens, max(1, int(num_seqs)))[0]
-        parts = [self._body_terms(rank_tokens, tokens), *(self._priced(raw) for raw in raws[1:])]
-        body, head, attention, step = parts[:4]
-        draft = sum(sum(p.values()) for p in parts[4:])
-        comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context)
+        """`prefill_raw`'s parts priced; the attention groups' parts are computed once for
+        the step and the DWDP layer costs, the head and the step's own parts cached per shape."""
+        tokens, seqs = max(1, int(num_tokens)), max(1, int(num_seqs))
+        rank_tokens, rank_seqs = self._prefill_rank(tokens, seqs)
+        body = self._body_terms(rank_tokens, tokens)
+        head, step = self._prefill_fixed_priced(tokens, seqs)
+        attention_parts = self._prefill_attention_parts(rank_tokens, rank_seqs, context)
+        attention = self._priced(RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in attention_parts)))
+        draft = sum(sum(self._priced(raw).values())
+                    for raw in self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context))
+        comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context, attention_parts)
         terms = (body["gemm"] + head["gemm"], attention["attention"], body["moe"], comm,
                  body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"], draft,
                  step["pipeline"])

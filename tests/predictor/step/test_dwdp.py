@@ -11,7 +11,8 @@ from levers.configuration import Configuration, parse_config_text
 from predictor.cards.registry import load_card
 from predictor.feasibility import pool_configs
 from predictor.hardware import parse_cluster
-from predictor.step.dwdp import DWDP_FETCH_EFFICIENCY, block_exposure_us, dwdp_plan, fetch_us, layer_blocks
+from predictor.step.dwdp import DWDP_FETCH_EFFICIENCY, LayerCosts, block_exposure_us, dwdp_plan, fetch_us, layer_blocks
+from predictor.step.roofline import ATTENTION, RawStep, Roofline
 from predictor.step.simulate import SimulateStepModel
 
 
@@ -82,3 +83,46 @@ def test_prefill_pays_the_exposed_fetch_and_it_vanishes_with_large_batches():
     # fetch-bound: a forward takes about every layer's fetch, whatever its compute
     assert small.total_us >= 0.9 * 92 * model._dwdp.fetch_us * 93 / 92
     assert big.get("communication") == 0.0
+
+
+def layer_costs_priced_as_steps(model: SimulateStepModel, tokens: int, seqs: int, context: float) -> LayerCosts:
+    """`prefill_layer_costs` written out: each group's projections and attention priced
+    as a step of their two rooflines."""
+    rank_tokens, rank_seqs = model._prefill_rank(tokens, seqs)
+    body = model._priced(model.body_raw(rank_tokens, tokens))
+    own, grouped = {True: 0.0, False: 0.0}, 0.0
+    for group, gemm, op in zip(model.card.attention, model._gemms, model._attention):
+        memory, compute = op.prefill_parts(rank_tokens, rank_seqs, context, model._bf16_flops, model._bytes_per_us)
+        cost = model._priced(RawStep((gemm.roofline(rank_tokens, model._bytes_per_us),
+                                      Roofline(ATTENTION, memory, compute))))
+        grouped += cost["gemm"]
+        own[group.kind.is_linear] = max(own[group.kind.is_linear], (cost["gemm"] + cost["attention"]) / group.num_layers)
+    card = model.card
+    rest = (body["gemm"] - grouped + body["other"] + body["launch"] + body["communication"] + body["moe"]) / card.num_layers
+    return LayerCosts(own[False] + rest, own[True] + rest, body["moe"] / card.moe_layers)
+
+
+def test_a_prefill_prices_to_the_bit_as_its_raw_parts_priced_one_by_one():
+    """`_prefill_terms` computes the attention groups' parts once (for the step and the
+    DWDP layer costs) and caches the head and per-step parts: a DWDP rank with EAGLE-3
+    drafting, asked in any order and twice, gives what pricing `prefill_raw`'s parts and
+    `prefill_layer_costs` from scratch gives."""
+    card, cluster = load_card("kimi-k3"), parse_cluster("gb300x4x8")
+    config = Configuration().with_changes(parse_config_text(
+        "disaggregated=true,prefill_layout=DWDP16,decode_layout=TP16/EP16/DP16,weight_dtype=recipe:nvfp4,"
+        "spec_method=eagle3,spec_depth=3"))
+    prefill, _ = pool_configs(config)
+    rng = random.Random(7)
+    shapes = [(rng.randint(1, 40000), rng.randint(1, 4), float(rng.randint(0, 200000))) for _ in range(40)]
+    model = SimulateStepModel(card, cluster, "trtllm", prefill)
+    first = [model.prefill_us(*shape) for shape in shapes]
+    again = [model.prefill_us(*shape) for shape in reversed(shapes)][::-1]
+    for (tokens, seqs, context), us, repeat in zip(shapes, first, again):
+        fresh = SimulateStepModel(card, cluster, "trtllm", prefill)
+        raws = fresh.prefill_raw(tokens, seqs, context)
+        body, head, attention, step, *draft = [fresh._priced(raw) for raw in raws]
+        exposed = fresh._dwdp.exposed_us(layer_costs_priced_as_steps(fresh, tokens, seqs, context))
+        terms = (body["gemm"] + head["gemm"], attention["attention"], body["moe"], body["communication"] + exposed,
+                 body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"],
+                 sum(sum(p.values()) for p in draft), step["pipeline"])
+        assert us == repeat == sum(terms)
