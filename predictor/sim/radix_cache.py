@@ -123,7 +123,6 @@ class LeafFirstCache:
         resumed = self._resumed(ids, key, min(probe, limit)) if probe else None
         if resumed is not None:
             node, pos = resumed
-            hbm = pos
             keys, offset = node.keys, pos - node.depth
             if offset < len(keys):       # the rest of the probed node's run
                 take = min(len(keys) - offset, limit - pos)

@@ -122,6 +122,11 @@ def padded_rows(rows: int, captured: tuple[int, ...]) -> int:
     return captured[index] if index < len(captured) else rows
 
 
+def _attention_step(parts) -> RawStep:
+    """The attention groups' (memory, compute) parts as one step's rooflines."""
+    return RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in parts))
+
+
 class SimulateStepModel:
     """The step model of one replica layout under one calibration (module docstring)."""
 
@@ -340,14 +345,16 @@ class SimulateStepModel:
                        kernels=self._kernels.per_forward_head)
 
     def attention_raw(self, requests: float, context: float, queries: float) -> RawStep:
-        parts = [op.decode_parts(requests, context, queries, self._bf16_flops, self._bytes_per_us)
-                 for op in self._attention]
-        return RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in parts))
+        return _attention_step(op.decode_parts(requests, context, queries, self._bf16_flops, self._bytes_per_us)
+                               for op in self._attention)
 
     def prefill_attention_raw(self, tokens: float, seqs: float, context: float) -> RawStep:
-        parts = [op.prefill_parts(tokens, seqs, context, self._bf16_flops, self._bytes_per_us)
-                 for op in self._attention]
-        return RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in parts))
+        return _attention_step(self._prefill_attention_parts(tokens, seqs, context))
+
+    def _prefill_attention_parts(self, tokens: float, seqs: float, context: float) -> tuple[tuple[float, float], ...]:
+        """Each attention group's (memory, compute) on a prefill of ``tokens`` in ``seqs``."""
+        flops, bpu = self._bf16_flops, self._bytes_per_us
+        return tuple(op.prefill_parts(tokens, seqs, context, flops, bpu) for op in self._attention)
 
     def _padded(self, rows: int) -> int:
         return padded_rows(rows, self._captured) if self._pads and rows <= self.config.max_captured_batch else rows
@@ -403,13 +410,8 @@ class SimulateStepModel:
                 self._group_gemm_memo.clear()
             bpu, bw, cp = self._bytes_per_us, self.calibration.bandwidth, self.calibration.compute
             found = self._group_gemm_memo[rank_rows] = tuple(
-                r.weight * max(bw * r.memory_us, cp * r.compute_us)
-                for r in (gemm.roofline(rank_rows, bpu) for gemm in self._gemms[:len(self._attention)]))
+                gemm.roofline(rank_rows, bpu).us(bw, cp) for gemm in self._gemms[:len(self._attention)])
         return found
-
-    def _prefill_attention_parts(self, tokens: float, seqs: float, context: float) -> tuple[tuple[float, float], ...]:
-        flops, bpu = self._bf16_flops, self._bytes_per_us
-        return tuple(op.prefill_parts(tokens, seqs, context, flops, bpu) for op in self._attention)
 
     def _dwdp_exposed_us(self, num_tokens: int, num_seqs: int, context: float,
                          attention_parts: tuple[tuple[float, float], ...] | None = None) -> float:
@@ -614,7 +616,7 @@ class SimulateStepModel:
         body = self._body_terms(rank_tokens, tokens)
         head, step = self._prefill_fixed_priced(tokens, seqs)
         attention_parts = self._prefill_attention_parts(rank_tokens, rank_seqs, context)
-        attention = self._priced(RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in attention_parts)))
+        attention = self._priced(_attention_step(attention_parts))
         draft = sum(sum(self._priced(raw).values())
                     for raw in self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context))
         comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context, attention_parts)
