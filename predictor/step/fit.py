@@ -136,14 +136,18 @@ def prior_values(prior: Calibration, default_launch_us: float) -> dict[str, floa
 
 def fit_points(points: list[Point], prior: Calibration, default_launch_us: float, *,
                source: str, sigma_scale: float = 1.0, frozen: tuple[str, ...] = (),
-               prefill_sigma: float = SIGMA_PREFILL_POINT, prior_sigma: dict[str, float] | None = None) -> Calibration:
+               prefill_sigma: float = SIGMA_PREFILL_POINT, prior_sigma: dict[str, float] | None = None,
+               point_scale: np.ndarray | None = None) -> Calibration:
     """The MAP calibration for ``points`` around ``prior`` (module docstring).
     ``frozen`` factors stay at the prior (e.g. the host time of a decode-only anchor);
     ``prefill_sigma``: the log noise of the prefill points (`SIGMA_SERVED_PREFILL_POINT`
     for TTFTs read from served runs); ``prior_sigma``: prior widths that replace
-    `SIGMA_PRIOR`'s (a factor the points measure apart from the others)."""
+    `SIGMA_PRIOR`'s (a factor the points measure apart from the others); ``point_scale``:
+    a multiplier of each point's log noise (a robust fit's weights)."""
     arrays = _Arrays(points)
     sigma_points = np.where(arrays.is_prefill, prefill_sigma, SIGMA_DECODE_POINT)
+    if point_scale is not None:
+        sigma_points = sigma_points * point_scale
     start = prior_values(prior, default_launch_us)
     z0 = _to_z(start)
     widths = {**SIGMA_PRIOR, **(prior_sigma or {})}
@@ -183,6 +187,13 @@ def fit_points(points: list[Point], prior: Calibration, default_launch_us: float
     values = _to_values(z)
     modelled = arrays.total_us(values)
     return _calibration(values, prior, source, points, modelled, arrays)
+
+
+def log_errors(points: list[Point], calibration: Calibration, default_launch_us: float) -> np.ndarray:
+    """|log(modelled / measured)| of every point under ``calibration``."""
+    arrays = _Arrays(points)
+    modelled = arrays.total_us(prior_values(calibration, default_launch_us))
+    return np.abs(np.log(np.maximum(modelled, 1e-9) / np.maximum(arrays.measured, 1e-9)))
 
 
 def _coarse_search(z: np.ndarray, residuals, free: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
