@@ -192,8 +192,11 @@ def fit_points(points: list[Point], prior: Calibration, default_launch_us: float
 def log_errors(points: list[Point], calibration: Calibration, default_launch_us: float) -> np.ndarray:
     """|log(modelled / measured)| of every point under ``calibration``."""
     arrays = _Arrays(points)
-    modelled = arrays.total_us(prior_values(calibration, default_launch_us))
-    return np.abs(np.log(np.maximum(modelled, 1e-9) / np.maximum(arrays.measured, 1e-9)))
+    return _abs_log_ratio(arrays.total_us(prior_values(calibration, default_launch_us)), arrays.measured)
+
+
+def _abs_log_ratio(modelled: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    return np.abs(np.log(np.maximum(modelled, 1e-9) / np.maximum(measured, 1e-9)))
 
 
 def _coarse_search(z: np.ndarray, residuals, free: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -213,7 +216,7 @@ def _coarse_search(z: np.ndarray, residuals, free: np.ndarray, low: np.ndarray, 
 
 def _calibration(values: dict[str, float], prior: Calibration, source: str, points: list[Point],
                  modelled: np.ndarray, arrays: _Arrays) -> Calibration:
-    logs = np.abs(np.log(np.maximum(modelled, 1e-9) / np.maximum(arrays.measured, 1e-9)))
+    logs = _abs_log_ratio(modelled, arrays.measured)
     decode, prefill = logs[~arrays.is_prefill], logs[arrays.is_prefill]
     residuals = Residuals(
         num_decode_points=int(decode.size), num_prefill_points=int(prefill.size),

@@ -11,8 +11,8 @@ dtype class, learned from every anchor that has been fitted, in two tables.
   the others' median). Fitted records without points (tests) fall back to the median.
   The fit is robust to a stack unlike the others: each anchor's points are weighted by
   a Cauchy weight of that anchor's median log error under the pooled fit, relative to the
-  best-fitted anchor's (`ROBUST_SCALE_LOG`, `ROBUST_ROUNDS` reweightings), so a key's prior describes what its
-  anchors share. Without it a stack unlike the others sets the prior for every model:
+  best-fitted anchor's (`ROBUST_SCALE_LOG`, `ROBUST_ROUNDS` reweightings), so a key's
+  prior describes what its anchors share. Without it a stack unlike the others sets the prior for every model:
   gpt-oss-120b on H100 under TensorRT-LLM decodes 42-51 ms at 160-368 requests whatever
   the batch (its own fit: 40 us per kernel), which no factors shared with the Qwen3 anchors
   reproduce, and with two Qwen3-235B anchors (own compute 3.6-4.1) it set the key's
@@ -56,13 +56,13 @@ from functools import lru_cache
 from importlib import resources
 from typing import Callable, Iterable
 
+import numpy as np
+
 from predictor.anchors.anchor import Anchor
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import has_gpu_profile, load_gpu
 from predictor.step.anchored import calibrate, fit_inputs
 from predictor.step.calibration import PHYSICS, Calibration
-import numpy as np
-
 from predictor.step.fit import SIGMA_SERVED_PREFILL_POINT, Point, fit_points, log_errors
 
 MIN_ANCHORS = 2
