@@ -68,11 +68,12 @@ class Router:
 
     @staticmethod
     def _least_loaded(request: Request, units: Sequence[Rank]) -> int:
-        return min(range(len(units)), key=lambda i: (units[i].num_requests, units[i].outstanding_tokens, i))
+        # the index is the tuples' last key: ties go to the lowest, as a min over indices does
+        return min([(u.num_requests, u.outstanding_tokens, i) for i, u in enumerate(units)])[2]
 
     @staticmethod
     def _least_work(request: Request, units: Sequence[Rank]) -> int:
-        return min(range(len(units)), key=lambda i: (units[i].outstanding_prefill_tokens, units[i].num_requests, i))
+        return min([(u.outstanding_prefill_tokens, u.num_requests, i) for i, u in enumerate(units)])[2]
 
     @staticmethod
     def _kv_aware(request: Request, units: Sequence[Rank]) -> int:

@@ -61,7 +61,7 @@ from predictor.step.operators import (
     resolve_precisions,
 )
 from predictor.step.residual import DecodeResidual, PrefillResidual
-from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price
+from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, launch_us, price
 from predictor.step.speculation import NGRAM_DEFAULT_SOURCE, SpecMethod, acceptance_curve, drafter_plan
 from predictor.step.transfer import pipeline_overhead_us
 
@@ -289,9 +289,18 @@ class SimulateStepModel:
     # -- raw parts (what a calibration scales) ----------------------------------------------
     def _moe_raw(self, tokens: float) -> tuple[Roofline | None, float, float]:
         """(expert roofline, permutation/activation us, busiest rank's routed rows)."""
+        parts = self._moe_parts(tokens)
+        if parts is None:
+            return None, 0.0, 0.0
+        memory, compute, permutation, rows = parts
+        return Roofline(MOE, memory, compute), permutation, rows
+
+    def _moe_parts(self, tokens: float) -> tuple[float, float, float, float] | None:
+        """(expert memory us, expert compute us, permutation/activation us, busiest rank's
+        routed rows) summed over the MoE layers; None without routed experts."""
         m = self._moe
         if m is None or tokens <= 0:
-            return None, 0.0, 0.0
+            return None
         factors = imbalance_factors(m.num_experts, m.top_k, m.ep, tokens, m.eplb_replicas)
         rows = factors.tokens_factor * tokens * m.top_k / m.ep
         local = m.num_experts / m.ep
@@ -302,7 +311,7 @@ class SimulateStepModel:
                                      m.act_bytes_per_row, m.flops_per_us, self._bytes_per_us, fraction, rows / group,
                                      self._tile)
         permutation = rows * self._elementwise.per_moe_row / m.layers / self._elementwise_bpu
-        return Roofline(MOE, m.layers * memory, m.layers * compute), m.layers * permutation, rows
+        return m.layers * memory, m.layers * compute, m.layers * permutation, rows
 
     @property
     def _elementwise_bpu(self) -> float:
@@ -326,6 +335,11 @@ class SimulateStepModel:
         expert, permutation, moe_rows = self._moe_raw(stage_rows)
         if expert is not None:
             rooflines.append(expert)
+        return RawStep(tuple(rooflines), *self._body_rest(rank_rows, stage_rows, captured, permutation, moe_rows))
+
+    def _body_rest(self, rank_rows: int, stage_rows: int, captured: bool | None, permutation: float,
+                   moe_rows: float) -> tuple[float, float, float, float, float]:
+        """The body's (elementwise, MoE elementwise, communication us, kernels, issued)."""
         elementwise = rank_rows * self._elementwise.per_rank_row / self._elementwise_bpu
         kernels = self._kernels
         if captured is None:
@@ -334,9 +348,37 @@ class SimulateStepModel:
         issued = kernels.per_forward if (capture == "none" or not captured) else (
             2 * kernels.attention if capture == "piecewise" else 0)
         saved_launch, saved_other, saved_moe = self._fusions.saved_us(1.0, self._elementwise_bpu, rank_rows, moe_rows)
-        return RawStep(tuple(rooflines), max(0.0, elementwise - saved_other),
-                       max(0.0, permutation - saved_moe), self._comm.step_us(rank_rows, stage_rows),
-                       max(0.0, kernels.per_forward - kernels.per_forward_head - saved_launch), issued)
+        return (max(0.0, elementwise - saved_other), max(0.0, permutation - saved_moe),
+                self._comm.step_us(rank_rows, stage_rows),
+                max(0.0, kernels.per_forward - kernels.per_forward_head - saved_launch), issued)
+
+    def _body_priced_now(self, rank_rows: int, stage_rows: int) -> dict[str, float]:
+        """``price(body_raw(rank_rows, stage_rows))`` without building the raw step: the
+        same arithmetic in the same order (a mixed step's body is asked at a new row count
+        almost every step of a replay, so its rooflines would be built once and dropped)."""
+        cal, bpu = self.calibration, self._bytes_per_us
+        bw, cp = cal.bandwidth, cal.compute
+        gemm = 0.0
+        for g in self._gemms:
+            rows = rank_rows * g.row_scale if g.row_scale != 1.0 else rank_rows
+            memory, compute = gemm_parts(rows, g.params, g.weight_bytes, g.act_bytes_per_row, g.flops_per_us, bpu,
+                                         tile_rows=g.tile_rows)
+            gemm += 1.0 * max(bw * memory, cp * compute)
+        expert, permutation, moe_rows = 0.0, 0.0, 0.0
+        parts = self._moe_parts(stage_rows)
+        if parts is not None:
+            memory, compute, permutation, moe_rows = parts
+            expert = 0.0 + 1.0 * max(bw * memory, cp * compute)
+        elementwise, moe_elementwise, comm_us, kernels, issued = self._body_rest(
+            rank_rows, stage_rows, None, permutation, moe_rows)
+        moe = cal.moe * (expert + bw * moe_elementwise)
+        other = bw * elementwise
+        comm = cal.comm * comm_us
+        busy = gemm + 0.0 + moe + other + comm
+        kernel_us = self._launch_us if cal.launch_us is None else cal.launch_us
+        return {"gemm": gemm, "attention": 0.0, "moe": moe, "communication": comm,
+                "launch": launch_us(kernels, issued, kernel_us, busy), "other": other,
+                "fixed": cal.fixed_us * 0.0, "pipeline": 0.0}
 
     def head_raw(self, lm_rows: float) -> RawStep:
         """Embedding, final norm, LM head and sampling."""
@@ -498,7 +540,7 @@ class SimulateStepModel:
         if found is None:
             if len(self._body_memo) > ROWS_CACHE_LIMIT:
                 self._body_memo.clear()
-            terms = self._priced(self.body_raw(rank_rows, stage_rows))
+            terms = self._body_priced_now(rank_rows, stage_rows)
             found = self._body_memo[key] = (terms, (terms["gemm"], terms["moe"], terms["communication"],
                                                      terms["launch"], terms["other"]))
         return found

@@ -2,7 +2,9 @@
 reference it replaces, on the same inputs (deterministic, offline).
 
 - the step model's memoised forward body (`SimulateStepModel.body_raw`) answers as a
-  fresh model does, in any order of questions;
+  fresh model does, in any order of questions, and its priced body (built without the raw
+  step's rooflines) is the raw step priced, to the bit, under any calibration;
+- the least-loaded and least-prefill-work routers pick what a min over indices picks;
 - a shared pool's checkpoint check reads the ends of each span (`LeafFirstCache.continues`)
   and agrees with a full comparison under random stores and evictions;
 - a disposed cache is freed by reference counting alone (no collection needed);
@@ -33,6 +35,9 @@ from predictor.sim.radix_cache import LeafFirstCache, _Node
 from predictor.sim.request import Request, RequestSpec
 from predictor.sim.results import Recorder, itl_quantile_exceeds, latency_distributions
 from predictor.sim.reuse import Bounds
+from predictor.sim.router import Router
+from predictor.step.calibration import Calibration
+from predictor.step.roofline import price
 from predictor.step.simulate import SimulateStepModel
 
 LAYOUTS = (   # (cluster, engine, levers): speculative, DWDP prefill, DEP decode
@@ -63,6 +68,45 @@ def test_memoised_body_prices_as_a_fresh_model(layout):
             assert warm.prefill_us(tokens, 1, prior) == fresh.prefill_us(tokens, 1, prior)
             assert warm.mixed_us(tokens, batch, context, prior) == fresh.mixed_us(tokens, batch, context, prior)
             assert warm.decode_us(batch, context) == fresh.decode_us(batch, context)
+
+
+CALIBRATED = Calibration(bandwidth=1.31, compute=0.87, moe=1.73, comm=1.21, launch_us=3.1, fixed_us=5.0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS + (("h100x8", "vllm", {"tp": 4, "graph_capture": "piecewise"}),
+                                              ("mi355x", "sglang", {"tp": 8, "ep": 8, "graph_capture": "none"})),
+                         ids=lambda layout: layout[1] + "-" + str(sorted(layout[2])))
+@pytest.mark.parametrize("calibration", (None, CALIBRATED), ids=("physics", "calibrated"))
+def test_a_priced_body_is_its_raw_step_priced_to_the_bit(layout, calibration):
+    """A mixed step's body is asked at a new row count almost every step of a replay;
+    `_body_priced_now` prices it without building the raw step's rooflines, in the same
+    arithmetic and order as `roofline.price` of `body_raw` (MoE and dense GEMMs, the
+    expert term, fusions, eager issue, captured and not)."""
+    cluster, engine, levers = layout
+    config = Configuration(**levers)
+    pools = pool_configs(config)
+    model = SimulateStepModel(load_card("Kimi-K3"), parse_cluster(cluster), engine,
+                              config if pools is None else pools[0],
+                              **({} if calibration is None else {"calibration": calibration}))
+    for rank_rows in (1, 3, 64, 65, 257, 511, 4097, 12345):
+        for stage_rows in (rank_rows, 8 * rank_rows):
+            assert model._body_priced_now(rank_rows, stage_rows) == price(
+                model.body_raw(rank_rows, stage_rows), model.calibration, model._launch_us)
+
+
+class _Unit:
+    def __init__(self, requests: int, tokens: int, prefill: int) -> None:
+        self.num_requests, self.outstanding_tokens, self.outstanding_prefill_tokens = requests, tokens, prefill
+
+
+def test_least_loaded_routers_pick_what_a_min_over_indices_picks():
+    rng = random.Random(3)
+    for _ in range(300):
+        units = [_Unit(rng.randint(0, 3), rng.randint(0, 3), rng.randint(0, 3)) for _ in range(rng.randint(2, 9))]
+        loaded = min(range(len(units)), key=lambda i: (units[i].num_requests, units[i].outstanding_tokens, i))
+        work = min(range(len(units)), key=lambda i: (units[i].outstanding_prefill_tokens, units[i].num_requests, i))
+        assert Router("least_loaded", np.random.default_rng(0)).choose(None, units) == loaded
+        assert Router("least_loaded", np.random.default_rng(0), by_prefill_work=True).choose(None, units) == work
 
 
 def reference_continues(cache: LeafFirstCache, ids, num_blocks: int, tail: list[int]) -> bool:
