@@ -66,11 +66,13 @@ def launch_us(kernels: float, issued: float, per_kernel_us: float, busy_us: floa
     return floor + max(0.0, issued * EAGER_CPU_US_PER_KERNEL - (busy_us + floor))
 
 
-def price(raw: RawStep, cal: Calibration, per_kernel_us: float) -> dict[str, float]:
+def price(raw: RawStep, cal: Calibration, per_kernel_us: float,
+          summed: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> dict[str, float]:
     """The named terms (us) of ``raw`` under ``cal`` (``per_kernel_us``: the launch cost
-    when the calibration does not set one)."""
+    when the calibration does not set one); ``summed``: (GEMM, attention, MoE) rooflines
+    the caller priced under ``cal`` itself, outside ``raw.rooflines``."""
     bw, cp = cal.bandwidth, cal.compute
-    terms = [0.0, 0.0, 0.0]
+    terms = list(summed)
     for r in raw.rooflines:
         terms[r.term] += r.weight * max(bw * r.memory_us, cp * r.compute_us)
     moe = cal.moe * (terms[MOE] + bw * raw.moe_elementwise_us)

@@ -61,7 +61,7 @@ from predictor.step.operators import (
     resolve_precisions,
 )
 from predictor.step.residual import DecodeResidual, PrefillResidual
-from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, launch_us, price
+from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price
 from predictor.step.speculation import NGRAM_DEFAULT_SOURCE, SpecMethod, acceptance_curve, drafter_plan
 from predictor.step.transfer import pipeline_overhead_us
 
@@ -88,11 +88,14 @@ class _Gemm:
     row_scale: float = 1.0      # a TP subgroup's GEMM runs on its ranks' gathered rows
 
     def roofline(self, rows: float, bytes_per_us: float, term: int = GEMM) -> Roofline:
+        return Roofline(term, *self.parts(rows, bytes_per_us))
+
+    def parts(self, rows: float, bytes_per_us: float) -> tuple[float, float]:
+        """(memory, compute) us over ``rows`` rows (`gemm_parts`)."""
         if self.row_scale != 1.0:
             rows = rows * self.row_scale
-        memory, compute = gemm_parts(rows, self.params, self.weight_bytes, self.act_bytes_per_row,
-                                     self.flops_per_us, bytes_per_us, tile_rows=self.tile_rows)
-        return Roofline(term, memory, compute)
+        return gemm_parts(rows, self.params, self.weight_bytes, self.act_bytes_per_row,
+                          self.flops_per_us, bytes_per_us, tile_rows=self.tile_rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,32 +356,20 @@ class SimulateStepModel:
                 max(0.0, kernels.per_forward - kernels.per_forward_head - saved_launch), issued)
 
     def _body_priced_now(self, rank_rows: int, stage_rows: int) -> dict[str, float]:
-        """``price(body_raw(rank_rows, stage_rows))`` without building the raw step: the
-        same arithmetic in the same order (a mixed step's body is asked at a new row count
+        """``price(body_raw(rank_rows, stage_rows))`` without building the GEMMs' rooflines:
+        their priced sums handed to `price` (a mixed step's body is asked at a new row count
         almost every step of a replay, so its rooflines would be built once and dropped)."""
-        cal, bpu = self.calibration, self._bytes_per_us
-        bw, cp = cal.bandwidth, cal.compute
-        gemm = 0.0
+        bw, cp, bpu = self.calibration.bandwidth, self.calibration.compute, self._bytes_per_us
+        gemm = expert = permutation = moe_rows = 0.0
         for g in self._gemms:
-            rows = rank_rows * g.row_scale if g.row_scale != 1.0 else rank_rows
-            memory, compute = gemm_parts(rows, g.params, g.weight_bytes, g.act_bytes_per_row, g.flops_per_us, bpu,
-                                         tile_rows=g.tile_rows)
-            gemm += 1.0 * max(bw * memory, cp * compute)
-        expert, permutation, moe_rows = 0.0, 0.0, 0.0
+            memory, compute = g.parts(rank_rows, bpu)
+            gemm += max(bw * memory, cp * compute)
         parts = self._moe_parts(stage_rows)
         if parts is not None:
             memory, compute, permutation, moe_rows = parts
-            expert = 0.0 + 1.0 * max(bw * memory, cp * compute)
-        elementwise, moe_elementwise, comm_us, kernels, issued = self._body_rest(
-            rank_rows, stage_rows, None, permutation, moe_rows)
-        moe = cal.moe * (expert + bw * moe_elementwise)
-        other = bw * elementwise
-        comm = cal.comm * comm_us
-        busy = gemm + 0.0 + moe + other + comm
-        kernel_us = self._launch_us if cal.launch_us is None else cal.launch_us
-        return {"gemm": gemm, "attention": 0.0, "moe": moe, "communication": comm,
-                "launch": launch_us(kernels, issued, kernel_us, busy), "other": other,
-                "fixed": cal.fixed_us * 0.0, "pipeline": 0.0}
+            expert = max(bw * memory, cp * compute)
+        rest = RawStep((), *self._body_rest(rank_rows, stage_rows, None, permutation, moe_rows))
+        return price(rest, self.calibration, self._launch_us, summed=(gemm, 0.0, expert))
 
     def head_raw(self, lm_rows: float) -> RawStep:
         """Embedding, final norm, LM head and sampling."""
