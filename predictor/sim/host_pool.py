@@ -100,7 +100,7 @@ class SharedHostPool:
         self.cache.insert(request.block_ids, stored, blocks)      # only what the pool lacks
         if self.checkpoint_blocks:         # its own node: a later prompt branches off the prompt, not it
             self.cache.insert_after(request.block_ids, blocks,
-                                    list(_checkpoint_ids(request.block_ids, blocks, self.checkpoint_blocks)))
+                                    _checkpoint_ids(request.block_ids, blocks, self.checkpoint_blocks))
         self._depths[request.session] = blocks
         self.num_stored += 1
         overflow = self.cache.num_hbm_blocks - self.size.capacity_blocks
@@ -110,7 +110,8 @@ class SharedHostPool:
 
 def _checkpoint_ids(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> range:
     """The ids of the checkpoint stored with ``ids[:blocks]`` (derived from its last block);
-    a range: a lookup reads a few of them (`LeafFirstCache.continues`), a store lists them."""
+    a range, never listed: a lookup reads a few of them (`LeafFirstCache.continues`), a
+    store keeps the range as its node's run."""
     tag = (int(ids[blocks - 1]) & (CHECKPOINT_TAG - 1)) | CHECKPOINT_TAG
     return range(tag, tag + checkpoint_blocks)
 

@@ -18,6 +18,9 @@ matches, since it names its prefix), and inserting or evicting a run only slices
 - paths are compressed: an unpinned, wholly HBM-resident node with a single child absorbs
   it, so a session of many turns is one or two nodes, not one per turn.
 Eviction truncates a leaf's tail by exactly the blocks needed (block-accurate).
+A run of consecutive ids may be stored as a ``range`` (`insert_after`: a shared pool's state
+checkpoint of hundreds of blocks), never listed: slicing, indexing and comparing it cost
+O(1); such a node is never path-compressed (its keys are never extended).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ HINTS_LIMIT = 1 << 16   # remembered block -> node hints (a cleared hint only co
 class _Node:
     __slots__ = ("children", "depth", "hbm_kids", "hbm_len", "keys", "parent", "pins", "stamp", "uid")
 
-    def __init__(self, keys: list[int], depth: int, parent: _Node | None, hbm_len: int, stamp: int) -> None:
+    def __init__(self, keys: list[int] | range, depth: int, parent: _Node | None, hbm_len: int, stamp: int) -> None:
         self.keys = keys
         self.depth = depth                  # prompt position of keys[0]
         self.parent = parent
@@ -60,9 +63,12 @@ def _getter(ids: Sequence[int]) -> Callable[[int], int]:
     return ids.item if hasattr(ids, "item") else (lambda i: int(ids[i]))
 
 
-def _common(keys: list[int], a: int, seg: list[int], b: int) -> int:
-    """Length of the common run of keys[a:] and seg[b:]."""
+def _common(keys: list[int] | range, a: int, seg: list[int] | range, b: int) -> int:
+    """Length of the common run of keys[a:] and seg[b:] (a range compares equal to a list
+    of the same ids only once listed)."""
     n = min(len(keys) - a, len(seg) - b)
+    if type(keys) is not type(seg):
+        keys, seg = list(keys), list(seg)
     if keys[a:a + n] == seg[b:b + n]:
         return n
     lo, hi = 0, n - 1
@@ -87,6 +93,14 @@ def _matched(keys: list[int], key: Callable[[int], int], pos: int, take: int) ->
         else:
             hi = mid - 1
     return lo
+
+
+def _truncate(node: _Node, keep: int) -> None:
+    """Keep the node's first ``keep`` keys (a stored range is re-sliced, not listed)."""
+    if type(node.keys) is range:
+        node.keys = node.keys[:keep]
+    else:
+        del node.keys[keep:]
 
 
 class LeafFirstCache:
@@ -255,7 +269,8 @@ class LeafFirstCache:
         child's run (and its children, pins and stamp). A session's turns would otherwise
         leave a chain of one node per turn that every lookup walks; eviction order is
         unchanged (the child's tail went first, then the node's, at the later stamp)."""
-        if len(node.children) != 1 or node.parent is None or node.hbm_len != len(node.keys):
+        if len(node.children) != 1 or node.parent is None or node.hbm_len != len(node.keys) \
+                or type(node.keys) is range:
             return
         (child,) = node.children.values()
         node.keys.extend(child.keys)
@@ -273,10 +288,10 @@ class LeafFirstCache:
             return 0
         return self.insert_after(ids, start, _as_list(ids[start:stop]))
 
-    def insert_after(self, ids: Sequence[int], start: int, seg: list[int]) -> int:
+    def insert_after(self, ids: Sequence[int], start: int, seg: list[int] | range) -> int:
         """Make ``ids[:start] + seg`` resident in HBM (``ids[:start]`` already is; ``seg``
-        need not be part of ``ids``: a shared pool's state checkpoint after its prompt);
-        return how many blocks became HBM-resident."""
+        need not be part of ``ids``: a shared pool's state checkpoint after its prompt, a
+        ``range`` stored as one, never listed); return how many blocks became HBM-resident."""
         if not seg:
             return 0
         node = self._node_ending_at(ids, start) if start else self.root
@@ -344,7 +359,7 @@ class LeafFirstCache:
         tail.children, tail.hbm_kids, tail.pins = node.children, node.hbm_kids, node.pins
         for child in tail.children.values():
             child.parent = tail
-        del node.keys[at:]
+        _truncate(node, at)
         node.hbm_len = min(node.hbm_len, at)
         node.children, node.pins = {tail.keys[0]: tail}, 0
         node.hbm_kids = 1 if tail.hbm_len else 0
@@ -394,7 +409,7 @@ class LeafFirstCache:
             self._push_dram(node)
         else:
             first = node.keys[0]
-            del node.keys[len(node.keys) - take:]
+            _truncate(node, len(node.keys) - take)
             node.hbm_len -= take
             if not node.keys:
                 del node.parent.children[first]
@@ -420,7 +435,7 @@ class LeafFirstCache:
                 continue
             take = min(num_blocks - dropped, dram)
             first = node.keys[0]
-            del node.keys[len(node.keys) - take:]
+            _truncate(node, len(node.keys) - take)
             self.num_dram_blocks -= take
             dropped += take
             if node.keys:

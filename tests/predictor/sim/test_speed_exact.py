@@ -7,6 +7,8 @@ reference it replaces, on the same inputs (deterministic, offline).
 - the least-loaded and least-prefill-work routers pick what a min over indices picks;
 - a shared pool's checkpoint check reads the ends of each span (`LeafFirstCache.continues`)
   and agrees with a full comparison under random stores and evictions;
+- a shared pool storing each checkpoint as a range (never listed) answers and evicts as
+  the same pool storing it as a list, block for block;
 - a disposed cache is freed by reference counting alone (no collection needed);
 - a stop check's ITL quantile told by a weighted count agrees with the sorted quantile;
 - a mixed step priced at a reference context plus the decode step's difference
@@ -116,7 +118,7 @@ def reference_continues(cache: LeafFirstCache, ids, num_blocks: int, tail: list[
     while done < len(tail):
         if offset < len(node.keys):
             n = min(len(node.keys) - offset, len(tail) - done)
-            if offset + n > node.hbm_len or node.keys[offset:offset + n] != tail[done:done + n]:
+            if offset + n > node.hbm_len or list(node.keys[offset:offset + n]) != tail[done:done + n]:
                 return False
             done, offset = done + n, offset + n
             continue
@@ -156,6 +158,45 @@ def test_checkpoint_check_agrees_with_a_full_comparison(seed):
             assert tail[0] & CHECKPOINT_TAG
             assert shared.cache.continues(old.block_ids, resident, tail) == \
                 reference_continues(shared.cache, old.block_ids, resident, list(tail))
+
+
+class ListingCache(LeafFirstCache):
+    """The reference: every inserted run listed, as before checkpoints were stored as ranges."""
+
+    def insert_after(self, ids, start, seg):
+        return super().insert_after(ids, start, list(seg))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_checkpoint_stored_as_a_range_behaves_as_a_listed_one(seed):
+    """The same stores and lookups on two pools, one listing its checkpoints: the same
+    hits, the same resident blocks in the same nodes' order, after evictions that cut
+    checkpoints part-way (a range node re-sliced) and re-stores of evicted prompts."""
+    rng = np.random.default_rng(100 + seed)
+    checkpoint_blocks = int(rng.integers(3, 12))
+    block_bytes = 1000.0
+    size = PoolSize(int(rng.integers(60, 300)) * block_bytes, block_bytes / 4,
+                    checkpoint_blocks * block_bytes - 1, 4)
+    pools = SharedHostPool(size), SharedHostPool(size)
+    pools[1].cache = ListingCache(0)
+    streams = [np.arange(20 * s << 20, (20 * s << 20) + 200, dtype=np.int64) for s in range(6)]
+    lengths = [0] * len(streams)
+    ranges_seen = cut = 0
+    for _ in range(400):
+        s = int(rng.integers(len(streams)))
+        lengths[s] = min(len(streams[s]), max(1, lengths[s] + int(rng.integers(-3, 12))))
+        request = Request(0, RequestSpec(lengths[s] * 4, 10, streams[s][:lengths[s]]), s, 0, 0.0)
+        assert pools[0].usable_blocks(request) == pools[1].usable_blocks(request)
+        if rng.random() < 0.7:
+            for pool in pools:
+                pool.store(request)
+        fast, listed = (pool.cache for pool in pools)
+        assert fast.num_hbm_blocks == listed.num_hbm_blocks
+        assert list(fast.where) == list(listed.where)
+        nodes = [node for node in set(fast.where.values()) if type(node.keys) is range]
+        ranges_seen += bool(nodes)
+        cut += any(len(node.keys) < checkpoint_blocks for node in nodes)
+    assert ranges_seen and cut, "the random walk must store checkpoints and cut one part-way"
 
 
 def live_nodes() -> int:
