@@ -18,9 +18,9 @@ matches, since it names its prefix), and inserting or evicting a run only slices
 - paths are compressed: an unpinned, wholly HBM-resident node with a single child absorbs
   it, so a session of many turns is one or two nodes, not one per turn.
 Eviction truncates a leaf's tail by exactly the blocks needed (block-accurate).
-A run of consecutive ids may be stored as a ``range`` (`insert_after`: a shared pool's state
-checkpoint of hundreds of blocks), never listed: slicing, indexing and comparing it cost
-O(1); such a node is never path-compressed (its keys are never extended).
+A run of consecutive ids is stored as a ``range``, never listed (a shared pool's state
+checkpoint; a prompt's blocks drawn as consecutive ids, as the agentic sessions draw them): slicing, indexing, comparing and
+truncating it cost O(1), and path compression joins two adjoining ranges into one.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ import heapq
 from collections.abc import Callable, Sequence
 from itertools import count
 
+import numpy as np
+
 _ids = count()
 HINTS_LIMIT = 1 << 16   # remembered block -> node hints (a cleared hint only costs a walk)
+RANGE_MIN = 64          # runs this long are checked in numpy, shorter ones once listed
 
 
 class _Node:
@@ -48,11 +51,25 @@ class _Node:
         self.uid = next(_ids)
 
 
-def _as_list(ids: Sequence[int]) -> list[int]:
-    """Block ids as a list of Python ints."""
-    if type(ids) is list:
-        return ids
-    return ids.tolist() if hasattr(ids, "tolist") else [int(k) for k in ids]
+def _run(ids: Sequence[int], start: int, stop: int) -> list[int] | range:
+    """``ids[start:stop]`` as a node's run: a range when they are consecutive (checked
+    exactly: in numpy for runs of at least `RANGE_MIN`, on the listed ids below), else a
+    list of Python ints."""
+    seg = ids[start:stop]
+    if type(seg) is range or type(seg) is list:
+        return seg
+    if type(seg) is np.ndarray:
+        n = len(seg)
+        if not n:
+            return []
+        first = seg.item(0)
+        if seg.item(n - 1) - first != n - 1:
+            return seg.tolist()
+        if n >= RANGE_MIN:
+            return range(first, first + n) if (np.diff(seg) == 1).all() else seg.tolist()
+        listed = seg.tolist()
+        return range(first, first + n) if listed == list(range(first, first + n)) else listed
+    return [int(k) for k in seg]
 
 
 def _getter(ids: Sequence[int]) -> Callable[[int], int]:
@@ -68,7 +85,7 @@ def _common(keys: list[int] | range, a: int, seg: list[int] | range, b: int) -> 
     of the same ids only once listed)."""
     n = min(len(keys) - a, len(seg) - b)
     if type(keys) is not type(seg):
-        keys, seg = list(keys), list(seg)
+        keys, a, seg, b = list(keys[a:a + n]), 0, list(seg[b:b + n]), 0
     if keys[a:a + n] == seg[b:b + n]:
         return n
     lo, hi = 0, n - 1
@@ -101,6 +118,16 @@ def _truncate(node: _Node, keep: int) -> None:
         node.keys = node.keys[:keep]
     else:
         del node.keys[keep:]
+
+
+def _extend(node: _Node, keys: list[int] | range) -> None:
+    """Append a child's run to the node's (two adjoining ranges stay one range)."""
+    if type(node.keys) is range:
+        if type(keys) is range and keys.start == node.keys.stop:
+            node.keys = range(node.keys.start, keys.stop)
+            return
+        node.keys = list(node.keys)
+    node.keys.extend(keys)
 
 
 class LeafFirstCache:
@@ -269,11 +296,10 @@ class LeafFirstCache:
         child's run (and its children, pins and stamp). A session's turns would otherwise
         leave a chain of one node per turn that every lookup walks; eviction order is
         unchanged (the child's tail went first, then the node's, at the later stamp)."""
-        if len(node.children) != 1 or node.parent is None or node.hbm_len != len(node.keys) \
-                or type(node.keys) is range:
+        if len(node.children) != 1 or node.parent is None or node.hbm_len != len(node.keys):
             return
         (child,) = node.children.values()
-        node.keys.extend(child.keys)
+        _extend(node, child.keys)
         node.hbm_len += child.hbm_len
         node.children, node.hbm_kids, node.pins = child.children, child.hbm_kids, child.pins
         for grandchild in node.children.values():
@@ -286,7 +312,7 @@ class LeafFirstCache:
     def insert(self, ids: Sequence[int], start: int, stop: int) -> int:
         if stop <= start:
             return 0
-        return self.insert_after(ids, start, _as_list(ids[start:stop]))
+        return self.insert_after(ids, start, _run(ids, start, stop))
 
     def insert_after(self, ids: Sequence[int], start: int, seg: list[int] | range) -> int:
         """Make ``ids[:start] + seg`` resident in HBM (``ids[:start]`` already is; ``seg``

@@ -8,7 +8,9 @@ reference it replaces, on the same inputs (deterministic, offline).
 - a shared pool's checkpoint check reads the ends of each span (`LeafFirstCache.continues`)
   and agrees with a full comparison under random stores and evictions;
 - a shared pool storing each checkpoint as a range (never listed) answers and evicts as
-  the same pool storing it as a list, block for block;
+  the same pool storing it as a list, block for block; an engine's cache storing runs of
+  consecutive ids as ranges keeps the same tree as one listing every run, under pins,
+  evictions to a host tier and promotions;
 - a disposed cache is freed by reference counting alone (no collection needed);
 - a stop check's ITL quantile told by a weighted count agrees with the sorted quantile;
 - a mixed step priced at a reference context plus the decode step's difference
@@ -161,10 +163,68 @@ def test_checkpoint_check_agrees_with_a_full_comparison(seed):
 
 
 class ListingCache(LeafFirstCache):
-    """The reference: every inserted run listed, as before checkpoints were stored as ranges."""
+    """The reference: every inserted run listed, as before runs were stored as ranges."""
 
     def insert_after(self, ids, start, seg):
-        return super().insert_after(ids, start, list(seg))
+        return super().insert_after(ids, start, [int(k) for k in seg])
+
+
+def tree(cache: LeafFirstCache) -> list[tuple]:
+    """Every node in a fixed order: its run as a list, depth, HBM length, pins and stamp."""
+    out, stack = [], [cache.root]
+    while stack:
+        node = stack.pop()
+        out.append((list(node.keys), node.depth, node.hbm_len, node.hbm_kids, node.pins, node.stamp))
+        stack.extend(node.children.values())
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_runs_stored_as_ranges_keep_the_tree_a_listing_cache_keeps(seed):
+    """Prompts on consecutive ids (sessions of growing turns, subagents whose prompt joins
+    a shared stream and their own: two runs), used as an engine uses its cache (pin the
+    hit, insert the rest, unpin when done), with evictions to a host tier and promotions."""
+    rng = np.random.default_rng(200 + seed)
+    dram = int(rng.choice([0, 30, 300]))
+    caches = LeafFirstCache(dram), ListingCache(dram)
+    streams = [np.arange(s << 20, (s << 20) + 400, dtype=np.int64) for s in range(8)]
+    prompts = []
+    for _ in range(120):
+        s, draw = int(rng.integers(6)), rng.random()
+        if draw < 0.3:            # a subagent: shared stream 6's start, then its own part of stream 7
+            shared = int(rng.choice([20, 50, 80]))
+            ids = np.concatenate([streams[6][:shared], streams[7][s * 50:s * 50 + int(rng.integers(1, 50))]])
+        elif draw < 0.45:         # the shared part alone (a parent's turn)
+            ids = streams[6][:int(rng.choice([20, 50, 80]))]
+        else:
+            ids = streams[s][:int(rng.integers(1, 400))]
+        prompts.append(ids)
+    pinned: list[tuple[np.ndarray, int]] = []
+    ranges = 0
+    for ids in prompts:
+        op, amount = rng.choice(["use", "use", "evict", "load"]), int(rng.integers(1, 200))
+        for cache in caches:
+            if op == "use":
+                hit = cache.match(ids, len(ids))[0]
+                cache.pin(ids, hit)
+                cache.insert(ids, hit, len(ids))
+                cache.pin(ids, len(ids))
+                cache.unpin(ids, hit)
+            elif op == "evict":
+                cache.evict(amount)
+            else:
+                hbm, resident = cache.match(ids, len(ids))
+                cache.promote(ids, hbm, resident)
+        if op == "use":
+            pinned.append((ids, len(ids)))
+            if len(pinned) > 3:
+                done, count = pinned.pop(0)
+                for cache in caches:
+                    cache.unpin(done, count)
+        assert tree(caches[0]) == tree(caches[1])
+        assert caches[0].match(ids, len(ids)) == caches[1].match(ids, len(ids))
+        ranges += any(type(node.keys) is range for node in set(caches[0].where.values()))
+    assert ranges, "consecutive runs must be stored as ranges"
 
 
 @pytest.mark.parametrize("seed", range(6))
