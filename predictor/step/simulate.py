@@ -504,6 +504,27 @@ class SimulateStepModel:
                                         *(Roofline(ATTENTION, m, c) for m, c in parts))))
         return [draft]
 
+    def _draft_prefill_us(self, rank_tokens: int, tokens: int, rank_seqs: int, context: float) -> float:
+        """`_draft_prefill_raw` priced and summed. A drafter of its own layers only (EAGLE)
+        is a GEMM and attention rooflines with no launches, elementwise work or collectives,
+        so it is priced directly, in `roofline.price`'s arithmetic and order (every other
+        term is an exact zero; a replay prices a new prompt length almost every prefill)."""
+        plan = self._plan
+        if self._depth == 0 or plan.is_free:
+            return 0.0
+        if self._eagle is None or plan.target_layers_per_draft + plan.target_layers_once:
+            return sum(sum(self._priced(raw).values())
+                       for raw in self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context))
+        gemm, ops = self._eagle
+        bw, cp = self.calibration.bandwidth, self.calibration.compute
+        memory, compute = gemm.parts(rank_tokens, self._bytes_per_us)
+        head = max(bw * memory, cp * compute)
+        attention = 0.0
+        for op in ops:
+            memory, compute = op.prefill_parts(rank_tokens, rank_seqs, context, self._bf16_flops, self._bytes_per_us)
+            attention += max(bw * memory, cp * compute)
+        return head + attention
+
     def _pipeline_us(self, clients: int, micro_batch_tokens: float, with_host: bool = True) -> float:
         if self._pp <= 1:
             return 0.0
@@ -650,8 +671,7 @@ class SimulateStepModel:
         head, step = self._prefill_fixed_priced(tokens, seqs)
         attention_parts = self._prefill_attention_parts(rank_tokens, rank_seqs, context)
         attention = self._priced(_attention_step(attention_parts))
-        draft = sum(sum(self._priced(raw).values())
-                    for raw in self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context))
+        draft = self._draft_prefill_us(rank_tokens, tokens, rank_seqs, context)
         comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context, attention_parts)
         terms = (body["gemm"] + head["gemm"], attention["attention"], body["moe"], comm,
                  body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"], draft,

@@ -98,6 +98,25 @@ def test_a_priced_body_is_its_raw_step_priced_to_the_bit(layout, calibration):
                 model.body_raw(rank_rows, stage_rows), model.calibration, model._launch_us)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS + (("gb300x4x8", "sglang", {"tp": 8, "spec_method": "mtp", "spec_depth": 2}),),
+                         ids=lambda layout: layout[1] + "-" + str(sorted(layout[2])))
+@pytest.mark.parametrize("calibration", (None, CALIBRATED), ids=("physics", "calibrated"))
+def test_a_drafters_prefill_is_its_raw_steps_priced_to_the_bit(layout, calibration):
+    """An EAGLE drafter's prompt pass is priced without building its raw step, as
+    `roofline.price` sums it; a drafter that runs target layers keeps the raw path."""
+    cluster, engine, levers = layout
+    config = Configuration(**levers)
+    pools = pool_configs(config)
+    model = SimulateStepModel(load_card("Kimi-K3"), parse_cluster(cluster), engine,
+                              config if pools is None else pools[0],
+                              **({} if calibration is None else {"calibration": calibration}))
+    for rank_tokens, seqs, context in ((1, 1, 0.0), (300, 1, 0.0), (4097, 3, 1500.0), (8192, 2, 65536.0), (511, 7, 99.5)):
+        expected = sum(sum(model._priced(raw).values())
+                       for raw in model._draft_prefill_raw(rank_tokens, rank_tokens * 2, seqs, context))
+        assert model._draft_prefill_us(rank_tokens, rank_tokens * 2, seqs, context) == expected
+        assert expected > 0
+
+
 class _Unit:
     def __init__(self, requests: int, tokens: int, prefill: int) -> None:
         self.num_requests, self.outstanding_tokens, self.outstanding_prefill_tokens = requests, tokens, prefill
