@@ -91,7 +91,9 @@ class StepPricer:
         """The step ``offset`` steps into the run."""
         ctx = shape.context_tokens + shape.context_growth * offset
         prior = shape.prior_tokens + shape.prior_growth * offset
-        batch, tokens, seqs, mixes = shape.decode_batch, shape.prefill_tokens, shape.num_seqs, shape.mixes
+        return self._step_us(shape.decode_batch, ctx, shape.prefill_tokens, shape.num_seqs, prior, shape.mixes)
+
+    def _step_us(self, batch: int, ctx: float, tokens: int, seqs: int, prior: float, mixes: bool) -> float:
         if self.exact:
             return self._price(batch, ctx, tokens, seqs, prior, mixes)
         key = (batch, tokens, seqs, mixes)
@@ -160,7 +162,7 @@ class StepPricer:
 
     def _decode_us(self, batch: int, ctx: float) -> float:
         """The decode step at ``ctx``, fitted or cached as `step_us` prices it."""
-        return self.step_us(StepShape(batch, ctx, 0.0, 0, 0, 0.0, 0.0, False))
+        return self._step_us(batch, ctx, 0, 0, 0.0, False)
 
     def prefill_us(self, tokens: int, seqs: int, prior: float) -> float:
         """The step model's prefill price, kept exactly: a shared-pool fetch is overlapped
