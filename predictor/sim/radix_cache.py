@@ -19,8 +19,9 @@ matches, since it names its prefix), and inserting or evicting a run only slices
   it, so a session of many turns is one or two nodes, not one per turn.
 Eviction truncates a leaf's tail by exactly the blocks needed (block-accurate).
 A run of consecutive ids is stored as a ``range``, never listed (a shared pool's state
-checkpoint; a prompt's blocks drawn as consecutive ids, as the agentic sessions draw them): slicing, indexing, comparing and
-truncating it cost O(1), and path compression joins two adjoining ranges into one.
+checkpoint; a prompt's blocks drawn as consecutive ids, as the agentic sessions draw
+them): slicing, indexing, comparing and truncating it cost O(1), and path compression
+joins two adjoining ranges into one.
 """
 
 from __future__ import annotations

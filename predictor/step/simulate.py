@@ -161,6 +161,7 @@ class SimulateStepModel:
         self._gemms = self._build_gemms()
         self._lm_head = self._head_gemm(card.vocab_size)
         self._attention = tuple(attention_op(g, self._atp, config.dcp, p.kv_bytes) for g in card.attention)
+        self._group_kinds = tuple((g.kind.is_linear, g.num_layers) for g in card.attention)
         self._moe = self._build_moe()
         self._kernels = count_kernels(card, config, p)
         self._elementwise = elementwise_bytes(card, config, p)
@@ -422,18 +423,20 @@ class SimulateStepModel:
         card, bw, cp = self.card, self.calibration.bandwidth, self.calibration.compute
         if attention_parts is None:
             attention_parts = self._prefill_attention_parts(rank_tokens, rank_seqs, context)
-        own = {True: 0.0, False: 0.0}
-        grouped = 0.0
+        softmax = linear = grouped = 0.0
         # each group's GEMMs and attention priced as `roofline.price` prices a one-layer step
-        for group, gemm_us, (memory, compute) in zip(card.attention, self._group_gemm_us(rank_tokens),
-                                                     attention_parts):
-            layer_us = gemm_us + max(bw * memory, cp * compute)
+        gemms = self._group_gemm_us(rank_tokens)
+        for (is_linear, num_layers), gemm_us, (memory, compute) in zip(self._group_kinds, gemms, attention_parts):
+            layer_us = (gemm_us + max(bw * memory, cp * compute)) / num_layers
             grouped += gemm_us
-            own[group.kind.is_linear] = max(own[group.kind.is_linear], layer_us / group.num_layers)
+            if is_linear:
+                linear = max(linear, layer_us)
+            else:
+                softmax = max(softmax, layer_us)
         moe_layer = body["moe"] / card.moe_layers if card.moe_layers else 0.0
         rest = (body["gemm"] - grouped + body["other"] + body["launch"] + body["communication"]
                 + body["moe"]) / card.num_layers
-        return LayerCosts(own[False] + rest, own[True] + rest, moe_layer)
+        return LayerCosts(softmax + rest, linear + rest, moe_layer)
 
     def _group_gemm_us(self, rank_rows: int) -> tuple[float, ...]:
         """Each attention group's priced projection GEMMs at ``rank_rows`` (cached per rows)."""
@@ -670,10 +673,13 @@ class SimulateStepModel:
         body = self._body_terms(rank_tokens, tokens)
         head, step = self._prefill_fixed_priced(tokens, seqs)
         attention_parts = self._prefill_attention_parts(rank_tokens, rank_seqs, context)
-        attention = self._priced(_attention_step(attention_parts))
+        bw, cp = self.calibration.bandwidth, self.calibration.compute
+        attention = 0.0              # `roofline.price`'s attention term of these parts, in its order
+        for memory, compute in attention_parts:
+            attention += max(bw * memory, cp * compute)
         draft = self._draft_prefill_us(rank_tokens, tokens, rank_seqs, context)
         comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context, attention_parts)
-        terms = (body["gemm"] + head["gemm"], attention["attention"], body["moe"], comm,
+        terms = (body["gemm"] + head["gemm"], attention, body["moe"], comm,
                  body["launch"] + head["launch"], body["other"] + head["other"], step["fixed"], draft,
                  step["pipeline"])
         if self.prefill_residual is None:

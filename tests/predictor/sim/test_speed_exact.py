@@ -98,7 +98,10 @@ def test_a_priced_body_is_its_raw_step_priced_to_the_bit(layout, calibration):
                 model.body_raw(rank_rows, stage_rows), model.calibration, model._launch_us)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS + (("gb300x4x8", "sglang", {"tp": 8, "spec_method": "mtp", "spec_depth": 2}),),
+MTP = ("gb300x4x8", "sglang", {"tp": 8, "spec_method": "mtp", "spec_depth": 2})   # drafts on target layers
+
+
+@pytest.mark.parametrize("layout", LAYOUTS + (MTP,),
                          ids=lambda layout: layout[1] + "-" + str(sorted(layout[2])))
 @pytest.mark.parametrize("calibration", (None, CALIBRATED), ids=("physics", "calibrated"))
 def test_a_drafters_prefill_is_its_raw_steps_priced_to_the_bit(layout, calibration):
@@ -110,7 +113,8 @@ def test_a_drafters_prefill_is_its_raw_steps_priced_to_the_bit(layout, calibrati
     model = SimulateStepModel(load_card("Kimi-K3"), parse_cluster(cluster), engine,
                               config if pools is None else pools[0],
                               **({} if calibration is None else {"calibration": calibration}))
-    for rank_tokens, seqs, context in ((1, 1, 0.0), (300, 1, 0.0), (4097, 3, 1500.0), (8192, 2, 65536.0), (511, 7, 99.5)):
+    shapes = ((1, 1, 0.0), (300, 1, 0.0), (4097, 3, 1500.0), (8192, 2, 65536.0), (511, 7, 99.5))
+    for rank_tokens, seqs, context in shapes:
         expected = sum(sum(model._priced(raw).values())
                        for raw in model._draft_prefill_raw(rank_tokens, rank_tokens * 2, seqs, context))
         assert model._draft_prefill_us(rank_tokens, rank_tokens * 2, seqs, context) == expected

@@ -12,6 +12,7 @@ from predictor.cards.registry import load_card
 from predictor.feasibility import pool_configs
 from predictor.hardware import parse_cluster
 from predictor.step.dwdp import DWDP_FETCH_EFFICIENCY, LayerCosts, block_exposure_us, dwdp_plan, fetch_us, layer_blocks
+from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.roofline import ATTENTION, RawStep, Roofline
 from predictor.step.simulate import SimulateStepModel
 
@@ -102,7 +103,9 @@ def layer_costs_priced_as_steps(model: SimulateStepModel, tokens: int, seqs: int
     return LayerCosts(own[False] + rest, own[True] + rest, body["moe"] / card.moe_layers)
 
 
-def test_a_prefill_prices_to_the_bit_as_its_raw_parts_priced_one_by_one():
+@pytest.mark.parametrize("calibration", (PHYSICS, Calibration(bandwidth=1.31, compute=0.87, moe=1.73, comm=1.21,
+                                                              launch_us=3.1, fixed_us=5.0)), ids=("physics", "calibrated"))
+def test_a_prefill_prices_to_the_bit_as_its_raw_parts_priced_one_by_one(calibration):
     """`_prefill_terms` computes the attention groups' parts once (for the step and the
     DWDP layer costs) and caches the head and per-step parts: a DWDP rank with EAGLE-3
     drafting, asked in any order and twice, gives what pricing `prefill_raw`'s parts and
@@ -114,11 +117,11 @@ def test_a_prefill_prices_to_the_bit_as_its_raw_parts_priced_one_by_one():
     prefill, _ = pool_configs(config)
     rng = random.Random(7)
     shapes = [(rng.randint(1, 40000), rng.randint(1, 4), float(rng.randint(0, 200000))) for _ in range(40)]
-    model = SimulateStepModel(card, cluster, "trtllm", prefill)
+    model = SimulateStepModel(card, cluster, "trtllm", prefill, calibration=calibration)
     first = [model.prefill_us(*shape) for shape in shapes]
     again = [model.prefill_us(*shape) for shape in reversed(shapes)][::-1]
     for (tokens, seqs, context), us, repeat in zip(shapes, first, again):
-        fresh = SimulateStepModel(card, cluster, "trtllm", prefill)
+        fresh = SimulateStepModel(card, cluster, "trtllm", prefill, calibration=calibration)
         raws = fresh.prefill_raw(tokens, seqs, context)
         body, head, attention, step, *draft = [fresh._priced(raw) for raw in raws]
         exposed = fresh._dwdp.exposed_us(layer_costs_priced_as_steps(fresh, tokens, seqs, context))
