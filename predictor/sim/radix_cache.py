@@ -99,7 +99,7 @@ def _common(keys: list[int] | range, a: int, seg: list[int] | range, b: int) -> 
     return lo
 
 
-def _matched(keys: list[int], key: Callable[[int], int], pos: int, take: int) -> int:
+def _matched(keys: list[int] | range, key: Callable[[int], int], pos: int, take: int) -> int:
     """Leading keys of a run that match the prompt from ``pos``, knowing the first does and
     key ``take - 1`` does not. A block id names its whole prefix, so the matching keys are
     a leading run: a binary search reads O(log n) ids instead of converting the slice."""
