@@ -220,9 +220,12 @@ class _SessionBuilder:
         self.bs = self.p.block_tokens
         self.parent_ids = self._stream(self.cap // self.bs + 1)
 
-    def _stream(self, num_blocks: int) -> np.ndarray:
+    def _stream(self, num_blocks: int) -> range:
+        """A new stream's block ids: consecutive, so a turn's prompt is a ``range`` (the
+        prefix caches store it as one run, `radix_cache`)."""
         self.streams += 1
-        return self.base + (self.streams << STREAM_ID_SHIFT) + np.arange(num_blocks, dtype=np.int64)
+        first = self.base + (self.streams << STREAM_ID_SHIFT)
+        return range(first, first + num_blocks)
 
     def _chain(self, turns: int, first_prompt: int, profile: AgenticProfile | SubagentProfile) -> _Chain:
         rng = self.rng
@@ -262,7 +265,9 @@ class _SessionBuilder:
         shared = self._stream(shared_blocks)
         agents = []
         for _ in range(size):
-            stream = np.concatenate([shared, self._stream(self.cap // self.bs + 1)])
+            own = self._stream(self.cap // self.bs + 1)
+            stream = np.concatenate([np.arange(shared.start, shared.stop, dtype=np.int64),
+                                     np.arange(own.start, own.stop, dtype=np.int64)])
             first = max(int(sub.first_prompt_tokens.draw(rng)), shared_blocks * self.bs + self.bs)
             start_us = min(sub.think_time_s.draw(rng), self.p.idle_gap_cap_s) * US_PER_S
             agents.append((stream, start_us, self._chain(max(1, round(sub.turns.draw(rng))), first, sub)))

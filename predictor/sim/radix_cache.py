@@ -76,7 +76,7 @@ def _run(ids: Sequence[int], start: int, stop: int) -> list[int] | range:
 def _getter(ids: Sequence[int]) -> Callable[[int], int]:
     """Element access returning Python ints (``ndarray.item`` avoids numpy scalars and a
     conversion of the whole prompt, most of which a walk never reads)."""
-    if type(ids) is list:
+    if type(ids) is list or type(ids) is range:
         return ids.__getitem__
     return ids.item if hasattr(ids, "item") else (lambda i: int(ids[i]))
 

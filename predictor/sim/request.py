@@ -26,7 +26,8 @@ class RequestSpec:
     """One request of a workload.
 
     ``block_ids`` are the content hashes of the prompt's fixed-size blocks, prefix-
-    chained (one id names one prefix); empty when the prompt shares nothing.
+    chained (one id names one prefix); empty when the prompt shares nothing; a ``range``
+    when they are consecutive by construction (an agentic session's turns).
     ``deps`` index requests of the same session that must finish first (a session turn
     waits on its predecessor; a parent turn joins its subagents); ``think_us`` is the
     delay after the last of them finishes (or, for a session's root under a closed
@@ -35,7 +36,7 @@ class RequestSpec:
 
     prompt_tokens: int
     output_tokens: int
-    block_ids: np.ndarray = field(default_factory=_no_blocks)
+    block_ids: np.ndarray | range = field(default_factory=_no_blocks)
     deps: tuple[int, ...] = ()
     think_us: float = 0.0
     arrival_us: float | None = None

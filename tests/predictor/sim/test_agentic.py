@@ -69,3 +69,20 @@ def test_the_named_agentic_workload_runs_with_a_high_hit_rate(target):
     assert result.extra["requests_finished"] == 120
     assert result.hit_rate["overall"] > 0.8
     assert result.metrics["ttft_ms_p99"] > result.metrics["ttft_ms_p50"]
+
+
+def test_block_ids_name_their_prefixes_and_a_parents_turns_are_ranges():
+    """A block id names its whole prefix (what the prefix caches rely on) across a
+    session's turns and subagents, ids never repeat across sessions, and a parent turn's
+    ids come as a ``range`` (consecutive by construction: the caches store it as one run)."""
+    owners: dict[int, int] = {}
+    for index, session in enumerate(sessions(60, seed=3)):
+        before: dict[int, int | None] = {}      # one predecessor per id: it names its prefix
+        for spec in session.requests:
+            ids = [int(k) for k in spec.block_ids]
+            if spec.label.startswith("turn"):
+                assert type(spec.block_ids) is range
+            for previous, block in zip([None, *ids], ids):
+                assert before.setdefault(block, previous) == previous
+                assert owners.setdefault(block, index) == index
+    assert len(owners) > 1000
