@@ -176,6 +176,8 @@ class SimulateStepModel:
         self.curve = acceptance_curve(card.name, self._spec, entropy, override=acceptance)
         self.tokens_per_step = self.curve.length(self._depth)
         self._eagle = self._build_eagle() if self._plan.dense_layers_per_draft else None
+        vocab = self._plan.lm_head_vocab
+        self._draft_head = None if not vocab else self._lm_head if vocab == card.vocab_size else self._head_gemm(vocab)
         sizes = CAPTURE_SIZES if captured_sizes is None else tuple(sorted(captured_sizes))
         self._captured = tuple(s for s in sizes if s <= config.max_captured_batch)
         self._pads = config.graph_capture != "none"
@@ -471,9 +473,8 @@ class SimulateStepModel:
             draft = draft.plus(layer, plan.target_layers_once / layers)
         if self._eagle is not None:
             draft = draft.plus(self._eagle_raw(requests, context), depth)
-        if plan.lm_head_vocab:
-            head = self._head_gemm(plan.lm_head_vocab) if plan.lm_head_vocab != self.card.vocab_size else self._lm_head
-            draft = draft.plus(RawStep((head.roofline(stage_requests, self._bytes_per_us),),
+        if self._draft_head is not None:
+            draft = draft.plus(RawStep((self._draft_head.roofline(stage_requests, self._bytes_per_us),),
                                        kernels=DRAFT_HEAD_KERNELS), depth)
         if plan.fusion_params_once:
             params = plan.fusion_params_once / self._atp
@@ -607,7 +608,35 @@ class SimulateStepModel:
         return micro, -(-micro // self._dp), self._queries
 
     def _draft_us(self, requests: int, micro: int, context: float) -> float:
-        return sum(sum(self._priced(part).values()) for part in self._draft_raw(requests, micro, context))
+        """`_draft_raw` priced and summed. A drafter of its own layers only (EAGLE) is
+        priced without building its rooflines: its GEMM and attention sums go to
+        `roofline.price` (``summed``), with its collectives and kernels, in the order and
+        arithmetic of the raw step's (a replay asks a new decode context almost every step)."""
+        plan, depth = self._plan, self._depth
+        if self._eagle is None or plan.target_layers_per_draft or plan.target_layers_once or depth == 0 \
+                or plan.is_free:
+            return sum(sum(self._priced(part).values()) for part in self._draft_raw(requests, micro, context))
+        bw, cp, bpu = self.calibration.bandwidth, self.calibration.compute, self._bytes_per_us
+        gemm, ops = self._eagle
+        memory, compute = gemm.parts(requests, bpu)
+        gemm_us = depth * max(bw * memory, cp * compute)
+        attention = 0.0
+        for op in ops:
+            memory, compute = op.decode_parts(requests, context, 1, self._bf16_flops, bpu)
+            attention += depth * max(bw * memory, cp * compute)
+        kernels = depth * EAGLE3_KERNELS_PER_LAYER
+        if self._draft_head is not None:
+            memory, compute = self._draft_head.parts(micro, bpu)
+            gemm_us += depth * max(bw * memory, cp * compute)
+            kernels = kernels + depth * DRAFT_HEAD_KERNELS
+        if plan.fusion_params_once:
+            params = plan.fusion_params_once / self._atp
+            memory, compute = gemm_parts(requests, params, params * BF16_BYTES, 0.0, self._bf16_flops, bpu,
+                                         tile_rows=self._tile)
+            gemm_us += max(bw * memory, cp * compute)
+        comm = depth * (2 * self._comm.attention_ar.us(requests * self._comm.hidden_bytes_per_token))
+        raw = RawStep(comm_us=comm, kernels=kernels)
+        return sum(price(raw, self.calibration, self._launch_us, summed=(gemm_us, attention, 0.0)).values())
 
     def _decode_terms(self, batch: int, context: float) -> tuple[float, ...]:
         """The decode step's terms; memoised per (batch, context): a steady state asks for

@@ -121,6 +121,25 @@ def test_a_drafters_prefill_is_its_raw_steps_priced_to_the_bit(layout, calibrati
         assert expected > 0
 
 
+@pytest.mark.parametrize("model_name", ("Kimi-K3", "DeepSeek-R1", "gpt-oss-120b"))
+@pytest.mark.parametrize("layout", LAYOUTS + (MTP,), ids=lambda layout: layout[1] + "-" + str(sorted(layout[2])))
+@pytest.mark.parametrize("calibration", (None, CALIBRATED), ids=("physics", "calibrated"))
+def test_a_drafters_decode_pass_is_its_raw_steps_priced_to_the_bit(model_name, layout, calibration):
+    """An EAGLE drafter's decode pass is priced from its GEMM and attention sums, its
+    collectives and kernels, as `roofline.price` prices `_draft_raw`; a drafter that runs
+    target layers keeps the raw path."""
+    cluster, engine, levers = layout
+    config = Configuration(**levers)
+    pools = pool_configs(config)
+    model = SimulateStepModel(load_card(model_name), parse_cluster(cluster), engine,
+                              config if pools is None else pools[-1],
+                              **({} if calibration is None else {"calibration": calibration}))
+    for requests, micro, context in ((1, 1, 0.0), (3, 24, 1500.0), (64, 512, 65536.0), (511, 4088, 99.5)):
+        expected = sum(sum(model._priced(raw).values()) for raw in model._draft_raw(requests, micro, context))
+        assert model._draft_us(requests, micro, context) == expected
+        assert expected > 0
+
+
 class _Unit:
     def __init__(self, requests: int, tokens: int, prefill: int) -> None:
         self.num_requests, self.outstanding_tokens, self.outstanding_prefill_tokens = requests, tokens, prefill
