@@ -22,9 +22,8 @@ whole load (``exposed_us``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from predictor.sim.radix_cache import LeafFirstCache
 from predictor.sim.request import Request
@@ -108,7 +107,7 @@ class SharedHostPool:
             self.cache.evict(overflow)
 
 
-def _checkpoint_ids(ids: np.ndarray, blocks: int, checkpoint_blocks: int) -> range:
+def _checkpoint_ids(ids: Sequence[int], blocks: int, checkpoint_blocks: int) -> range:
     """The ids of the checkpoint stored with ``ids[:blocks]`` (derived from its last block);
     a range, never listed: a lookup reads a few of them (`LeafFirstCache.continues`), a
     store keeps the range as its node's run."""

@@ -15,6 +15,7 @@ eager CPU issue time its GPU work does not hide, and each step ``fixed_us``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from predictor.step.calibration import Calibration
@@ -64,6 +65,16 @@ def launch_us(kernels: float, issued: float, per_kernel_us: float, busy_us: floa
     """The launch floor plus the eager issue time the GPU's busy time does not hide."""
     floor = kernels * per_kernel_us
     return floor + max(0.0, issued * EAGER_CPU_US_PER_KERNEL - (busy_us + floor))
+
+
+def rooflines_us(parts: Iterable[tuple[float, float]], cal: Calibration, weight: float = 1.0) -> float:
+    """``weight * max(bandwidth * memory, compute * compute_us)`` over (memory, compute)
+    parts, summed in order from 0.0 as :func:`price` sums one term's rooflines (the same
+    float: a caller may price parts without building their rooflines)."""
+    bw, cp, total = cal.bandwidth, cal.compute, 0.0
+    for memory, compute in parts:
+        total += weight * max(bw * memory, cp * compute)
+    return total
 
 
 def price(raw: RawStep, cal: Calibration, per_kernel_us: float,

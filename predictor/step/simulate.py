@@ -61,7 +61,7 @@ from predictor.step.operators import (
     resolve_precisions,
 )
 from predictor.step.residual import DecodeResidual, PrefillResidual
-from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price
+from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price, rooflines_us
 from predictor.step.speculation import NGRAM_DEFAULT_SOURCE, SpecMethod, acceptance_curve, drafter_plan
 from predictor.step.transfer import pipeline_overhead_us
 
@@ -176,6 +176,9 @@ class SimulateStepModel:
         self.curve = acceptance_curve(card.name, self._spec, entropy, override=acceptance)
         self.tokens_per_step = self.curve.length(self._depth)
         self._eagle = self._build_eagle() if self._plan.dense_layers_per_draft else None
+        # a drafter of its own layers only: priced without building raw steps (`_draft_us`)
+        self._eagle_only = (self._eagle is not None and self._depth > 0 and not self._plan.is_free
+                            and not self._plan.target_layers_per_draft and not self._plan.target_layers_once)
         vocab = self._plan.lm_head_vocab
         self._draft_head = None if not vocab else self._lm_head if vocab == card.vocab_size else self._head_gemm(vocab)
         sizes = CAPTURE_SIZES if captured_sizes is None else tuple(sorted(captured_sizes))
@@ -362,15 +365,13 @@ class SimulateStepModel:
         """``price(body_raw(rank_rows, stage_rows))`` without building the GEMMs' rooflines:
         their priced sums handed to `price` (a mixed step's body is asked at a new row count
         almost every step of a replay, so its rooflines would be built once and dropped)."""
-        bw, cp, bpu = self.calibration.bandwidth, self.calibration.compute, self._bytes_per_us
-        gemm = expert = permutation = moe_rows = 0.0
-        for g in self._gemms:
-            memory, compute = g.parts(rank_rows, bpu)
-            gemm += max(bw * memory, cp * compute)
+        bpu = self._bytes_per_us
+        gemm = rooflines_us([g.parts(rank_rows, bpu) for g in self._gemms], self.calibration)
+        expert = permutation = moe_rows = 0.0
         parts = self._moe_parts(stage_rows)
         if parts is not None:
             memory, compute, permutation, moe_rows = parts
-            expert = max(bw * memory, cp * compute)
+            expert = rooflines_us(((memory, compute),), self.calibration)
         rest = RawStep((), *self._body_rest(rank_rows, stage_rows, None, permutation, moe_rows))
         return price(rest, self.calibration, self._launch_us, summed=(gemm, 0.0, expert))
 
@@ -513,20 +514,14 @@ class SimulateStepModel:
         is a GEMM and attention rooflines with no launches, elementwise work or collectives,
         so it is priced directly, in `roofline.price`'s arithmetic and order (every other
         term is an exact zero; a replay prices a new prompt length almost every prefill)."""
-        plan = self._plan
-        if self._depth == 0 or plan.is_free:
-            return 0.0
-        if self._eagle is None or plan.target_layers_per_draft + plan.target_layers_once:
+        if not self._eagle_only:
             return sum(sum(self._priced(raw).values())
                        for raw in self._draft_prefill_raw(rank_tokens, tokens, rank_seqs, context))
         gemm, ops = self._eagle
-        bw, cp = self.calibration.bandwidth, self.calibration.compute
-        memory, compute = gemm.parts(rank_tokens, self._bytes_per_us)
-        head = max(bw * memory, cp * compute)
-        attention = 0.0
-        for op in ops:
-            memory, compute = op.prefill_parts(rank_tokens, rank_seqs, context, self._bf16_flops, self._bytes_per_us)
-            attention += max(bw * memory, cp * compute)
+        bpu = self._bytes_per_us
+        head = rooflines_us((gemm.parts(rank_tokens, bpu),), self.calibration)
+        attention = rooflines_us([op.prefill_parts(rank_tokens, rank_seqs, context, self._bf16_flops, bpu)
+                                  for op in ops], self.calibration)
         return head + attention
 
     def _pipeline_us(self, clients: int, micro_batch_tokens: float, with_host: bool = True) -> float:
@@ -612,31 +607,25 @@ class SimulateStepModel:
         priced without building its rooflines: its GEMM and attention sums go to
         `roofline.price` (``summed``), with its collectives and kernels, in the order and
         arithmetic of the raw step's (a replay asks a new decode context almost every step)."""
-        plan, depth = self._plan, self._depth
-        if self._eagle is None or plan.target_layers_per_draft or plan.target_layers_once or depth == 0 \
-                or plan.is_free:
+        if not self._eagle_only:
             return sum(sum(self._priced(part).values()) for part in self._draft_raw(requests, micro, context))
-        bw, cp, bpu = self.calibration.bandwidth, self.calibration.compute, self._bytes_per_us
+        plan, depth, cal, bpu = self._plan, self._depth, self.calibration, self._bytes_per_us
         gemm, ops = self._eagle
-        memory, compute = gemm.parts(requests, bpu)
-        gemm_us = depth * max(bw * memory, cp * compute)
-        attention = 0.0
-        for op in ops:
-            memory, compute = op.decode_parts(requests, context, 1, self._bf16_flops, bpu)
-            attention += depth * max(bw * memory, cp * compute)
+        gemms = [gemm.parts(requests, bpu)]           # the raw step's GEMM rooflines, in its order
         kernels = depth * EAGLE3_KERNELS_PER_LAYER
         if self._draft_head is not None:
-            memory, compute = self._draft_head.parts(micro, bpu)
-            gemm_us += depth * max(bw * memory, cp * compute)
+            gemms.append(self._draft_head.parts(micro, bpu))
             kernels = kernels + depth * DRAFT_HEAD_KERNELS
+        gemm_us = rooflines_us(gemms, cal, depth)
         if plan.fusion_params_once:
             params = plan.fusion_params_once / self._atp
-            memory, compute = gemm_parts(requests, params, params * BF16_BYTES, 0.0, self._bf16_flops, bpu,
-                                         tile_rows=self._tile)
-            gemm_us += max(bw * memory, cp * compute)
+            gemm_us += rooflines_us((gemm_parts(requests, params, params * BF16_BYTES, 0.0, self._bf16_flops, bpu,
+                                                tile_rows=self._tile),), cal)
+        attention = rooflines_us([op.decode_parts(requests, context, 1, self._bf16_flops, bpu) for op in ops],
+                                 cal, depth)
         comm = depth * (2 * self._comm.attention_ar.us(requests * self._comm.hidden_bytes_per_token))
         raw = RawStep(comm_us=comm, kernels=kernels)
-        return sum(price(raw, self.calibration, self._launch_us, summed=(gemm_us, attention, 0.0)).values())
+        return sum(price(raw, cal, self._launch_us, summed=(gemm_us, attention, 0.0)).values())
 
     def _decode_terms(self, batch: int, context: float) -> tuple[float, ...]:
         """The decode step's terms; memoised per (batch, context): a steady state asks for
@@ -702,10 +691,7 @@ class SimulateStepModel:
         body = self._body_terms(rank_tokens, tokens)
         head, step = self._prefill_fixed_priced(tokens, seqs)
         attention_parts = self._prefill_attention_parts(rank_tokens, rank_seqs, context)
-        bw, cp = self.calibration.bandwidth, self.calibration.compute
-        attention = 0.0              # `roofline.price`'s attention term of these parts, in its order
-        for memory, compute in attention_parts:
-            attention += max(bw * memory, cp * compute)
+        attention = rooflines_us(attention_parts, self.calibration)
         draft = self._draft_prefill_us(rank_tokens, tokens, rank_seqs, context)
         comm = body["communication"] + self._dwdp_exposed_us(num_tokens, num_seqs, context, attention_parts)
         terms = (body["gemm"] + head["gemm"], attention, body["moe"], comm,
@@ -742,10 +728,9 @@ class SimulateStepModel:
         rank_prefill = self._prefill_rank(tokens, prompts)[0] if prompts else -(-tokens // self._dp)
         gemm, moe, comm, launch, other = self._body(rank_prefill + requests * q, tokens + micro * q)
         head_gemm, head_other, head_launch = self._head(micro * q + 1)
-        bw, cp = self.calibration.bandwidth, self.calibration.compute
-        prefill_attention = sum(max(bw * m, cp * c) for m, c in (
-            op.prefill_parts(rank_prefill, 1, prefill_context, self._bf16_flops, self._bytes_per_us)
-            for op in self._attention))
+        prefill_attention = rooflines_us([op.prefill_parts(rank_prefill, 1, prefill_context, self._bf16_flops,
+                                                           self._bytes_per_us) for op in self._attention],
+                                         self.calibration)
         # The decode part's attention and drafting are the decode step's own at this batch
         # (memoised there: a replay's mixed steps each carry a new prefill size, not batch).
         decode = self._decode_terms(int(decode_batch), context)

@@ -52,11 +52,14 @@ LAYOUTS = (   # (cluster, engine, levers): speculative, DWDP prefill, DEP decode
 )
 
 
-def step_model(cluster: str, engine: str, levers: dict) -> SimulateStepModel:
+def step_model(cluster: str, engine: str, levers: dict, *, model: str = "Kimi-K3", pool: int = 0,
+               calibration: Calibration | None = None) -> SimulateStepModel:
+    """The layout's step model (a split: its ``pool``, 0 the prefill pool, -1 the decode)."""
     config = Configuration(**levers)
     pools = pool_configs(config)
-    return SimulateStepModel(load_card("Kimi-K3"), parse_cluster(cluster), engine,
-                             config if pools is None else pools[0])   # a split: its prefill pool
+    return SimulateStepModel(load_card(model), parse_cluster(cluster), engine,
+                             config if pools is None else pools[pool],
+                             **({} if calibration is None else {"calibration": calibration}))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout[1] + "-" + str(sorted(layout[2])))
@@ -86,12 +89,7 @@ def test_a_priced_body_is_its_raw_step_priced_to_the_bit(layout, calibration):
     `_body_priced_now` prices it without building the raw step's rooflines, in the same
     arithmetic and order as `roofline.price` of `body_raw` (MoE and dense GEMMs, the
     expert term, fusions, eager issue, captured and not)."""
-    cluster, engine, levers = layout
-    config = Configuration(**levers)
-    pools = pool_configs(config)
-    model = SimulateStepModel(load_card("Kimi-K3"), parse_cluster(cluster), engine,
-                              config if pools is None else pools[0],
-                              **({} if calibration is None else {"calibration": calibration}))
+    model = step_model(*layout, calibration=calibration)
     for rank_rows in (1, 3, 64, 65, 257, 511, 4097, 12345):
         for stage_rows in (rank_rows, 8 * rank_rows):
             assert model._body_priced_now(rank_rows, stage_rows) == price(
@@ -107,12 +105,7 @@ MTP = ("gb300x4x8", "sglang", {"tp": 8, "spec_method": "mtp", "spec_depth": 2}) 
 def test_a_drafters_prefill_is_its_raw_steps_priced_to_the_bit(layout, calibration):
     """An EAGLE drafter's prompt pass is priced without building its raw step, as
     `roofline.price` sums it; a drafter that runs target layers keeps the raw path."""
-    cluster, engine, levers = layout
-    config = Configuration(**levers)
-    pools = pool_configs(config)
-    model = SimulateStepModel(load_card("Kimi-K3"), parse_cluster(cluster), engine,
-                              config if pools is None else pools[0],
-                              **({} if calibration is None else {"calibration": calibration}))
+    model = step_model(*layout, calibration=calibration)
     shapes = ((1, 1, 0.0), (300, 1, 0.0), (4097, 3, 1500.0), (8192, 2, 65536.0), (511, 7, 99.5))
     for rank_tokens, seqs, context in shapes:
         expected = sum(sum(model._priced(raw).values())
@@ -128,12 +121,7 @@ def test_a_drafters_decode_pass_is_its_raw_steps_priced_to_the_bit(model_name, l
     """An EAGLE drafter's decode pass is priced from its GEMM and attention sums, its
     collectives and kernels, as `roofline.price` prices `_draft_raw`; a drafter that runs
     target layers keeps the raw path."""
-    cluster, engine, levers = layout
-    config = Configuration(**levers)
-    pools = pool_configs(config)
-    model = SimulateStepModel(load_card(model_name), parse_cluster(cluster), engine,
-                              config if pools is None else pools[-1],
-                              **({} if calibration is None else {"calibration": calibration}))
+    model = step_model(*layout, model=model_name, pool=-1, calibration=calibration)
     for requests, micro, context in ((1, 1, 0.0), (3, 24, 1500.0), (64, 512, 65536.0), (511, 4088, 99.5)):
         expected = sum(sum(model._priced(raw).values()) for raw in model._draft_raw(requests, micro, context))
         assert model._draft_us(requests, micro, context) == expected
