@@ -15,9 +15,10 @@ which the DES's llamacpp profile also applies), prefix caching off (unique promp
 Points (none measured by the harvest): a prompt length between the sweep's (384), an
 output length 4x the sweep's (128), a closed loop of 4 clients, and 16 clients, twice
 the widest decode wave. Every request decodes at least the harvest's 32-token wave: on
-this CPU the first gaps after a prefill are slow (2026-12-05, one engine thread, prompt
-64, medians over 12 requests by position: 19.7, 19.5, 18.6, 17.2, 15.4 ms, then 13-15
-ms), so a 16-token request's median gap reads that ramp where a wave's does not. A CI
+this guest the first gaps after a prefill can be slow (2026-12-05 02:26, one engine
+thread, prompt 64, medians over 12 requests by position: 19.7, 19.5, 18.6, 17.2, 15.4 ms,
+then 13-15 ms; at 02:48 every position measured 19.4-20.7 ms: the host's speed, not the
+engine's), so a 16-token request's median gap can read that ramp where a wave's does not. A CI
 run on e7eea89 failed on it: the own point (then 16 tokens) measured its TPOT 8-35% above
 the anchor's on every try while the 32- and 128-token points matched it within 3% raw,
 so its speed put the output-128 point's TPOT 23% high. Tolerances (bounds on predicted /
@@ -78,7 +79,7 @@ THREADS = 1                          # one engine thread: the client and the OS 
 # batch, a CI run on 8898b8a priced it 24% high at the machine's speed (the other points
 # within 10%), one of the runs before 18% low.
 HARVEST_DECODE_TOKENS, HARVEST_WAVES = 32, 5
-# Every request decodes at least a wave's 32 tokens: the first 5-10 gaps after a prefill are
+# Every request decodes at least a wave's 32 tokens: the first 5-10 gaps after a prefill can be
 # slow here (module docstring), and a 16-token request's median gap reads them.
 POINTS = (
     LoopPoint("prompt 384 (sweep 64, 256)", clients=1, requests_per_client=6, prompt_tokens=384, output_tokens=32),
