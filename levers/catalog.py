@@ -312,7 +312,8 @@ LEVERS: tuple[Lever, ...] = (
           "recipe:NAME (a published checkpoint of the card) and COMPONENT:DTYPE items joined by '+' "
           "(attention, dense_mlp, shared_experts, embeddings, drafter; levers.precision)",
           _each(DTYPES), optional=True),
-    Lever(14, "activation_dtype", _A, "GEMM activation precision (unset: follows weights, bf16 for fp4)",
+    Lever(14, "activation_dtype", _A, "GEMM activation precision; a GEMM whose weights are wider keeps their "
+          "width (no W8A4 or W16A8 kernel) (unset: follows weights, bf16 for fp4)",
           _each(DTYPES), optional=True),
     Lever(15, "expert_dtype", _A, "routed experts (unset: checkpoint)", _each(DTYPES), optional=True),
     Lever(16, "kv_cache_dtype", _A, "KV cache precision; also sizes the pool", _each(("bf16", "fp8")),

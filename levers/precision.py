@@ -32,6 +32,7 @@ from levers.inputs import quote
 
 LEVER = "weight_dtype"
 BASE_DTYPES = ("bf16", "fp8", "fp4")
+DTYPE_BITS = {"bf16": 16, "fp8": 8, "fp4": 4}   # a compute dtype's width
 FP4_FORMATS = ("nvfp4", "mxfp4")
 WEIGHT_DTYPES = BASE_DTYPES + FP4_FORMATS
 COMPONENT_NAMES = ("attention", "dense_mlp", "shared_experts", "embeddings", "drafter")
@@ -103,6 +104,16 @@ def canonical_weight_dtype(raw: Any) -> str | None:
 def base_dtype(dtype: str) -> str:
     """The compute dtype of a storage precision: an explicit FP4 format computes as fp4."""
     return "fp4" if dtype in FP4_FORMATS else dtype
+
+
+def gemm_activation(activation: str, weight: str) -> str:
+    """The activations a GEMM over ``weight`` (a compute dtype) runs when ``activation``
+    is asked: the asked ones, or the weights' own width where that is wider. No kernel
+    takes activations narrower than its weights (W8A4, W16A8), so an engine keeps those
+    layers at their weights' width (vLLM's per-layer `--quantization-config`, a
+    checkpoint's excluded modules): fp4 activations over fp8 attention projections and
+    fp4 experts run W8A8 attention and W4A4 experts (METHOD §3.2a)."""
+    return weight if DTYPE_BITS[weight] > DTYPE_BITS[activation] else activation
 
 
 def _recipe_name(name: str, raw: Any) -> str:

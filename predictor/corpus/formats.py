@@ -61,6 +61,7 @@ from levers.catalog import Engine, format_layout, get_lever, parse_layout
 from levers.configuration import Configuration
 from levers.errors import InputError
 from levers.inputs import parse_number, quote
+from levers.precision import DTYPE_BITS
 from predictor.cards.registry import ModelCard, load_card
 from predictor.corpus.row import (
     CorpusRow,
@@ -83,7 +84,6 @@ Raw = Mapping[str, str]
 MAX_COUNT = 16_777_216           # tokens, GPUs, clients: beyond every real run
 MAX_METRIC = 1e9                 # ms or tokens/s: beyond every real run (11 days, 1e9 tok/s/GPU)
 MAX_CONCURRENCY = 65_536         # the concurrency lever's range
-_WIDTH_BITS = {"bf16": 16, "fp8": 8, "fp4": 4}
 _LABELS = {"": None, "none": None, "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8",
            "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "int4": "fp4", "int4_wo": "fp4"}
 _WEIGHT_ONLY = frozenset({"int4", "int4_wo"})
@@ -146,7 +146,7 @@ def _need(header: list[str], path: str, groups: tuple[tuple[str, ...], ...]) -> 
 # --- the rules shared by every format --------------------------------------------------------
 
 def _narrower(a: str, b: str) -> str:
-    return a if _WIDTH_BITS[a] <= _WIDTH_BITS[b] else b
+    return a if DTYPE_BITS[a] <= DTYPE_BITS[b] else b
 
 
 def _label(text: str, what: str) -> str | None:

@@ -9,7 +9,7 @@ so the weights are spread over fewer GPUs) and `plan_harvest` must accept it (wh
 A precision the engine cannot quantize to online (anything on TensorRT-LLM; a slot the
 checkpoint already holds quantized on vLLM) is measured from a checkpoint quantized to
 it: the command then names it `--model-path QUANTIZED_CHECKPOINT`, a placeholder to
-replace. A combination no kernel runs (W16A8 on vLLM: `NoKernel`) gets no command.
+replace.
 
 When the one-node reduction does not fit in memory and the cluster's scale-up domain
 spans nodes (GB300 NVL72: trays of 4 GPUs in one NVLink domain of 72), the narrowest
@@ -30,7 +30,6 @@ from predictor.cards.registry import ModelCard
 from predictor.feasibility import check_configuration
 from predictor.hardware import Cluster
 from predictor.harvest.plan import HarvestRequest, plan_harvest
-from predictor.harvest.quantization import NoKernel
 from predictor.harvest.reduce import Reduction, anchor_layouts, harvest_command, harvest_config_text
 
 CHECK_PORT = 8000                                # a validation-only plan binds nothing
@@ -82,7 +81,7 @@ def _checked(engine: Engine | str, model: str, cluster: Cluster, reduction: Redu
     extra = (f"--endpoint {endpoint}",) if endpoint else ()
     problem = _plan_problem(engine, model, cluster, reduction.config, endpoint, None)
     asked = {name: getattr(reduction.config, name) for name in PRECISION_LEVERS if getattr(reduction.config, name)}
-    if problem and asked and endpoint is None and not isinstance(problem, NoKernel) \
+    if problem and asked and endpoint is None \
             and not _plan_problem(engine, model, cluster, reduction.config, None, QUANTIZED_CHECKPOINT):
         wanted = ", ".join(f"{k}={v}" for k, v in asked.items())
         notes += (f"{engine} cannot quantize to {wanted} at launch: serve a checkpoint of {model} that holds it "

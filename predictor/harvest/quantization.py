@@ -12,11 +12,13 @@ this for activations of MXFP4 MoE checkpoints).
 
 Our levers map as: `weight_dtype` -> the linear (attention, dense MLP, shared expert)
 weights, `expert_dtype` -> the MoE weights, `activation_dtype` -> the activations of
-both (unset: fp8 with fp8 weights, else bf16; PRODUCT.md §3). fp4 is MXFP4, the format
-vLLM quantizes online on both AMD (MI355X) and NVIDIA Blackwell. Refused: a new weight
-precision for a slot the checkpoint already holds quantized (online quantization starts
-from BF16; serve a checkpoint with the asked precision instead, `--model-path`), and
-activations narrower than their weights (W16A8, W8A4: no such GEMM).
+both (unset: fp8 with fp8 weights, else bf16; PRODUCT.md §3), where the slot's weights
+are no wider: a slot whose weights are wider keeps their width, as the step model prices
+it (`levers.precision.gemm_activation`: no GEMM runs W16A8 or W8A4), so fp8 activations
+on Kimi-K3 leave its BF16 linear layers alone and run its fp4 experts W4A8. fp4 is MXFP4,
+the format vLLM quantizes online on both AMD (MI355X) and NVIDIA Blackwell. Refused: a new
+weight precision for a slot the checkpoint already holds quantized (online quantization
+starts from BF16; serve a checkpoint with the asked precision instead, `--model-path`).
 """
 
 from __future__ import annotations
@@ -24,15 +26,11 @@ from __future__ import annotations
 import json
 
 from levers.errors import InputError
+from levers.precision import gemm_activation
 
 WEIGHT_KEYS = {"bf16": None, "fp8": "fp8_per_block_static", "fp4": "mxfp4"}
 ACTIVATION_KEYS = {"bf16": None, "fp8": "fp8_per_block_dynamic", "fp4": "mxfp4"}
 FP4_MOE_FP8_ACTIVATION = "mxfp8"          # vLLM's W4A8 MoE path (MXFP4 weights, MXFP8 activations)
-BITS = {"bf16": 16, "fp8": 8, "fp4": 4}
-
-
-class NoKernel(InputError):
-    """A precision combination no GEMM runs (no checkpoint can hold it either)."""
 
 
 def _effective_activation(weight: str, activation: str | None) -> str:
@@ -41,6 +39,7 @@ def _effective_activation(weight: str, activation: str | None) -> str:
 
 def _slot(kind: str, weight: str, native_weight: str | None, activation: str, native_activation: str) -> dict | None:
     """One layer kind's {weight, activation}, or None when it stays as the checkpoint has it."""
+    activation = gemm_activation(activation, weight)
     if weight == native_weight and activation == native_activation:
         return None
     if native_weight not in (None, "bf16") and weight != native_weight:
@@ -48,11 +47,6 @@ def _slot(kind: str, weight: str, native_weight: str | None, activation: str, na
                          f"{weight} {kind} weights: the checkpoint holds them in {native_weight} and vLLM "
                          "quantizes only BF16 weights online",
                          f"{native_weight}, or --model-path to a checkpoint that holds {weight}")
-    if BITS[activation] < BITS[weight]:
-        lever = "weight_dtype" if kind == "linear" else "expert_dtype"
-        raise NoKernel("--config activation_dtype",
-                       f"{activation} activations on {weight} {kind} weights: vLLM has no such GEMM",
-                       f"activations at least as wide as the weights, or {lever}={activation} as well")
     activation_key = ACTIVATION_KEYS[activation]
     if kind == "moe" and weight == "fp4" and activation == "fp8":
         activation_key = FP4_MOE_FP8_ACTIVATION

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype
+from levers.precision import gemm_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.cards.precision import config_dtypes
 from predictor.cards.weights import BF16_BYTES
@@ -252,9 +253,11 @@ class Precisions:
     Every weight component at its own stored precision (`predictor.cards.precision`:
     native dtypes, a recipe, the lever's items, ``expert_dtype``); ``weight`` is the
     attention projections' compute dtype, ``expert`` the routed experts'. An unset
-    activation dtype is fp8 when the attention projections are fp8, else bf16. GEMMs
-    compute at the activation dtype's peak: fp4 or fp8 weights with bf16 activations are
-    weight-only quantisation (bytes shrink, compute stays bf16).
+    activation dtype is fp8 when the attention projections are fp8, else bf16. A GEMM
+    computes at its activations' peak (`gemm_activation`): fp4 or fp8 weights with bf16
+    activations are weight-only quantisation (bytes shrink, compute stays bf16), and
+    activations narrower than a GEMM's weights run at the weights' width, since no kernel
+    takes them narrower (`levers.precision.gemm_activation`).
     """
 
     weight: str
@@ -270,10 +273,17 @@ class Precisions:
     dense_mlp_bytes: float = 0.0
     shared_bytes: float = 0.0
     drafter_bytes: float = 2.0    # an EAGLE-3 head's weights (MTP/DSpark are priced as target layers)
+    dense_mlp: str = "bf16"       # compute dtypes of the dense MLP and shared experts
+    shared: str = "bf16"
 
     @property
     def is_low_precision_activation(self) -> bool:
         return self.activation in ("fp8", "fp4")
+
+    def gemm_activation(self, weight: str) -> str:
+        """The activations a GEMM over ``weight``-precision weights runs
+        (`levers.precision.gemm_activation`)."""
+        return gemm_activation(self.activation, weight)
 
 
 def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> Precisions:
@@ -285,4 +295,5 @@ def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> P
     return Precisions(dtypes.compute("attention"), dtypes.compute("routed_experts"), activation, kv,
                       dtypes.compute("embeddings"), at("attention"), at("routed_experts"),
                       dtype_bytes(activation, vendor), dtype_bytes(kv, vendor), at("embeddings"),
-                      at("dense_mlp"), at("shared_experts"), dtype_bytes(dtypes.drafter_dtype("eagle3"), vendor))
+                      at("dense_mlp"), at("shared_experts"), dtype_bytes(dtypes.drafter_dtype("eagle3"), vendor),
+                      dtypes.compute("dense_mlp"), dtypes.compute("shared_experts"))

@@ -44,6 +44,7 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.hardware import Cluster
+from predictor.memory import dtype_bytes
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.comm_cost import CommModel, build_comm_model
 from predictor.step.cost import Mode, StepCost
@@ -150,7 +151,6 @@ class SimulateStepModel:
         gpu = cluster.gpu
         self._precisions = p = resolve_precisions(card, config, gpu.vendor)
         self._bytes_per_us = gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US
-        self._act_flops = gpu.peak_flops(p.activation) / TFLOPS_TO_FLOPS_PER_US
         self._bf16_flops = gpu.peak_flops("bf16") / TFLOPS_TO_FLOPS_PER_US
         self._dp, self._pp, self._tp, self._atp = config.attention_dp, config.pp, config.tp, config.attention_tp
         self._launch_us = gpu.kernel_launch_us if calibration.launch_us is None else calibration.launch_us
@@ -222,13 +222,20 @@ class SimulateStepModel:
                                  captured_sizes=self._captured, first_wave_stall_ms=self.first_wave_stall_ms)
 
     # -- construction ------------------------------------------------------------------
-    def _dense_gemm(self, params: float, inner: float, layers: int, weight_bytes: float) -> _Gemm:
-        p, hidden, sub = self._precisions, self.card.hidden_size, self._subgroup
+    def _gemm_rates(self, weight: str) -> tuple[float, float]:
+        """(activation bytes per value, FLOPs per us) of a GEMM over ``weight``-precision
+        weights: at the activations it runs (`Precisions.gemm_activation`)."""
+        activation = self._precisions.gemm_activation(weight)
+        return (dtype_bytes(activation, self.cluster.gpu.vendor),
+                self.cluster.gpu.peak_flops(activation) / TFLOPS_TO_FLOPS_PER_US)
+
+    def _dense_gemm(self, params: float, inner: float, layers: int, weight_bytes: float, weight: str) -> _Gemm:
+        hidden, sub = self.card.hidden_size, self._subgroup
         if sub > 1:    # TP subgroup: 1/t of the weights over t ranks' rows
             params, inner = params / sub, inner / sub
-        act = hidden * p.activation_bytes + 2 * inner * BF16_BYTES + inner * p.activation_bytes + hidden * BF16_BYTES
-        return _Gemm(layers * params, layers * params * weight_bytes, layers * act, self._act_flops, self._tile,
-                     float(sub))
+        act_bytes, flops = self._gemm_rates(weight)
+        act = hidden * act_bytes + 2 * inner * BF16_BYTES + inner * act_bytes + hidden * BF16_BYTES
+        return _Gemm(layers * params, layers * params * weight_bytes, layers * act, flops, self._tile, float(sub))
 
     def _build_gemms(self) -> tuple[_Gemm, ...]:
         """Attention projections per group (in group order: `prefill_layer_costs` reads them
@@ -238,28 +245,30 @@ class SimulateStepModel:
         mlp_tp = self.config.dense_tp
         hidden = card.hidden_size
         gemms, replicated_parts = [], []
+        act_bytes, flops = self._gemm_rates(p.weight)
         for group in card.attention:
-            act = 2 * hidden * (p.activation_bytes + BF16_BYTES)
+            act = 2 * hidden * (act_bytes + BF16_BYTES)
             if self._subgroup > 1:
                 sharded = (group.params_per_layer - group.replicated_params_per_layer) / atp / self._subgroup
                 gemms.append(_Gemm(group.num_layers * sharded, group.num_layers * sharded * p.weight_bytes,
-                                   group.num_layers * act, self._act_flops, self._tile, float(self._subgroup)))
+                                   group.num_layers * act, flops, self._tile, float(self._subgroup)))
                 replicated = group.num_layers * group.replicated_params_per_layer
-                replicated_parts.append(_Gemm(replicated, replicated * p.weight_bytes, 0.0, self._act_flops, self._tile))
+                replicated_parts.append(_Gemm(replicated, replicated * p.weight_bytes, 0.0, flops, self._tile))
                 continue
             params = group.replicated_params_per_layer + (group.params_per_layer - group.replicated_params_per_layer) / atp
             gemms.append(_Gemm(group.num_layers * params, group.num_layers * params * p.weight_bytes,
-                               group.num_layers * act, self._act_flops, self._tile))
+                               group.num_layers * act, flops, self._tile))
         moe_layers = card.moe_layers if card.is_moe else 0
         dense_layers = card.num_layers - moe_layers
         if dense_layers and card.dense_intermediate_size:
             gemms.append(self._dense_gemm(card.dense_mlp_params_per_layer() / mlp_tp,
-                                          card.dense_intermediate_size / mlp_tp, dense_layers, p.dense_mlp_bytes))
+                                          card.dense_intermediate_size / mlp_tp, dense_layers, p.dense_mlp_bytes,
+                                          p.dense_mlp))
         if moe_layers:
             shared = card.shared_params_per_moe_layer() / mlp_tp
             if shared:
                 inner = card.num_shared_experts * card.shared_intermediate_size / mlp_tp
-                gemms.append(self._dense_gemm(shared, inner, moe_layers, p.shared_bytes))
+                gemms.append(self._dense_gemm(shared, inner, moe_layers, p.shared_bytes, p.shared))
             router = card.router_params_per_moe_layer()
             gemms.append(_Gemm(moe_layers * router, moe_layers * router * BF16_BYTES,
                                moe_layers * (hidden * BF16_BYTES + card.num_experts * FP32_BYTES), self._bf16_flops,
@@ -277,10 +286,10 @@ class SimulateStepModel:
             return None
         moe_tp = max(1, config.moe_tp)
         width, inner = card.expert_hidden_size, card.moe_intermediate_size / moe_tp
-        act = width * p.activation_bytes + 2 * inner * BF16_BYTES + inner * p.activation_bytes + width * BF16_BYTES
+        act_bytes, flops = self._gemm_rates(p.expert)
+        act = width * act_bytes + 2 * inner * BF16_BYTES + inner * act_bytes + width * BF16_BYTES
         return _Moe(card.moe_layers, card.num_experts, card.top_k, config.ep, config.eplb_replicas,
-                    card.expert_params() / moe_tp, card.expert_params(), p.expert_bytes, p.expert, act,
-                    self._act_flops)
+                    card.expert_params() / moe_tp, card.expert_params(), p.expert_bytes, p.expert, act, flops)
 
     def _build_eagle(self) -> tuple[_Gemm, tuple]:
         """EAGLE-3's dense draft layer: a GQA layer (128-dim heads, 8 KV heads) in BF16."""

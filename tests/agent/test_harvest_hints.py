@@ -44,11 +44,11 @@ def test_one_harvest_per_kernel_set_and_width():
               rank_only(tp=8, activation_dtype="fp8"),
               Trial(phase=Phase.SEED, config=Configuration(tp=4), proposed=None, legal=True, mode="anchored")]
     hints = harvest_hints(target, trials)
-    assert len(hints) == 4                            # ngram once (depth 2: the first), eagle3, fp4, W16A8
+    assert len(hints) == 4                            # ngram once (depth 2: the first), eagle3, fp4, W4A8 experts
     assert "spec_method=ngram,spec_depth=2" in hints[0].command
     commands = dry_run_every_command(harvest_plan(target, trials))
-    assert len(commands) == 3 and any("weight_dtype=fp4" in c for c in commands)
-    assert hints[3].command is None and "no such GEMM" in hints[3].problem
+    assert len(commands) == 4 and any("weight_dtype=fp4" in c for c in commands)
+    assert hints[3].command.endswith("activation_dtype=fp8") and hints[3].problem is None
 
 
 def test_pools_of_one_layout_share_a_harvest():

@@ -11,12 +11,13 @@ from levers.catalog import Engine
 from levers.configuration import Configuration, parse_config_text
 from levers.errors import InputError
 from levers.legality import effective_activation_dtype, structural_reasons
-from levers.precision import canonical_weight_dtype, parse_weight_spec
+from levers.precision import canonical_weight_dtype, gemm_activation, parse_weight_spec
 from predictor.cards.precision import component_dtypes
 from predictor.cards.registry import load_card
 from predictor.hardware import parse_cluster
 from predictor.memory import memory_breakdown
 from predictor.step.operators import resolve_precisions
+from predictor.step.simulate import SimulateStepModel
 
 GB300 = 298_014_000_000
 NVFP4, MXFP4 = 4.5 / 8, 4.25 / 8
@@ -127,3 +128,22 @@ def test_drafter_weights_and_cache_are_counted():
     mean_layer = sum(v for k, v in none.weights_by_component_bytes.items()
                      if k in ("attention", "dense_mlp", "shared_experts", "routed_experts", "other")) / card.num_layers
     assert dspark.weights_by_component_bytes["drafter"] == pytest.approx(3 * mean_layer, rel=0.02)
+
+
+def test_a_gemm_never_runs_activations_narrower_than_its_weights():
+    """METHOD §3.2a: fp4 activations over fp8 attention projections and Kimi-K3's fp4
+    experts price W8A8 attention GEMMs (as fp8 activations do) and W4A4 expert GEMMs (as
+    fp4 weights do); the bf16 shared experts stay bf16 throughout."""
+    assert [gemm_activation(a, w) for a, w in (("fp4", "fp8"), ("fp8", "bf16"), ("fp8", "fp4"), ("bf16", "fp4"))] \
+        == ["fp8", "bf16", "fp8", "bf16"]
+    card, cluster = load_card("kimi-k3"), parse_cluster("b200")
+
+    def prefill_terms(**levers) -> dict[str, float]:
+        model = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, **levers))
+        return dict(model.prefill(16384).terms)
+
+    w8a4 = prefill_terms(weight_dtype="fp8", activation_dtype="fp4")
+    w8a8 = prefill_terms(weight_dtype="fp8", activation_dtype="fp8")
+    w4a4 = prefill_terms(weight_dtype="fp4", activation_dtype="fp4")
+    assert w8a4["gemm"] == w8a8["gemm"] > w4a4["gemm"]
+    assert w8a4["moe"] == w4a4["moe"] < w8a8["moe"]

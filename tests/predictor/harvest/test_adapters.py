@@ -115,8 +115,14 @@ def test_vllm_fp4_on_a_partly_quantized_checkpoint():
     shorthand, config = quantization(KIMI, weight_dtype="fp8", activation_dtype="fp8")
     assert shorthand is None and config["moe"] == {"weight": None, "activation": "mxfp8"}   # W4A8 experts
     assert config["linear"] == {"weight": "fp8_per_block_static", "activation": "fp8_per_block_dynamic"}
-    with pytest.raises(InputError, match="no such GEMM"):
-        quantization(KIMI, activation_dtype="fp8")                  # W16A8 on the bf16 linear layers
+    # fp8 activations: no GEMM runs W16A8, so the bf16 linear layers keep bf16 (as priced) and only
+    # the fp4 experts take them (W4A8)
+    shorthand, config = quantization(KIMI, activation_dtype="fp8")
+    assert shorthand is None and config == {"moe": {"weight": None, "activation": "mxfp8"}}
+    # fp4 activations on fp8 linear weights: W8A8 linear layers, W4A4 experts (no W8A4 GEMM)
+    shorthand, config = quantization(KIMI, weight_dtype="fp8", activation_dtype="fp4")
+    assert config == {"linear": {"weight": "fp8_per_block_static", "activation": "fp8_per_block_dynamic"},
+                      "moe": {"weight": None, "activation": "mxfp4"}}
     with pytest.raises(InputError, match="holds them in fp4"):
         quantization(KIMI, expert_dtype="fp8")
 

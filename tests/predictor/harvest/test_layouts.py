@@ -67,13 +67,15 @@ def test_tp8_on_gb300_is_reduced_to_one_tray_or_measured_across_the_nvl72_domain
     assert "endpoint" in dry_run(big.command)
 
 
-def test_a_precision_no_launch_can_quantize_names_a_checkpoint_or_says_why_not():
+def test_a_precision_no_launch_can_quantize_names_a_checkpoint():
     trt = harvests("deepseek-r1", "b200x8x2", "trtllm", tp=8, weight_dtype="fp4")[0]
     assert trt.command.endswith("--model-path QUANTIZED_CHECKPOINT")
     assert "precisions as asked, from the checkpoint" in dry_run(trt.command)
-    w16a8 = harvests("kimi-k3", "mi355x", "vllm", tp=8, activation_dtype="fp8")[0]
-    assert w16a8.command is None and "no such GEMM" in w16a8.problem
-    assert w16a8.lines() == [f"# no harvest for {harvest_config_text(w16a8.reduction.config)}: {w16a8.problem}"]
+    # fp8 activations on Kimi-K3 (bf16 linear layers, fp4 experts): no GEMM runs W16A8, so the
+    # linear layers keep bf16 and the experts run W4A8, which vLLM quantizes at launch
+    w4a8 = harvests("kimi-k3", "mi355x", "vllm", tp=8, activation_dtype="fp8")[0]
+    assert w4a8.problem is None and w4a8.command.endswith("activation_dtype=fp8")
+    assert '"moe": {"activation": "mxfp8", "weight": null}' in dry_run(w4a8.command)
 
 
 @pytest.mark.parametrize("config, reduced", [
