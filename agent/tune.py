@@ -41,6 +41,10 @@ from ledgers.lock import LedgerLock
 from ledgers.store import LedgerWriter, load_ledger, resolve_ledger
 from levers.configuration import configuration_from_dict
 from levers.errors import InputError
+from levers.inputs import quote
+from objectives.objectives import resolve_objective
+from objectives.slo import parse_slos
+from predictor.cards.registry import load_card
 
 MAX_BUDGET = 100_000
 
@@ -150,6 +154,7 @@ def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn
     wins over new options."""
     ledger: Ledger = load_ledger(path)
     lm, warnings = _resumed_lm(request, lm, ledger)
+    warnings += _overridden(request, ledger)
     requested = ledger.budget if request.budget is None else _check_budget(request.budget)
     searched = sum(1 for record in ledger.trials if record.phase != "confirm")
     budget = _check_budget(max(requested, searched))
@@ -169,6 +174,32 @@ def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn
     recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s, replayed=len(trials))
     return _Search(session, recorder, budget, lm, replace(request, no_llm=request.no_llm or ledger.no_llm),
                    question, replay, warnings)
+
+
+def _overridden(request: TuneRequest, ledger: Ledger) -> tuple[str, ...]:
+    """The question options given with ``--resume`` that differ from the ledger's, which
+    wins (module docstring): said, not silently dropped."""
+    objective = None if request.objective == DEFAULT_OBJECTIVE else resolve_objective(request.objective).name
+    given = {"--model": (request.model, ledger.model), "--cluster": (request.cluster, ledger.cluster),
+             "--engine": (request.engine, ledger.engine), "--workload": (request.workload, ledger.workload),
+             "--objective": (objective, ledger.objective),
+             "--slo": (",".join(str(slo) for slo in parse_slos(list(request.slos))) or None, ",".join(ledger.slos)),
+             "--guidance": (request.guidance, ledger.guidance)}
+    ignored = [f"{flag} {quote(asked)} (the ledger's: {quote(kept or 'none')})" for flag, (asked, kept) in given.items()
+               if asked is not None and str(asked).lower() != str(kept).lower() and not _same_model(flag, asked, kept)]
+    if not ignored:
+        return ()
+    return (f"--resume continues the ledger's question; ignored: {'; '.join(ignored)}",)
+
+
+def _same_model(flag: str, asked: str, kept: str | None) -> bool:
+    """An alias of the ledger's model (``kimi-k3`` for Kimi-K3) is the same model."""
+    if flag != "--model" or kept is None:
+        return False
+    try:
+        return load_card(asked).name == kept
+    except InputError:
+        return False
 
 
 def _resumed_lm(request: TuneRequest, configured: LmSettings | None,

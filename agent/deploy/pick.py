@@ -69,7 +69,10 @@ def from_plan(path: str, slot: str | None) -> Pick:
     if slot is None:
         raise InputError("--slot", "a plan-mix report needs the slot to deploy", accepted_list(names))
     model, _, tier = slot.partition("/")
-    wanted = f"{load_card(model).name}/{tier}"
+    try:
+        wanted = f"{load_card(model).name}/{tier}"
+    except InputError:        # not a model at all: the slot is what is wrong, not a --model flag
+        raise InputError("--slot", f"no slot '{slot}' in {path}", accepted_list(names)) from None
     chosen = next((s for s, name in zip(slots, names) if name == wanted), None)
     if chosen is None:
         raise InputError("--slot", f"no slot '{slot}' in {path}" + did_you_mean(wanted, names), accepted_list(names))

@@ -114,3 +114,6 @@ def test_a_slot_that_is_not_there_gets_a_suggestion(tmp_path):
     assert typo.exit_code == 2 and "did you mean 'gpt-oss-120b/interactive'?" in typo.stderr
     empty = deploy("--plan", str(report), "--slot", "gpt-oss-120b/interactive")
     assert empty.exit_code == 2 and "has no pick" in empty.stderr
+    unknown = deploy("--plan", str(report), "--slot", "nosuch/interactive")     # the slot is wrong, not --model
+    assert unknown.exit_code == 2 and unknown.stderr.startswith("error: --slot: no slot 'nosuch/interactive'")
+    assert "gpt-oss-120b/interactive" in unknown.stderr

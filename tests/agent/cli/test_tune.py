@@ -97,3 +97,16 @@ def test_resume_through_the_cli_extends_the_budget():
     first = json.loads(invoke(*QWEN, "--budget", "6", "--json").output)
     resumed = json.loads(invoke("--resume", first["ledger"], "--budget", "10", "--json").output)
     assert resumed["ledger"] == first["ledger"] and resumed["num_trials"] == 10
+    assert resumed["warnings"] == []
+
+
+def test_resume_says_which_options_the_ledgers_question_overrides():
+    first = json.loads(invoke(*QWEN, "--budget", "4", "--json").output)
+    same = json.loads(invoke(*QWEN, "--resume", first["ledger"], "--budget", "5", "--json").output)
+    assert same["warnings"] == []                                  # the ledger's own question, as typed
+    other = json.loads(invoke("--model", "kimi-k3", "--objective", "ttft", "--resume", first["ledger"],
+                              "--budget", "6", "--json").output)
+    assert other["num_trials"] == 6 and len(other["warnings"]) == 1
+    warning = other["warnings"][0]
+    assert warning.startswith("--resume continues the ledger's question; ignored: --model 'kimi-k3'")
+    assert "--objective" in warning and "--slo" not in warning
