@@ -216,7 +216,7 @@ def load_mix_file(path: str | Path) -> MixSpec:
 def parse_mix_text(text: str, source: str = "models.yaml") -> MixSpec:
     data = parse_yaml(text, source, expected="a YAML mapping with a 'models:' list (see examples/models.yaml)")
     if not isinstance(data, dict):
-        raise InputError(source, f"the top level is a {type(data).__name__}, not a mapping",
+        raise InputError(source, "is empty" if data is None else f"the top level is a {type(data).__name__}, not a mapping",
                          "a YAML mapping with a 'models:' list (see examples/models.yaml)")
     try:
         parsed = MixFile.model_validate(data)

@@ -108,6 +108,7 @@ def test_negative_max_gpus_is_rejected_with_what_is_accepted():
 @pytest.mark.parametrize("text, path, words", [
     ("models: []\n", "models.yaml: models", "at least 1"),
     ("- name: kimi-k3\n", "models.yaml", "not a mapping"),
+    ("# nothing yet\n", "models.yaml", "is empty"),
     ("models: [{name: kimi-k3, candidates: everything}]\n", "models.yaml: models[0].candidates", "'auto'"),
     ("models: [{name: kimi-k3, candidates: [{tp: 3}]}]\n", "models.yaml: models[0].candidates[0].tp",
      "legal value"),
