@@ -70,9 +70,10 @@ def from_plan(path: str, slot: str | None) -> Pick:
         raise InputError("--slot", "a plan-mix report needs the slot to deploy", accepted_list(names))
     model, _, tier = slot.partition("/")
     try:
-        wanted = f"{load_card(model).name}/{tier}"
-    except InputError:        # not a model at all: the slot is what is wrong, not a --model flag
-        raise InputError("--slot", f"no slot '{slot}' in {path}", accepted_list(names)) from None
+        model = load_card(model).name
+    except InputError:        # not a model at all: no slot below has it (the slot is wrong, not a --model flag)
+        pass
+    wanted = f"{model}/{tier}"
     chosen = next((s for s, name in zip(slots, names) if name == wanted), None)
     if chosen is None:
         raise InputError("--slot", f"no slot '{slot}' in {path}" + did_you_mean(wanted, names), accepted_list(names))

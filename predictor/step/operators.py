@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype
-from levers.precision import gemm_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.cards.precision import config_dtypes
 from predictor.cards.weights import BF16_BYTES
@@ -254,7 +253,7 @@ class Precisions:
     native dtypes, a recipe, the lever's items, ``expert_dtype``); ``weight`` is the
     attention projections' compute dtype, ``expert`` the routed experts'. An unset
     activation dtype is fp8 when the attention projections are fp8, else bf16. A GEMM
-    computes at its activations' peak (`gemm_activation`): fp4 or fp8 weights with bf16
+    computes at its activations' peak: fp4 or fp8 weights with bf16
     activations are weight-only quantisation (bytes shrink, compute stays bf16), and
     activations narrower than a GEMM's weights run at the weights' width, since no kernel
     takes them narrower (`levers.precision.gemm_activation`).
@@ -279,11 +278,6 @@ class Precisions:
     @property
     def is_low_precision_activation(self) -> bool:
         return self.activation in ("fp8", "fp4")
-
-    def gemm_activation(self, weight: str) -> str:
-        """The activations a GEMM over ``weight``-precision weights runs
-        (`levers.precision.gemm_activation`)."""
-        return gemm_activation(self.activation, weight)
 
 
 def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> Precisions:
