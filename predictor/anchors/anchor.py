@@ -128,6 +128,11 @@ HOST_PER_ENGINE = "host-per-engine"
 # transfer (`predictor.anchors.coverage.transfer_kinds`); a colocated layout it calibrates
 # shows the flag.
 SPLIT_POOL = "split-pool"
+# Anchor flags: a corpus layout seen in only one pool role borrows the other role's sweep
+# from a neighbouring layout (`predictor.corpus.anchors`, step 7), carried across width
+# by a curve rule, not measured on this layout; neither the anchor's fit nor its
+# measured-step corrections read it (`predictor.step.anchored`).
+DECODE_CARRIED, PREFILL_CARRIED = "decode-sweep-carried", "prefill-sweep-carried"
 
 
 class Anchor(_Strict):

@@ -54,7 +54,9 @@ before scoring (`RULE_VERSION`) and is the same for the shipped default anchors
 7. **Missing role.** A layout seen only as a prefill pool (or only as a decode pool)
    borrows the other sweep from the stack's nearest layout that has it, carried across
    width by METHOD §3.1 (Eq. 1) / §3.2, and is flagged `decode-sweep-carried` /
-   `prefill-sweep-carried`.
+   `prefill-sweep-carried`. The carried sweep completes the record; the anchor's fit
+   and its measured-step corrections read only what its own layout measured
+   (`predictor.step.anchored.decode_measurements`).
 Anchors are not full captured sweeps (`is_full_sweep=False`): they cover their own TP
 only (METHOD §4).
 """

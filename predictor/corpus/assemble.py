@@ -12,7 +12,8 @@ from collections import Counter
 
 from levers.catalog import Engine
 from levers.legality import structural_reasons
-from predictor.anchors.anchor import SPLIT_POOL, Anchor, DecodePoint, DecodeSweep, PrefillSweep, Provenance
+from predictor.anchors.anchor import (DECODE_CARRIED, PREFILL_CARRIED, SPLIT_POOL, Anchor, DecodePoint, DecodeSweep,
+                                      PrefillSweep, Provenance)
 from predictor.anchors.store import anchor_id_for, signature_for
 from predictor.cards.registry import load_card
 from predictor.corpus.anchors import (
@@ -148,7 +149,7 @@ def _assemble_all(groups: dict[GroupKey, Group], failures: list[RowFailure], com
                              for r in _rows_of(group)]
                 continue
             decode = carried_decode(decodes[donor.key], donor.key[1][0], key[1][0])
-            group.flags.append("decode-sweep-carried")
+            group.flags.append(DECODE_CARRIED)
             prefill = prefill_sweep(group.prefill_points(), group.fixed_ms)
         if prefill is None:
             donor = _nearest(group, [g for g in groups.values() if g.key in prefills]) or (complete[0] if complete else None)
@@ -156,7 +157,7 @@ def _assemble_all(groups: dict[GroupKey, Group], failures: list[RowFailure], com
                 failures += [RowFailure(r.id, "no prefill data in this stack") for r in _rows_of(group)]
                 continue
             prefill = carried_prefill(prefills[donor.key], donor.key[1][0], key[1][0], group.fixed_ms)
-            group.flags.append("prefill-sweep-carried")
+            group.flags.append(PREFILL_CARRIED)
         anchor = assemble(group, decode, prefill, command_line=command_line)
         anchors.append(anchor)
         by_id[anchor.id] = group
@@ -167,5 +168,5 @@ def rebuild(build: AnchorBuild, command_line: str = "") -> AnchorBuild:
     """Re-assemble after the points of the groups changed (step 6)."""
     groups = {g.key: g for g in build.groups.values()}
     for group in groups.values():
-        group.flags = [f for f in group.flags if f not in ("decode-sweep-carried", "prefill-sweep-carried")]
+        group.flags = [f for f in group.flags if f not in (DECODE_CARRIED, PREFILL_CARRIED)]
     return _assemble_all(groups, list(build.failures), command_line)

@@ -29,7 +29,7 @@ from dataclasses import replace
 from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.analytical import chunks, host_time_ms, single_ttft_ms
-from predictor.anchors.anchor import HOST_PER_ENGINE, Anchor
+from predictor.anchors.anchor import DECODE_CARRIED, HOST_PER_ENGINE, PREFILL_CARRIED, Anchor
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile, load_gpu
 from predictor.sim.scheduler import rank_chunk_tokens
@@ -79,7 +79,10 @@ def anchor_cluster(anchor: Anchor, gpu: GpuProfile) -> Cluster:
 
 
 def decode_measurements(anchor: Anchor) -> list[tuple[int, int, float]]:
-    """(batch, context, step ms) of every decode step the anchor measured."""
+    """(batch, context, step ms) of every decode step the anchor measured (none when its
+    decode sweep was carried from another layout)."""
+    if DECODE_CARRIED in anchor.flags:
+        return []
     if anchor.decode_points:
         return [(p.batch, p.context_tokens, p.step_ms) for p in anchor.decode_points]
     sweep = anchor.decode_sweep
@@ -100,7 +103,8 @@ def anchor_points(anchor: Anchor, model: SimulateStepModel) -> list[Point]:
                     step_ms * US_PER_MS) for batch, context, step_ms in decode_measurements(anchor)]
     chunk = sweep_chunk(model)
     prefill = anchor.prefill_sweep
-    for tokens, ttft_ms in zip(prefill.prompt_tokens, prefill.ttft_ms):
+    measured = () if PREFILL_CARRIED in anchor.flags else zip(prefill.prompt_tokens, prefill.ttft_ms)
+    for tokens, ttft_ms in measured:
         parts = tuple(part for size, prior in chunks(tokens, chunk) for part in model.prefill_raw(size, 1, prior))
         points.append(Point(f"prefill n={tokens}", "prefill", parts, ttft_ms * US_PER_MS, prompt_tokens=tokens))
     return points

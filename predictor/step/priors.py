@@ -35,7 +35,11 @@ the client's, not the model's: AIConfigurator's silicon runs carry TTFT floors o
 TensorRT-LLM: 35-45 ms measured by both, priced 210 ms by a prior pooled over both), so
 a pooled fit's host time prices one harness with the other's. A prediction whose workload
 names its harness (`WorkloadSpec.harness`: a corpus row's source) takes that harness's
-host time for its engine when no anchor calibrates it; otherwise the pooled prior's.
+host time for its engine when no anchor calibrates it; otherwise the pooled prior's when
+its key names the engine, and the documented default (METHOD §3.12) when the lookup fell
+back to a key pooled over engines ("*" or a GPU alone): leaving gpt-oss-120b out of
+InferenceX, such a key priced its vLLM rows with a 29.6 ms host time fitted over
+DeepSeek-R1's SGLang and TensorRT-LLM anchors (leave-model-out TTFT 49.0 -> 34.2%).
 Measured with `score --protocol none` (priors of the other models only): mean TTFT
 43.2 -> 34.9% on AIConfigurator, 37.8 -> 36.5% on InferenceX (docs/SCORES.md).
 
@@ -124,7 +128,7 @@ class Priors:
         found = _first(self.by_key, gpu, engine, dtype)
         host = self.host(harness, engine) if harness else None
         if host is None:
-            return found
+            return found if _names_engine(found.source) else _default_host(found)
         key, (host_ms, per_token, _) = host
         return replace(found, host_ms=host_ms, host_us_per_token=per_token, source=f"{found.source}+host:{key}")
 
@@ -166,6 +170,18 @@ def _first(by_key: dict[str, Calibration], gpu: str, engine: str, dtype: str) ->
         if found is not None:
             return found
     return PHYSICS
+
+
+def _names_engine(source: str) -> bool:
+    """Whether a prior's key (``prior:<key>``) names an engine: host time is the engine's
+    front end's and the client's (METHOD §3.12), so a key pooled over engines ("*" or a
+    GPU alone) does not teach one."""
+    return "/" in source.removeprefix("prior:")
+
+
+def _default_host(found: Calibration) -> Calibration:
+    """``found`` with the documented host time of a model with no anchor (METHOD §3.12)."""
+    return replace(found, host_ms=PHYSICS.host_ms, host_us_per_token=PHYSICS.host_us_per_token)
 
 
 def _round(value: float | None) -> float | None:

@@ -96,6 +96,42 @@ def test_factors_stay_physical_whatever_the_points():
     assert [step.decode_us(b, 1024) for b in BATCHES] == sorted(step.decode_us(b, 1024) for b in BATCHES)
 
 
+def test_a_carried_sweep_is_not_read_as_the_layouts_measurement():
+    """A corpus layout seen in one pool role borrows the other role's sweep from a
+    neighbouring layout (`predictor.corpus.anchors`, step 7). Its fit and its measured-step
+    corrections read only what the layout measured: a TP4 decode pool's steps carried to a
+    TP1 prefill pool had fitted that pool's compute at 4.6x the prior and priced its
+    prefill 2.4x slow (gpt-oss-120b on GB200, TensorRT-LLM: 3.3 s TTFT against 0.7 s)."""
+    from predictor.step.anchored import decode_measurements
+
+    anchor = measured(_signature())
+    prefill_pool = anchor.model_copy(update={"flags": ("decode-sweep-carried", "split-pool")})
+    fitted = calibrate(prefill_pool, CARD, "sglang", PHYSICS)
+    assert fitted.points == tuple(f"prefill n={n}" for n in LENGTHS)
+    assert fitted.residuals.num_decode_points == 0 and decode_measurements(prefill_pool) == []
+    decode_pool = anchor.model_copy(update={"flags": ("prefill-sweep-carried", "split-pool")})
+    assert calibrate(decode_pool, CARD, "sglang", PHYSICS).residuals.num_prefill_points == 0
+    assert len(decode_measurements(decode_pool)) == len(BATCHES)
+
+
+def test_the_shipped_gpt_oss_prefill_pool_fits_its_own_prefill():
+    """The embedded anchor of the case above: its compute factor stays physical and an
+    8,192-token prefill of eight 1k prompts takes well under the 71 ms the corpus's
+    saturated runs bound it by (115k prompt tokens/s on that one GPU at 3,072 clients)."""
+    from predictor.anchors.store import AnchorStore
+    from predictor.hardware import load_gpu
+    from predictor.step.anchored import own_model
+    from predictor.step.priors import dtype_class, shipped_priors
+
+    anchor = next(e.anchor for e in AnchorStore.default().entries()
+                  if e.anchor.id.startswith("gb200-trtllm-gpt-oss-120b-bf16-tp1ep1dp1"))
+    sig, card = anchor.signature, load_card("gpt-oss-120b")
+    prior = shipped_priors().seed(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype))
+    fitted = calibrate(anchor, card, sig.engine, prior)
+    assert fitted.compute < 1.5 and fitted.residuals.num_decode_points == 0
+    assert own_model(anchor, card, sig.engine, load_gpu("gb200"), fitted).prefill_us(8192, 8) < 71_000
+
+
 def test_width_transfer_keeps_the_fixed_cost_and_shards_the_weights():
     """Eq. 1 is what the physics does: TP4 -> TP8 shards weight reads and compute, keeps the
     per-kernel cost, adds the collectives; the calibrated TP4 anchor predicts TP8 as the

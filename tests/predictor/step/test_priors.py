@@ -139,3 +139,24 @@ def test_a_pooled_prior_follows_what_its_anchors_share_not_one_unlike_stack():
     sample = [p for f in qwen for p in _spread(f.points, POINTS_PER_ANCHOR) if p.kind == "decode"]
     check = fit_points(sample, prior, load_gpu("h100").kernel_launch_us, source="check", frozen=PARAMS)
     assert check.residuals.decode_median_abs <= 0.10
+
+
+def test_a_prior_pooled_over_engines_keeps_the_documented_host_time():
+    """Host time is the engine's front end's and the client's (METHOD §3.12): a lookup
+    that falls back to a key naming no engine ("*" or a GPU alone) and finds no harness
+    host takes the documented default, not a fit pooled over other engines' front ends
+    (leave-model-out on InferenceX: gpt-oss-120b under vLLM on H100 and H200 priced with
+    a 29.6 ms host time pooled from DeepSeek-R1's SGLang and TensorRT-LLM anchors)."""
+    from predictor.step.calibration import PHYSICS
+    from predictor.step.priors import learn
+
+    fitted = [_fitted("inferencex", "trtllm", "a", 150.0, 6.0), _fitted("inferencex", "sglang", "b", 250.0, 8.0)]
+    priors = learn(fitted, default_launch_us={"h200": 4.0}, pooled=False)
+    pooled_over_engines = priors.lookup("h200", "vllm", "fp8")
+    assert pooled_over_engines.source == "prior:h200"
+    assert (pooled_over_engines.host_ms, pooled_over_engines.host_us_per_token) == (PHYSICS.host_ms,
+                                                                                  PHYSICS.host_us_per_token)
+    assert priors.by_key["h200"].host_ms > 150.0            # the table keeps what it learned
+    more = learn([*fitted, _fitted("inferencex", "trtllm", "c", 50.0, 6.0)], default_launch_us={"h200": 4.0},
+                 pooled=False)
+    assert more.lookup("h200", "trtllm", "fp8").host_ms > 50.0      # a key naming the engine keeps its own
