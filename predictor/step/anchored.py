@@ -97,14 +97,20 @@ def sweep_chunk(model: SimulateStepModel) -> int:
     return rank_chunk_tokens(Engine(model.engine), model.config)
 
 
+def prefill_measurements(anchor: Anchor) -> list[tuple[int, float]]:
+    """(prompt tokens, TTFT ms) of every prefill the anchor measured (none when its prefill
+    sweep was carried from another layout)."""
+    if PREFILL_CARRIED in anchor.flags:
+        return []
+    return list(zip(anchor.prefill_sweep.prompt_tokens, anchor.prefill_sweep.ttft_ms))
+
+
 def anchor_points(anchor: Anchor, model: SimulateStepModel) -> list[Point]:
     """Every point the anchor measured, as raw parts of `model` (its own layout)."""
     points = [Point(f"decode b={batch} ctx={context}", "decode", tuple(model.decode_raw(batch, float(context))),
                     step_ms * US_PER_MS) for batch, context, step_ms in decode_measurements(anchor)]
     chunk = sweep_chunk(model)
-    prefill = anchor.prefill_sweep
-    measured = () if PREFILL_CARRIED in anchor.flags else zip(prefill.prompt_tokens, prefill.ttft_ms)
-    for tokens, ttft_ms in measured:
+    for tokens, ttft_ms in prefill_measurements(anchor):
         parts = tuple(part for size, prior in chunks(tokens, chunk) for part in model.prefill_raw(size, 1, prior))
         points.append(Point(f"prefill n={tokens}", "prefill", parts, ttft_ms * US_PER_MS, prompt_tokens=tokens))
     return points
@@ -257,7 +263,7 @@ def prefill_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibr
 
     def build(model: SimulateStepModel) -> PrefillResidual | None:
         found = []
-        for tokens, ttft_ms in zip(anchor.prefill_sweep.prompt_tokens, anchor.prefill_sweep.ttft_ms):
+        for tokens, ttft_ms in prefill_measurements(anchor):
             host_ms = host_time_ms(model, tokens)
             modelled_ms = single_ttft_ms(model, tokens, sweep_chunk(model)) - host_ms
             if modelled_ms > 0 and ttft_ms > host_ms:

@@ -125,10 +125,10 @@ class Priors:
     def lookup(self, gpu: str, engine: str, dtype: str, harness: str | None = None) -> Calibration:
         """The calibration that prices a model with no anchor (module docstring), with
         ``harness``'s host time when its anchors teach one."""
-        found = _first(self.by_key, gpu, engine, dtype)
+        key, found = _first(self.by_key, gpu, engine, dtype)
         host = self.host(harness, engine) if harness else None
         if host is None:
-            return found if _names_engine(found.source) else _default_host(found)
+            return found if _names_engine(key) else _default_host(found)
         key, (host_ms, per_token, _) = host
         return replace(found, host_ms=host_ms, host_us_per_token=per_token, source=f"{found.source}+host:{key}")
 
@@ -144,7 +144,7 @@ class Priors:
         the anchors' factors, each the typical value of its own efficiency (a pooled fit's
         trade-offs between factors held as a MAP prior pull every anchor's fit toward
         them: cross-width TPOT 3.3 -> 7.3% on InferenceX, 9.9 -> 12.8% on AIConfigurator)."""
-        return _first(self.seeds or self.by_key, gpu, engine, dtype)
+        return _first(self.seeds or self.by_key, gpu, engine, dtype)[1]
 
     def to_json(self) -> dict:
         table = lambda by_key: {k: {**{n: _round(getattr(c, n)) for n in PRIOR_FACTORS},  # noqa: E731
@@ -164,19 +164,20 @@ class Priors:
         return cls(table(data.get("priors", {})), counts, table(data.get("seeds", {})), hosts)
 
 
-def _first(by_key: dict[str, Calibration], gpu: str, engine: str, dtype: str) -> Calibration:
+def _first(by_key: dict[str, Calibration], gpu: str, engine: str, dtype: str) -> tuple[str | None, Calibration]:
+    """(key, calibration) of the most specific key present; (None, the physics defaults)."""
     for key in prior_keys(gpu, engine, dtype):
         found = by_key.get(key)
         if found is not None:
-            return found
-    return PHYSICS
+            return key, found
+    return None, PHYSICS
 
 
-def _names_engine(source: str) -> bool:
-    """Whether a prior's key (``prior:<key>``) names an engine: host time is the engine's
-    front end's and the client's (METHOD §3.12), so a key pooled over engines ("*" or a
-    GPU alone) does not teach one."""
-    return "/" in source.removeprefix("prior:")
+def _names_engine(key: str | None) -> bool:
+    """Whether a prior key names an engine (`prior_keys`: every key with a "/"): host time
+    is the engine's front end's and the client's (METHOD §3.12), so a key pooled over
+    engines ("*" or a GPU alone) does not teach one."""
+    return key is not None and "/" in key
 
 
 def _default_host(found: Calibration) -> Calibration:
