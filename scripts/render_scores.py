@@ -32,7 +32,8 @@ def _cover(value: float | None) -> str:
 
 
 def _absurd(absurd: dict, contradicting: dict, metric: str) -> str:
-    """An absurd count, with how many sit on rows contradicting their chart when any do."""
+    """An absurd count, with how many sit on rows contradicting their chart (or, for TTFT, whose
+    mean a stalled tail holds) when any do."""
     on = contradicting.get(metric, 0)
     return f"{absurd.get(metric, 0)}" + (f" ({on})" if on else "")
 
@@ -40,7 +41,7 @@ def _absurd(absurd: dict, contradicting: dict, metric: str) -> str:
 def table(entries: list[dict]) -> list[str]:
     lines = ["| protocol | targets (anchors) / not expressible | TPOT median (p90) | throughput median | "
              "TTFT median | pair accuracy | 80% coverage TPOT / tput / TTFT | held-out coverage | "
-             "absurd TPOT / tput / TTFT (on rows contradicting their chart) | target |",
+             "absurd TPOT / tput / TTFT (on rows contradicting their chart or stalled) | target |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         cover, absurd = e.get("interval_coverage", {}), e.get("absurd", {})

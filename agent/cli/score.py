@@ -30,7 +30,8 @@ PROTOCOL_HELP = ("Score by protocol instead (anchors on one width / length / loa
                  "others): in-ladder, cross-width, tp4-to-8, cross-length, load, split, precision, none, "
                  "leave-model-out, or all (comma-separated). One table: median and p90 error per metric, pair "
                  "accuracy, 80%-interval coverage, absurd predictions (and how many sit on rows whose TPOT contradicts "
-                 "their own chart; --json lists each), rows that cannot be expressed.")
+                 "their own chart, or, for TTFT, whose mean a stalled tail holds at over 5x the median; --json "
+                 "lists each), rows that cannot be expressed.")
 WHERE_HELP = ("Use the rows matching EXPR as anchor rows (e.g. 'pp=1', 'tp=8,concurrency<=64') instead of the "
               "default rule (alternate concurrencies of each deployment).")
 
@@ -164,7 +165,7 @@ def protocol_table(data: dict) -> Table:
                   ("TPOT % median / p90", "right"), ("out tok/s/GPU % median / p90", "right"),
                   ("mean TTFT % median / p90", "right"), ("pair accuracy", "right"),
                   ("in 80% interval TPOT / tput / TTFT", "right"),
-                  ("absurd (on rows contradicting their chart)", "right")])
+                  ("absurd (on rows contradicting their chart or stalled)", "right")])
     for line in data["protocols"]:
         cover = line["interval_coverage"]
         grid.add_row(

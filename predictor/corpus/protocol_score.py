@@ -30,7 +30,7 @@ from predictor.corpus.protocols import ALL, PROTOCOLS, Protocol, Selection, sele
 from predictor.corpus.refine import REFINE_ROUNDS, predict_row, refine
 from predictor.corpus.row import CorpusRow
 from predictor.corpus.summary import (METRICS, RowKind, RowResult, chart_contradictions, noise_by_config,
-                                      summarize)
+                                      summarize, ttft_stalls)
 from predictor.step.priors import Priors, learn_from_anchors
 from predictor.uncertainty import band_keys
 
@@ -48,11 +48,13 @@ class ProtocolScore:
     num_anchors: int
     failed: tuple[tuple[str, str], ...] = field(default=())
 
-    def summary(self, noise: dict, contradictions: dict[str, str] | None = None) -> dict:
+    def summary(self, noise: dict, contradictions: dict[str, str] | None = None,
+                stalls: dict[str, str] | None = None) -> dict:
         """The protocol's line; ``contradictions``: rows that contradict their own chart
-        (`chart_contradictions`), named beside the absurd predictions on them."""
+        (`chart_contradictions`), ``stalls``: rows whose mean TTFT a stalled tail holds
+        (`ttft_stalls`, for their TTFT only), each named beside the absurd predictions on them."""
         base = summarize(list(self.results), noise)
-        rows = absurd_rows(self.results, contradictions or {})
+        rows = absurd_rows(self.results, contradictions or {}, stalls or {})
         return {
             "protocol": str(self.protocol), "n": len(self.results), "n_anchors": self.num_anchors,
             "n_unexpressed": len(self.unexpressed), "n_failed": len(self.failed),
@@ -100,16 +102,21 @@ def _is_absurd(predicted: float, measured: float) -> bool:
                                                                  measured / predicted) > ABSURD_FACTOR
 
 
-def absurd_rows(results: Iterable[RowResult], contradictions: dict[str, str]) -> list[dict]:
+def absurd_rows(results: Iterable[RowResult], contradictions: dict[str, str],
+                stalls: dict[str, str] | None = None) -> list[dict]:
     """Every absurd prediction (at or below zero, or more than `ABSURD_FACTOR` off) with its
-    row, values and, when the row contradicts its own chart, why (`chart_contradictions`)."""
+    row, values and, when the row contradicts its own chart (`chart_contradictions`) or, for
+    a TTFT, its mean is held by stalled requests (`ttft_stalls`), why."""
     out = []
     for result in results:
         for metric in METRICS:
             pair = result.pair(metric)
             if pair is not None and _is_absurd(*pair):
+                why = contradictions.get(result.id)
+                if why is None and metric == "ttft":
+                    why = (stalls or {}).get(result.id)
                 out.append({"id": result.id, "metric": metric, "predicted": _finite(pair[0]),
-                            "measured": _finite(pair[1]), "chart_contradiction": contradictions.get(result.id)})
+                            "measured": _finite(pair[1]), "chart_contradiction": why})
     return out
 
 
@@ -214,11 +221,11 @@ def parse_protocols(text: str) -> tuple[Protocol, ...]:
 
 def score_protocols(rows: list[CorpusRow], protocols: Iterable[Protocol], **options) -> dict:
     """Every protocol's summary line (module docstring), and its raw residuals."""
-    noise, contradictions = noise_by_config(rows), chart_contradictions(rows)
+    noise, contradictions, stalls = noise_by_config(rows), chart_contradictions(rows), ttft_stalls(rows)
     lines, raw, tiered = [], {}, {}
     for protocol in protocols:
         scored = run_protocol(rows, protocol, **options)
-        lines.append(scored.summary(noise, contradictions))
+        lines.append(scored.summary(noise, contradictions, stalls))
         raw[str(protocol)] = residuals(scored.results)
         tiered[str(protocol)] = tiered_residuals(scored.results)
     return {"protocols": lines, "residuals": raw, "tiered_residuals": tiered}

@@ -108,6 +108,26 @@ def chart_contradictions(rows: list[CorpusRow]) -> dict[str, str]:
     return found
 
 
+# A row whose mean TTFT is more than this many times its median has a tail of stalled
+# requests holding the mean: InferenceX's DeepSeek-R1 FP4 on B200 under SGLang at TP8 and
+# 32 clients measures a 7.0-7.5 s mean in all three runs over a 0.33 s median (p99 69-74 s),
+# ~2% of requests waiting a minute each. No steady state predicts that tail; a row whose
+# median and mean agree within the factor is queueing the model should price.
+STALL_FACTOR = 5.0
+
+
+def ttft_stalls(rows: list[CorpusRow]) -> dict[str, str]:
+    """Rows whose mean TTFT is held by stalled requests (`STALL_FACTOR` over the median),
+    with the figures. Reported beside a protocol's absurd TTFTs, never excluded from it."""
+    found = {}
+    for row in rows:
+        mean, median = row.measured.ttft_ms_mean, row.measured.ttft_ms_median
+        if mean and median and mean > STALL_FACTOR * median:
+            found[row.id] = (f"mean TTFT {mean / 1000:.2f} s is {mean / median:.0f}x its median "
+                             f"{median / 1000:.2f} s: a tail of stalled requests holds the mean")
+    return found
+
+
 def _contradiction(fewer: CorpusRow, more: CorpusRow) -> tuple[float, str, float, float] | None:
     """(ratio, what, slower TPOT, faster TPOT) when ``more`` clients decode more than
     `CONTRADICTION_FACTOR` faster than ``fewer`` (either way round at as many clients)."""

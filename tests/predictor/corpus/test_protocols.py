@@ -6,9 +6,9 @@ from predictor.corpus.protocol_score import run_protocol, score_protocols
 from predictor.corpus.protocols import Protocol
 from predictor.corpus.read import read_corpus
 from predictor.corpus.refine import predict_row
-from predictor.corpus.summary import chart_contradictions
+from predictor.corpus.summary import STALL_FACTOR, chart_contradictions, ttft_stalls
 from tests.fixtures.corpus_edits import (NATIVE_SMALL, native_rows, native_with_fast_row, native_with_slower_repeat,
-                                         write_rows)
+                                         native_with_stalled_row, write_rows)
 
 
 def _two_precisions(tmp_path: Path) -> Path:
@@ -105,3 +105,17 @@ def test_an_absurd_prediction_on_a_contradicting_row_says_so(tmp_path):
     assert on_fast and all(r["chart_contradiction"] for r in on_fast)
     assert line["absurd_on_contradicting_rows"]["tpot"] >= 1
     assert sum(line["absurd"].values()) == len(line["absurd_rows"])
+
+
+def test_an_absurd_ttft_on_a_row_whose_mean_a_stalled_tail_holds_says_so(tmp_path):
+    """A mean TTFT 20x its median is a tail of stalled requests (`STALL_FACTOR`): its absurd
+    TTFT names the stall, while its TPOT and throughput, which the tail does not touch, do not."""
+    assert ttft_stalls(list(read_corpus(NATIVE_SMALL).rows)) == {}
+    near, _ = native_with_stalled_row(tmp_path, STALL_FACTOR * 0.9)
+    assert ttft_stalls(list(read_corpus(near).rows)) == {}
+    path, stalled = native_with_stalled_row(tmp_path, 20.0)
+    assert set(ttft_stalls(list(read_corpus(path).rows))) == {stalled}
+    line = score_protocols(list(read_corpus(path).rows), [Protocol("load")])["protocols"][0]
+    on_row = [r for r in line["absurd_rows"] if r["id"] == stalled]
+    assert [r["metric"] for r in on_row] == ["ttft"] and "stalled" in on_row[0]["chart_contradiction"]
+    assert line["absurd_on_contradicting_rows"]["ttft"] >= 1
