@@ -128,11 +128,18 @@ def _running_cap(engine: Engine, config: Configuration, memory: MemoryBreakdown,
     length, on average the prompt plus half the output (measured on AIConfigurator's 1k/8k
     rows: priced at their final length, Llama-3.1-70B on two H100s under vLLM queued 7 of
     32 clients and its TTFT came out 180x the measured; SGLang's split decode pools at 288
-    clients queue as measured only when priced at the final length)."""
+    clients queue as measured only when priced at the final length).
+
+    ``max_running_requests`` caps each scheduler rank (PRODUCT.md lever 23, as the DES's
+    `predictor.sim.deployment` applies it): a replica of ``attention_dp`` ranks holds up to
+    that many times the cap, while the KV pool (``memory``, the whole replica) still
+    bounds it. Capped per replica instead, DeepSeek-R1's GB200 split at 12,000 clients
+    (InferenceX, one DEP32 decode pool) ran 2,048 of them and queued the rest: TTFT 97 s
+    against 20 s measured."""
     fitting = memory.max_concurrency
     if workload.is_fixed and not split and Engine(engine) in ON_DEMAND_KV:
         fitting = max(fitting, memory.sequences_at(math.ceil(workload.isl + workload.osl / 2.0))[1])
-    return max(1, min(config.max_running_requests, fitting))
+    return max(1, min(config.max_running_requests * max(1, config.attention_dp), fitting))
 
 
 def _steps(prefill_model: StepModel, decode_model: StepModel, workload: WorkloadSpec,
@@ -212,7 +219,7 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
                      replicas=config.prefill_replicas),
         decode=Load(workload.isl, workload.osl, config.concurrency / config.decode_replicas,
-                    running_cap=_running_cap(target.engine, config, memory, workload, split=True),
+                    running_cap=_running_cap(target.engine, decode_config, memory, workload, split=True),
                     gpus=decode_config.replica_gpus, replicas=config.decode_replicas,
                     host_us=host_ms * US_PER_MS),
         prefill_budget_tokens=rank_prefill_budget(target.engine, prefill_config) * max(1, prefill_config.attention_dp),

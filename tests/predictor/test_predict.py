@@ -190,3 +190,16 @@ def test_a_splits_single_prompt_ttft_prefills_in_the_pools_own_step(monkeypatch)
     monkeypatch.setattr(predict_module, "single_ttft_ms", spy)
     assert predict(target, split, ONE_K).legal
     assert seen == [1024]
+
+
+def test_the_running_cap_holds_per_attention_dp_rank_as_in_the_simulator():
+    """``max_running_requests`` caps each scheduler rank (lever 23; the DES's
+    `predictor.sim.deployment` limits): 8 attention-DP ranks of 32 hold 256 clients, and
+    the closed loop then runs all of them, where a replica-wide cap queued 224."""
+    target = resolve_target("deepseek-r1", "b200", "sglang")
+    dp = predict(target, config("tp=8,ep=8,attention_dp=8,max_running_requests=32,concurrency=256"), ONE_K)
+    one = predict(target, config("tp=8,ep=8,attention_dp=1,max_running_requests=32,concurrency=256"), ONE_K)
+    assert dp.legal and one.legal
+    assert not any(f.startswith("queueing") for f in dp.flags)
+    assert any(f.startswith("queueing") for f in one.flags)
+    assert dp.breakdown["decode_batch"] > 32 * 4
