@@ -111,7 +111,8 @@ def chart_contradictions(rows: list[CorpusRow]) -> dict[str, str]:
 # A row whose mean TTFT is more than this many times its median has a tail of stalled
 # requests holding the mean: InferenceX's DeepSeek-R1 FP4 on B200 under SGLang at TP8 and
 # 32 clients measures a 7.0-7.5 s mean in all three runs over a 0.33 s median (p99 69-74 s),
-# ~2% of requests waiting a minute each. No steady state predicts that tail; a row whose
+# ~2% of requests waiting a minute each. A steady state does not predict that tail (an
+# anchor's first-wave stall carries it only where the same stack measured one); a row whose
 # median and mean agree within the factor is queueing the model should price.
 STALL_FACTOR = 5.0
 

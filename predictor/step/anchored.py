@@ -200,7 +200,8 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
         flags = (*flags, MEASURED_STEPS)
     return SimulateStepModel(card, cluster, engine, config, acceptance, calibration=calibration, mode=mode,
                              anchor_id=anchor.id, flags=flags, captured_sizes=anchor.signature.captured_sizes or None,
-                             first_wave_stall_ms=anchor.first_wave_stall_ms, decode_residual=residual,
+                             first_wave_stall_ms=anchor.first_wave_stall_ms if own_kernels(anchor, config) else 0.0,
+                             decode_residual=residual,
                              prefill_residual=prefill)
 
 
@@ -212,6 +213,21 @@ def own_layout(anchor: Anchor, config: Configuration) -> bool:
     if config.disaggregated or (config.tp, config.ep, config.attention_dp, config.pp, config.dcp) != (
             sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp):
         return False
+    return own_kernels(anchor, config)
+
+
+def own_kernels(anchor: Anchor, config: Configuration) -> bool:
+    """Whether ``config`` runs the anchor's kernel set (`KERNEL_SET_FIELDS`), at any widths.
+
+    An anchor's one-off first-wave stall (`Anchor.first_wave_stall_ms`: the start-up wait
+    of a run's first requests, read from its TTFT skew) goes with its kernel set: what a
+    run compiles, tunes and warms on its first requests is its kernels, so the stall
+    carries to the same kernels at other widths, lengths and loads, not to another kernel
+    set. Measured on InferenceX: DeepSeek-R1 FP4 under SGLang on B200 stalls at 32+ clients
+    at TP4 and TP8 alike (mean TTFT ~7 s over a ~0.4 s median; dropping the stall off an
+    anchor's own layout took cross-width's absurd TTFTs 19 -> 50), while its FP8 runs on
+    MI355X, priced from the FP4 anchor of their layout, took its ~4 s stall (TTFT 476 ms at
+    4 clients, measured 198; precision protocol TTFT 140.9 -> 16.4% without it)."""
     ran = anchor_config(anchor, config)
     return all(getattr(ran, name) == getattr(config, name) for name in KERNEL_SET_FIELDS)
 

@@ -230,3 +230,13 @@ def test_an_engines_measured_host_time_lets_one_width_split_host_from_prefill():
     assert held_cal.host_ms == pytest.approx(TRUTH.host_ms, rel=0.05)
     assert ttft_error(held, 2) < 0.03 and ttft_error(held, 8) < 0.05
     assert ttft_error(free, 8) > 2 * ttft_error(held, 8)
+
+
+def test_a_first_wave_stall_goes_with_the_anchors_kernel_set_not_its_widths():
+    """A run's one-off start-up stall is its kernels' warm-up (`own_kernels`): the same
+    kernels at another width or load keep it, another precision does not."""
+    anchor = measured(_signature()).model_copy(update={"first_wave_stall_ms": 4000.0})
+    assert calibrated(anchor, target()).first_wave_stall_ms == 4000.0
+    assert calibrated(anchor, target(tp=4)).first_wave_stall_ms == 4000.0
+    assert calibrated(anchor, target(expert_dtype="fp4")).first_wave_stall_ms == 0.0
+    assert calibrated(anchor, target(kv_cache_dtype="fp8")).first_wave_stall_ms == 0.0
