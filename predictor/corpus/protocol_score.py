@@ -54,7 +54,7 @@ class ProtocolScore:
         (`chart_contradictions`), ``stalls``: rows whose mean TTFT a stalled tail holds
         (`ttft_stalls`, for their TTFT only), each named beside the absurd predictions on them."""
         base = summarize(list(self.results), noise)
-        rows = absurd_rows(self.results, contradictions or {}, stalls or {})
+        rows = absurd_rows(self.results, contradictions or {}, stalls)
         return {
             "protocol": str(self.protocol), "n": len(self.results), "n_anchors": self.num_anchors,
             "n_unexpressed": len(self.unexpressed), "n_failed": len(self.failed),
@@ -107,6 +107,7 @@ def absurd_rows(results: Iterable[RowResult], contradictions: dict[str, str],
     """Every absurd prediction (at or below zero, or more than `ABSURD_FACTOR` off) with its
     row, values and, when the row contradicts its own chart (`chart_contradictions`) or, for
     a TTFT, its mean is held by stalled requests (`ttft_stalls`), why."""
+    stalls = stalls or {}
     out = []
     for result in results:
         for metric in METRICS:
@@ -114,7 +115,7 @@ def absurd_rows(results: Iterable[RowResult], contradictions: dict[str, str],
             if pair is not None and _is_absurd(*pair):
                 why = contradictions.get(result.id)
                 if why is None and metric == "ttft":
-                    why = (stalls or {}).get(result.id)
+                    why = stalls.get(result.id)
                 out.append({"id": result.id, "metric": metric, "predicted": _finite(pair[0]),
                             "measured": _finite(pair[1]), "chart_contradiction": why})
     return out

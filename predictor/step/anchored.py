@@ -193,27 +193,30 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
     between them, `predictor.step.residual`)."""
     calibration = calibrate(anchor, card, str(engine), prior, cluster.gpu)
     residual = prefill = None
-    if measured_steps and own_layout(anchor, config):
+    same_kernels = own_kernels(anchor, config)
+    if measured_steps and same_kernels and _same_widths(anchor, config):
         residual = decode_residual(anchor, card, str(engine), prior, cluster.gpu)
         prefill = prefill_residual(anchor, card, str(engine), prior, cluster.gpu)
     if residual is not None or prefill is not None:
         flags = (*flags, MEASURED_STEPS)
     return SimulateStepModel(card, cluster, engine, config, acceptance, calibration=calibration, mode=mode,
                              anchor_id=anchor.id, flags=flags, captured_sizes=anchor.signature.captured_sizes or None,
-                             first_wave_stall_ms=anchor.first_wave_stall_ms if own_kernels(anchor, config) else 0.0,
-                             decode_residual=residual,
-                             prefill_residual=prefill)
+                             first_wave_stall_ms=anchor.first_wave_stall_ms if same_kernels else 0.0,
+                             decode_residual=residual, prefill_residual=prefill)
 
 
 def own_layout(anchor: Anchor, config: Configuration) -> bool:
     """Whether ``config`` runs the anchor's own layout and kernel set (its widths,
     precisions, kernels, capture and speculation): where its measured steps apply
     (`predictor.step.residual`)."""
+    return _same_widths(anchor, config) and own_kernels(anchor, config)
+
+
+def _same_widths(anchor: Anchor, config: Configuration) -> bool:
+    """Whether ``config`` is a colocated replica of the anchor's widths."""
     sig = anchor.signature
-    if config.disaggregated or (config.tp, config.ep, config.attention_dp, config.pp, config.dcp) != (
-            sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp):
-        return False
-    return own_kernels(anchor, config)
+    return not config.disaggregated and (config.tp, config.ep, config.attention_dp, config.pp, config.dcp) == (
+        sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp)
 
 
 def own_kernels(anchor: Anchor, config: Configuration) -> bool:
