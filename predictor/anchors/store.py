@@ -141,10 +141,13 @@ def signature_for(card: ModelCard, cluster: Cluster, engine: Engine | str, confi
 
 def target_batch(config: Configuration, concurrency: int) -> int:
     """The target's decode batch per forward: clients per (decode) replica, capped by the
-    running-request limit, per pipeline micro-batch (METHOD §3.6)."""
+    running-request limit of each of its attention-DP ranks (lever 23 is per scheduler
+    rank, as `predictor.analytical` and the simulator read it), per pipeline micro-batch
+    (METHOD §3.6)."""
     layout = decode_layout(config)
     replicas = config.decode_replicas if config.disaggregated else config.replicas
-    per_replica = min(-(-max(concurrency, 1) // max(replicas, 1)), layout.max_running_requests)
+    cap = layout.max_running_requests * max(layout.attention_dp, 1)
+    per_replica = min(-(-max(concurrency, 1) // max(replicas, 1)), cap)
     return -(-per_replica // max(layout.pp, 1))
 
 

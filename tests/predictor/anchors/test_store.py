@@ -146,6 +146,14 @@ def test_target_batch_is_per_replica_and_per_micro_batch():
     assert target_batch(replace(config, max_running_requests=32), 256) == 16
 
 
+def test_target_batch_caps_each_attention_dp_rank_as_the_engines_do():
+    """Lever 23 caps each scheduler rank (the simulator's and the analytical model's
+    running cap): a DEP8 replica holds 8x the cap, not the cap."""
+    config = Configuration(tp=8, ep=8, attention_dp=8, max_running_requests=64, concurrency=1024)
+    assert target_batch(config, 1024) == 512
+    assert target_batch(replace(config, attention_dp=1), 1024) == 64
+
+
 def test_another_layout_is_a_width_transfer_from_the_nearest_layout():
     quarter, half, exact = make_anchor(tp=2), make_anchor(tp=4), make_anchor(tp=8)
     assert select([quarter, half, exact], concurrency=32).anchor == exact
