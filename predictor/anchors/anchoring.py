@@ -106,7 +106,7 @@ class Anchoring:
         if selection.anchor is None:
             self.calibrations.append(prior)
             model = SimulateStepModel(t.card, t.cluster, t.engine, config, self.acceptance, calibration=prior,
-                                      flags=(f"calibration: {prior.source}",))
+                                      flags=(f"calibration: {prior.source}", *selection.flags))
             return model
         model = anchored_model(selection.anchor, t.card, t.cluster, t.engine, config, prior, mode=Mode.ANCHORED,
                                flags=selection.flags, acceptance=self.acceptance,

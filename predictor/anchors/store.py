@@ -25,7 +25,7 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
 from levers.inputs import bounded, load_json, quote
-from predictor.anchors.anchor import Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
+from predictor.anchors.anchor import HOST_AT_BOUND, Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
 from predictor.anchors.coverage import (
     IN_LADDER,
     WILDCARD_BACKEND,
@@ -240,9 +240,21 @@ class AnchorStore:
         layout = decode_layout(config)
         batch = target_batch(config, concurrency)
         ranked = _ordered(candidates, lambda a: match_rank(a, layout, card, batch, context_tokens, engine_version))
+        split = config.disaggregated or disaggregated
         chosen = ranked[0]
-        kinds = transfer_kinds(chosen, layout, batch, context_tokens, config.disaggregated or disaggregated)
+        kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
         covered = kinds == (IN_LADDER,)
+        if not covered and HOST_AT_BOUND in chosen.flags:
+            # its calibration absorbed what the model missed on its own rows: it prices its
+            # own ladder only (`HOST_AT_BOUND`); the next anchor of the stack, else the priors
+            others = [a for a in ranked if HOST_AT_BOUND not in a.flags]
+            if not others:
+                return Selection(None, False, (f"anchor-not-carried: {chosen.id} ({HOST_AT_BOUND})",),
+                                 f"{chosen.id}'s host time reached its bound: priced from the cross-model priors",
+                                 recipe=recipe(chosen.signature, layout))
+            chosen = others[0]
+            kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
+            covered = kinds == (IN_LADDER,)
         reason = f"covered by {chosen.id}" if covered else f"calibrated by {chosen.id} ({', '.join(kinds)})"
         return Selection(chosen, covered, anchor_flags(chosen, layout, kinds), reason, kinds,
                          recipe(chosen.signature, layout))

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from levers.catalog import Engine
+from predictor.anchors.anchor import HOST_AT_BOUND, STALL_AT_BOUND
 from predictor.anchors.store import AnchorStore
 from predictor.cards.registry import load_card
 from predictor.corpus.anchors import AnchorBuild, Group, context_of, decode_batch, tokens_per_step
@@ -101,9 +102,9 @@ def _settled(build: AnchorBuild, priors: Priors) -> AnchorBuild:
         fitted = calibrate(anchor, card, sig.engine, prior)
         flags = list(anchor.flags)
         if fitted.host_ms >= HOST_MAX_MS * 0.999:
-            flags.append("host-time-at-bound")
+            flags.append(HOST_AT_BOUND)
         if anchor.first_wave_stall_ms >= MAX_STALL_MS:
-            flags.append("stall-at-bound")
+            flags.append(STALL_AT_BOUND)
         anchors.append(anchor.model_copy(update={"host_time_ms": fitted.host_ms,
                                                  "host_us_per_prompt_token": fitted.host_us_per_token,
                                                  "flags": tuple(dict.fromkeys(flags))}))

@@ -11,7 +11,7 @@ import pytest
 
 from levers.configuration import Configuration
 from levers.errors import InputError
-from predictor.anchors.anchor import Anchor, DecodeSweep, Provenance, Signature
+from predictor.anchors.anchor import HOST_AT_BOUND, STALL_AT_BOUND, Anchor, DecodeSweep, Provenance, Signature
 from predictor.anchors.check import plain_coverage
 from predictor.anchors.store import (
     AnchorStore,
@@ -152,6 +152,23 @@ def test_target_batch_caps_each_attention_dp_rank_as_the_engines_do():
     config = Configuration(tp=8, ep=8, attention_dp=8, max_running_requests=64, concurrency=1024)
     assert target_batch(config, 1024) == 512
     assert target_batch(replace(config, attention_dp=1), 1024) == 64
+
+
+def test_an_anchor_whose_fit_reached_a_bound_prices_its_own_ladder_only():
+    """A host time at its 1 s bound: the calibration absorbed what the prefill physics
+    missed on its rows. Other targets take another anchor of the stack, else the priors,
+    and say so; a stall at its bound is the runs' own and keeps the anchor carried."""
+    at_bound = make_anchor(tp=4).model_copy(update={"flags": (HOST_AT_BOUND,)})
+    assert select([at_bound], tp=4).anchor == at_bound                       # its own ladder
+    alone = select([at_bound], tp=8)
+    assert alone.anchor is None and not alone.covered
+    assert any(flag.startswith("anchor-not-carried") and at_bound.id in flag for flag in alone.flags)
+    assert alone.recipe == select([make_anchor(tp=4)], tp=8).recipe          # its recipe still resolves levers
+    farther = make_anchor(tp=2)
+    assert select([at_bound, farther], tp=8).anchor == farther
+    assert select([make_anchor(tp=4), farther], tp=8).anchor.signature.tp == 4   # unflagged: the nearest
+    stalled = make_anchor(tp=4).model_copy(update={"flags": (STALL_AT_BOUND,)})
+    assert select([stalled, farther], tp=8).anchor == stalled
 
 
 def test_another_layout_is_a_width_transfer_from_the_nearest_layout():
