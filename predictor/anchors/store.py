@@ -244,19 +244,21 @@ class AnchorStore:
         chosen = ranked[0]
         kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
         covered = kinds == (IN_LADDER,)
+        skipped: tuple[str, ...] = ()
         if not covered and HOST_AT_BOUND in chosen.flags:
             # its calibration absorbed what the model missed on its own rows: it prices its
             # own ladder only (`HOST_AT_BOUND`); the next anchor of the stack, else the priors
+            skipped = (f"anchor-not-carried: {chosen.id} ({HOST_AT_BOUND})",)
             others = [a for a in ranked if HOST_AT_BOUND not in a.flags]
             if not others:
-                return Selection(None, False, (f"anchor-not-carried: {chosen.id} ({HOST_AT_BOUND})",),
+                return Selection(None, False, skipped,
                                  f"{chosen.id}'s host time reached its bound: priced from the cross-model priors",
                                  recipe=recipe(chosen.signature, layout))
             chosen = others[0]
             kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
             covered = kinds == (IN_LADDER,)
         reason = f"covered by {chosen.id}" if covered else f"calibrated by {chosen.id} ({', '.join(kinds)})"
-        return Selection(chosen, covered, anchor_flags(chosen, layout, kinds), reason, kinds,
+        return Selection(chosen, covered, (*skipped, *anchor_flags(chosen, layout, kinds)), reason, kinds,
                          recipe(chosen.signature, layout))
 
 

@@ -165,7 +165,8 @@ def test_an_anchor_whose_fit_reached_a_bound_prices_its_own_ladder_only():
     assert any(flag.startswith("anchor-not-carried") and at_bound.id in flag for flag in alone.flags)
     assert alone.recipe == select([make_anchor(tp=4)], tp=8).recipe          # its recipe still resolves levers
     farther = make_anchor(tp=2)
-    assert select([at_bound, farther], tp=8).anchor == farther
+    instead = select([at_bound, farther], tp=8)
+    assert instead.anchor == farther and f"anchor-not-carried: {at_bound.id} (host-time-at-bound)" in instead.flags
     assert select([make_anchor(tp=4), farther], tp=8).anchor.signature.tp == 4   # unflagged: the nearest
     stalled = make_anchor(tp=4).model_copy(update={"flags": (STALL_AT_BOUND,)})
     assert select([stalled, farther], tp=8).anchor == stalled
