@@ -12,7 +12,7 @@ when both corpora anchor the same kernel set and layout, the one with more decod
 is kept (then the newer). Each anchor records its source rows ("file:line") and the
 licence of its corpus. Host time and first-wave stall are fitted within METHOD §3.12's
 range (at most 1 s and 10 s; an anchor whose fit reached a bound is flagged
-`host-time-at-bound` / `stall-at-bound`; one at its host bound prices its own ladder only,
+`host-time-at-bound` / `stall-at-bound`; one at its host bound prices its own layout only,
 `predictor.anchors.store`); one outside it would be left out of the defaults
 (listed in the report). Files this script wrote before are replaced; other anchors in the folder
 are left alone.

@@ -131,8 +131,10 @@ SPLIT_POOL = "split-pool"
 # Anchor flags: the fit reached a bound of METHOD §3.12 (`predictor.corpus.refine`). A host
 # time at 1 s means the prefill physics could not explain the TTFT of its rows and the
 # calibration absorbed the rest (Qwen3-32B bf16 on one H100 under SGLang: compute 2.5x its
-# siblings' at TP2-TP8): such an anchor prices its own ladder only, other targets take
-# another anchor of the stack, else the cross-model priors (`predictor.anchors.store`).
+# siblings' at TP2-TP8): its factors reproduce its own layout (its loads and lengths, its
+# queueing included) but not the physics of another, so it prices its own layout only;
+# other layouts take another anchor of the stack, else the cross-model priors
+# (`predictor.anchors.store`).
 # A start-up stall at 10 s is the runs' own (DeepSeek-R1 on B200 under SGLang stalls
 # ~70 s from 32 clients up), read from the TTFT skew after the step is fitted: it does not
 # bend the calibration, and the anchor stays carried.

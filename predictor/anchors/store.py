@@ -245,9 +245,9 @@ class AnchorStore:
         kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
         covered = kinds == (IN_LADDER,)
         skipped: tuple[str, ...] = ()
-        if not covered and HOST_AT_BOUND in chosen.flags:
+        if HOST_AT_BOUND in chosen.flags and not (split or _own_widths(chosen, layout)):
             # its calibration absorbed what the model missed on its own rows: it prices its
-            # own ladder only (`HOST_AT_BOUND`); the next anchor of the stack, else the priors
+            # own layout only (`HOST_AT_BOUND`); the next anchor of the stack, else the priors
             skipped = (f"anchor-not-carried: {chosen.id} ({HOST_AT_BOUND})",)
             others = [a for a in ranked if HOST_AT_BOUND not in a.flags]
             if not others:
@@ -260,6 +260,13 @@ class AnchorStore:
         reason = f"covered by {chosen.id}" if covered else f"calibrated by {chosen.id} ({', '.join(kinds)})"
         return Selection(chosen, covered, (*skipped, *anchor_flags(chosen, layout, kinds)), reason, kinds,
                          recipe(chosen.signature, layout))
+
+
+def _own_widths(anchor: Anchor, layout: Configuration) -> bool:
+    """Whether ``layout`` is the anchor's own replica layout (its widths)."""
+    sig = anchor.signature
+    return (layout.tp, layout.ep, layout.attention_dp, layout.pp, layout.dcp) == (
+        sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp)
 
 
 def _ordered(anchors: list[Anchor], key) -> list[Anchor]:

@@ -154,12 +154,14 @@ def test_target_batch_caps_each_attention_dp_rank_as_the_engines_do():
     assert target_batch(replace(config, attention_dp=1), 1024) == 64
 
 
-def test_an_anchor_whose_fit_reached_a_bound_prices_its_own_ladder_only():
+def test_an_anchor_whose_fit_reached_a_bound_prices_its_own_layout_only():
     """A host time at its 1 s bound: the calibration absorbed what the prefill physics
-    missed on its rows. Other targets take another anchor of the stack, else the priors,
-    and say so; a stall at its bound is the runs' own and keeps the anchor carried."""
+    missed on its rows. It keeps its own layout at any load; other layouts take another
+    anchor of the stack, else the priors, and say so; a stall at its bound is the runs'
+    own and keeps the anchor carried."""
     at_bound = make_anchor(tp=4).model_copy(update={"flags": (HOST_AT_BOUND,)})
     assert select([at_bound], tp=4).anchor == at_bound                       # its own ladder
+    assert select([at_bound], tp=4, concurrency=2048, max_running_requests=2048).kinds == ("load",)
     alone = select([at_bound], tp=8)
     assert alone.anchor is None and not alone.covered
     assert any(flag.startswith("anchor-not-carried") and at_bound.id in flag for flag in alone.flags)
