@@ -245,7 +245,7 @@ class AnchorStore:
         kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
         covered = kinds == (IN_LADDER,)
         skipped: tuple[str, ...] = ()
-        if HOST_AT_BOUND in chosen.flags and not (split or _own_widths(chosen, layout)):
+        if HOST_AT_BOUND in chosen.flags and (split or not _own_widths(chosen, layout)):
             # its calibration absorbed what the model missed on its own rows: it prices its
             # own layout only (`HOST_AT_BOUND`); the next anchor of the stack, else the priors
             skipped = (f"anchor-not-carried: {chosen.id} ({HOST_AT_BOUND})",)

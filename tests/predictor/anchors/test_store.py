@@ -162,6 +162,9 @@ def test_an_anchor_whose_fit_reached_a_bound_prices_its_own_layout_only():
     at_bound = make_anchor(tp=4).model_copy(update={"flags": (HOST_AT_BOUND,)})
     assert select([at_bound], tp=4).anchor == at_bound                       # its own ladder
     assert select([at_bound], tp=4, concurrency=2048, max_running_requests=2048).kinds == ("load",)
+    pool = AnchorStore.from_anchors([at_bound]).select(CARD, MI355X, "sglang", Configuration(tp=4, concurrency=64), 64,
+                                                       disaggregated=True)
+    assert pool.anchor is None                                                # a split's pool is another layout
     alone = select([at_bound], tp=8)
     assert alone.anchor is None and not alone.covered
     assert any(flag.startswith("anchor-not-carried") and at_bound.id in flag for flag in alone.flags)
