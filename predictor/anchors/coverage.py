@@ -101,6 +101,11 @@ def layout_of(sig: Signature) -> tuple[int, int, int, int]:
     return (sig.tp, sig.ep, sig.attention_dp, sig.pp)
 
 
+def same_widths(sig: Signature, layout: Configuration) -> bool:
+    """Whether ``layout`` has the anchor's widths (TP, EP, attention DP, PP and DCP)."""
+    return (layout.tp, layout.ep, layout.attention_dp, layout.pp, layout.dcp) == (*layout_of(sig), sig.dcp)
+
+
 def layout_distance(sig: Signature, layout: Configuration) -> float:
     pairs = zip(layout_of(sig), (layout.tp, layout.ep, layout.attention_dp, layout.pp))
     return sum(abs(math.log2(max(a, 1) / max(b, 1))) for a, b in pairs)

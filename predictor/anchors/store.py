@@ -34,6 +34,7 @@ from predictor.anchors.coverage import (
     is_foreign,
     match_rank,
     recipe,
+    same_widths,
     transfer_kinds,
 )
 from predictor.cards.registry import ModelCard, inferasim_home
@@ -242,31 +243,22 @@ class AnchorStore:
         ranked = _ordered(candidates, lambda a: match_rank(a, layout, card, batch, context_tokens, engine_version))
         split = config.disaggregated or disaggregated
         chosen = ranked[0]
-        kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
-        covered = kinds == (IN_LADDER,)
         skipped: tuple[str, ...] = ()
-        if HOST_AT_BOUND in chosen.flags and (split or not _own_widths(chosen, layout)):
+        if HOST_AT_BOUND in chosen.flags and (split or not same_widths(chosen.signature, layout)):
             # its calibration absorbed what the model missed on its own rows: it prices its
             # own layout only (`HOST_AT_BOUND`); the next anchor of the stack, else the priors
             skipped = (f"anchor-not-carried: {chosen.id} ({HOST_AT_BOUND})",)
-            others = [a for a in ranked if HOST_AT_BOUND not in a.flags]
-            if not others:
+            fallback = next((a for a in ranked if HOST_AT_BOUND not in a.flags), None)
+            if fallback is None:
                 return Selection(None, False, skipped,
                                  f"{chosen.id}'s host time reached its bound: priced from the cross-model priors",
                                  recipe=recipe(chosen.signature, layout))
-            chosen = others[0]
-            kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
-            covered = kinds == (IN_LADDER,)
+            chosen = fallback
+        kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
+        covered = kinds == (IN_LADDER,)
         reason = f"covered by {chosen.id}" if covered else f"calibrated by {chosen.id} ({', '.join(kinds)})"
         return Selection(chosen, covered, (*skipped, *anchor_flags(chosen, layout, kinds)), reason, kinds,
                          recipe(chosen.signature, layout))
-
-
-def _own_widths(anchor: Anchor, layout: Configuration) -> bool:
-    """Whether ``layout`` is the anchor's own replica layout (its widths)."""
-    sig = anchor.signature
-    return (layout.tp, layout.ep, layout.attention_dp, layout.pp, layout.dcp) == (
-        sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp)
 
 
 def _ordered(anchors: list[Anchor], key) -> list[Anchor]:

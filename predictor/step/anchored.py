@@ -30,6 +30,7 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.analytical import chunks, host_time_ms, single_ttft_ms
 from predictor.anchors.anchor import DECODE_CARRIED, HOST_PER_ENGINE, PREFILL_CARRIED, Anchor
+from predictor.anchors.coverage import same_widths
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile, load_gpu
 from predictor.sim.scheduler import rank_chunk_tokens
@@ -214,9 +215,7 @@ def own_layout(anchor: Anchor, config: Configuration) -> bool:
 
 def _same_widths(anchor: Anchor, config: Configuration) -> bool:
     """Whether ``config`` is a colocated replica of the anchor's widths."""
-    sig = anchor.signature
-    return not config.disaggregated and (config.tp, config.ep, config.attention_dp, config.pp, config.dcp) == (
-        sig.tp, sig.ep, sig.attention_dp, sig.pp, sig.dcp)
+    return not config.disaggregated and same_widths(anchor.signature, config)
 
 
 def own_kernels(anchor: Anchor, config: Configuration) -> bool:
