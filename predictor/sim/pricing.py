@@ -24,7 +24,7 @@ extreme contexts each fit answered for, so every flag the model would raise is r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from predictor.sim.price_fit import AffineFit
 from predictor.step.cost import StepModel
@@ -41,9 +41,9 @@ SEPARABLE_RECHECK = 64      # ... and one in this many after
 SEPARABLE_TOLERANCE = 1e-5  # relative: beyond it the decomposition is off for the model
 
 
-@dataclass(frozen=True, slots=True)
-class StepShape:
-    """What the step model is asked about at a run's first step (replica batch)."""
+class StepShape(NamedTuple):
+    """What the step model is asked about at a run's first step (replica batch); a
+    NamedTuple as the per-step values of `predictor.sim.scheduler` are."""
 
     decode_batch: int
     context_tokens: float        # mean decode context

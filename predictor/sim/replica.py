@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 from enum import StrEnum
 
 from predictor.sim.pricing import StepPricer, StepShape
@@ -36,8 +36,10 @@ class StepKind(StrEnum):
     MIXED = "mixed"
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
+class StepPlan(NamedTuple):
+    """One priced step or run of steps (a NamedTuple as the per-step values of
+    `predictor.sim.scheduler` are)."""
+
     batch: Batch
     kind: StepKind
     start_us: float

@@ -46,6 +46,7 @@ each half an inter-node all-reduce, hops that cross a domain boundary ``p2p_inte
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype
@@ -63,9 +64,9 @@ EP_BACKENDS = ("deepep", "mori", "pplx")
 LOW_PRECISION = ("fp8", "fp4")
 
 
-@dataclass(frozen=True, slots=True)
-class CommTerms:
-    """Microseconds of one full-depth forward's communication, by kind."""
+class CommTerms(NamedTuple):
+    """Microseconds of one full-depth forward's communication, by kind (a NamedTuple,
+    built per priced step: see `predictor.step.roofline.Roofline`)."""
 
     tp_allreduce_us: float
     moe_exchange_us: float

@@ -16,7 +16,7 @@ eager CPU issue time its GPU work does not hide, and each step ``fixed_us``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from predictor.step.calibration import Calibration
 
@@ -25,9 +25,10 @@ GEMM, ATTENTION, MOE = 0, 1, 2      # which breakdown term a roofline belongs to
 TERM_NAMES = ("gemm", "attention", "moe")
 
 
-@dataclass(frozen=True, slots=True)
-class Roofline:
-    """One operator (or a sum of like operators) at the prior efficiencies (us)."""
+class Roofline(NamedTuple):
+    """One operator (or a sum of like operators) at the prior efficiencies (us). This and
+    `RawStep` are NamedTuples: a DES prices a step model thousands of times a replay, and
+    a frozen dataclass's __init__ costs 3x a tuple's."""
 
     term: int                 # GEMM | ATTENTION | MOE
     memory_us: float
@@ -38,8 +39,7 @@ class Roofline:
         return self.weight * max(bandwidth * self.memory_us, compute * self.compute_us)
 
 
-@dataclass(frozen=True, slots=True)
-class RawStep:
+class RawStep(NamedTuple):
     """Every part of one step before calibration."""
 
     rooflines: tuple[Roofline, ...] = ()
