@@ -240,7 +240,15 @@ def _hosts(fitted: Iterable[Fitted], exclude_model: str | None) -> dict[str, tup
 
 
 def _pooled_calibration(key: str, members: list[Fitted], default_launch_us: float) -> Calibration:
-    """One robust fit over the members' points (module docstring); the median without points."""
+    """One robust fit over the members' points (module docstring); the median without points.
+
+    Its collective factor stays within the range the members' own fits span: collectives
+    are priced from measured timings of the GPU's links, and a pooled ``comm`` outside
+    every member's own value is the fit trading it against a factor held at its bound, not
+    something any member measured. B200 SGLang FP4 with DeepSeek-R1 left out pooled seven
+    anchors into comm 2.99 with bandwidth at its 0.8 floor, where the members' own fits
+    span 0.7-1.7, and priced DeepSeek-R1's InferenceX TP4 and TP8 decode 26% slow; held
+    within the range, InferenceX no anchor TPOT 12.2 -> 10.5% (docs/SCORES.md)."""
     if not all(m.points for m in members):
         return _median_calibration(key, [m.calibration for m in members], default_launch_us)
     spread = [_spread(m.points, POINTS_PER_ANCHOR) for m in members]
@@ -255,7 +263,10 @@ def _pooled_calibration(key: str, members: list[Fitted], default_launch_us: floa
         scale = np.sqrt(weight.max() / weight)[owner]     # the best-fitted anchor keeps its own noise
         fitted = fit_points(points, PHYSICS, default_launch_us, source=f"prior:{key}", prefill_sigma=sigma,
                             point_scale=scale)
-    return Calibration(**{n: getattr(fitted, n) for n in PRIOR_FACTORS}, source=f"prior:{key}")
+    values = {n: getattr(fitted, n) for n in PRIOR_FACTORS}
+    own = [m.calibration.comm for m in members]
+    values["comm"] = min(max(values["comm"], min(own)), max(own))
+    return Calibration(**values, source=f"prior:{key}")
 
 
 def _spread(points: tuple[Point, ...], limit: int) -> tuple[Point, ...]:

@@ -160,3 +160,23 @@ def test_a_prior_pooled_over_engines_keeps_the_documented_host_time():
     more = learn([*fitted, _fitted("inferencex", "trtllm", "c", 50.0, 6.0)], default_launch_us={"h200": 4.0},
                  pooled=False)
     assert more.lookup("h200", "trtllm", "fp8").host_ms > 50.0      # a key naming the engine keeps its own
+
+
+def test_a_pooled_prior_keeps_its_collective_factor_where_its_members_measured_it():
+    """B200 under SGLang, FP4 experts, DeepSeek-R1 left out (its InferenceX rows priced with
+    no anchor): seven anchors whose own fits put ``comm`` between 0.7 and 1.7 pooled into
+    2.99 with bandwidth at its floor, pricing DeepSeek-R1's TP4 and TP8 decode 26% slow.
+    The pooled factor stays inside the members' own range (`_pooled_calibration`)."""
+    from predictor.hardware import load_gpu
+    from predictor.step.priors import dtype_class, fitted_anchor, learn
+
+    anchors = [e.anchor for e in AnchorStore.default().entries()
+               if e.where == "embedded" and e.anchor.signature.engine == "sglang"
+               and e.anchor.signature.accelerator.lower() == "b200"
+               and dtype_class(e.anchor.signature.weight_dtype, e.anchor.signature.expert_dtype) == "fp4"
+               and e.anchor.signature.model.lower() != "deepseek-r1"]
+    assert len(anchors) >= 5
+    fitted = [fitted_anchor(a, load_card(a.signature.model)) for a in anchors]
+    prior = learn(fitted, default_launch_us={"b200": load_gpu("b200").kernel_launch_us}).by_key["b200/sglang/fp4"]
+    own = [f.calibration.comm for f in fitted]
+    assert min(own) <= prior.comm <= max(own), (prior.comm, own)
