@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 from enum import StrEnum
+from typing import NamedTuple
 
 from predictor.sim.pricing import StepPricer, StepShape
 from predictor.sim.rank import Rank
