@@ -252,11 +252,17 @@ def wave_tokenize_ms(model: StepModel, load: Load) -> float:
     return max(0.0, clients - 1) / 2.0 * _host_parts(model)[1] * load.isl / US_PER_MS
 
 
+def stall_ms(model: StepModel, clients: float) -> float:
+    """The one-off start-up stall a run's first wave pays at ``clients`` per replica (0
+    with no anchor): the anchor's ``S0 + S1 x clients`` (`predictor.corpus.refine`)."""
+    return getattr(model, "first_wave_stall_ms", 0.0) + getattr(model, "first_wave_stall_per_client_ms", 0.0) * clients
+
+
 def benchmark_ttft_ms(model: StepModel, load: Load, state: SteadyState, requests_per_client: int) -> float:
     """Mean TTFT of a run of ``requests_per_client`` requests per client: the first
     request of each client meets the first wave (and any one-off start-up stall its
     anchor measured), the others the steady state."""
-    wave_ms = (first_wave_ttft_us(model, load) / US_PER_MS + getattr(model, "first_wave_stall_ms", 0.0)
+    wave_ms = (first_wave_ttft_us(model, load) / US_PER_MS + stall_ms(model, load.concurrency)
                + wave_tokenize_ms(model, load))
     return _with_first_wave(wave_ms, state, requests_per_client)
 
@@ -376,9 +382,10 @@ def disaggregated_benchmark_ttft_ms(prefill_model: StepModel, decode_model: Step
     wave = Load(pools.decode.isl, pools.decode.osl, math.ceil(total_concurrency / replicas),
                 running_cap=max(1, math.ceil(total_concurrency)), chunk_tokens=pools.prefill_budget_tokens)
     wave_us = first_wave_ttft_us(prefill_model, wave, decodes_here=False) + pools.handoff_us + state.step_ms * US_PER_MS / 2.0
-    stall_ms = (getattr(prefill_model, "first_wave_stall_ms", 0.0) + getattr(decode_model, "first_wave_stall_ms", 0.0)) / 2.0
+    clients = pools.decode.concurrency
+    stall = (stall_ms(prefill_model, clients) + stall_ms(decode_model, clients)) / 2.0
     front_end = Load(pools.decode.isl, pools.decode.osl, total_concurrency, running_cap=max(1, math.ceil(total_concurrency)))
-    wave_ms = wave_us / US_PER_MS + stall_ms + wave_tokenize_ms(prefill_model, front_end)
+    wave_ms = wave_us / US_PER_MS + stall + wave_tokenize_ms(prefill_model, front_end)
     return _with_first_wave(wave_ms, state, requests_per_client)
 
 

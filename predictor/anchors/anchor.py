@@ -163,5 +163,7 @@ class Anchor(_Strict):
     # One-off stall the first wave of a fixed-count benchmark run pays (warm-up, JIT,
     # graph capture on first use): fitted from a corpus's mean-vs-median TTFT; 0 for a harvest.
     first_wave_stall_ms: float = 0.0
+    # The part of that stall that grows with the run's clients per replica (ms per client).
+    first_wave_stall_per_client_ms: float = 0.0
     flags: tuple[str, ...] = ()          # harvest-time flags (e.g. "serialised-decode")
     provenance: Provenance

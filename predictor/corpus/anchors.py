@@ -113,6 +113,7 @@ class Group:
     host_base_ms: float = 0.0                 # H0 (step 5)
     host_per_token_us: float = 0.0            # h (step 5)
     first_wave_stall_ms: float = 0.0          # benchmark start-up stall (step 6)
+    first_wave_stall_per_client_ms: float = 0.0
     prefill_ttft: dict[int, float] = field(default_factory=dict)   # n -> T1 read through the model (step 6)
 
     def source_rows(self) -> dict[str, CorpusRow]:

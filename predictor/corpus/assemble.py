@@ -76,6 +76,7 @@ def assemble(group: Group, decode: DecodeSweep, prefill: PrefillSweep, *, comman
     return Anchor(id=anchor_id_for(signature), signature=signature, decode_sweep=decode, prefill_sweep=prefill,
                   decode_points=points, host_time_ms=group.host_base_ms, host_us_per_prompt_token=group.host_per_token_us,
                   first_wave_stall_ms=group.first_wave_stall_ms,
+                  first_wave_stall_per_client_ms=group.first_wave_stall_per_client_ms,
                   flags=tuple(dict.fromkeys(flags)), provenance=provenance)
 
 

@@ -26,8 +26,15 @@ The first wave's one-off stall is read from the shape of the TTFT distribution, 
 level: in rows giving both a mean and a median TTFT, the one request in
 `row.requests_per_client` that meets the first wave raises the mean, not the median, so
 the stall is how much the measured mean exceeds the median beyond what the modelled first
-wave explains, times `row.requests_per_client` (median over the anchor's rows, at most
-`MAX_STALL_MS`; an anchor held at that bound is flagged `stall-at-bound`). A TTFT level
+wave explains, times `row.requests_per_client`. That shift grows with the run's clients
+(gpt-oss-120b's H100 TP2 vLLM anchor: ~0 at 4 clients, ~220 ms at 64), so it is read as
+a line over the anchor's rows, `S0 + S1 x clients per replica` (`_stall_line`: a robust
+Theil-Sen fit, `S1 >= 0`), not one median that every load then pays: the median priced
+this anchor's own 4-client rows 66 ms against 57 (InferenceX, 1 refine round: load TTFT
+19.1 -> 14.1%, cross-length 9.5 -> 8.3%, cross-width 20.3 -> 20.5%, TP4 -> TP8 10.4 ->
+11.7%: DeepSeek-R1 FP8 on B200 under SGLang stalls as much at 4 clients as at 16).
+`S0` is at most `MAX_STALL_MS`, and so is the line at the anchor's most clients; an
+anchor whose `S0` reached it is flagged `stall-at-bound`. A TTFT level
 the model misses stays a residual, in the error bars, not a stall carried to every
 target (a level-fitted stall of 180 ms on gpt-oss-120b's B200 TP1 anchor added 18 ms to
 every TP8 TTFT it priced). The anchors finally carry the host time their calibration fitted.
@@ -183,7 +190,7 @@ def _ttft_sensitivity(prediction: Prediction) -> float:
 
 def _fit_stall(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -> None:
     """The first wave's one-off stall (module docstring)."""
-    shifts = []
+    shifts, clients = [], []
     for row in group.source_rows().values():
         measured = row.measured
         if measured.ttft_ms_median is None or measured.ttft_ms_mean is None or not row.requests_per_client:
@@ -194,9 +201,35 @@ def _fit_stall(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -
             modelled_skew = metrics["ttft_ms_mean"] - metrics.get("ttft_ms_p50", metrics["ttft_ms_mean"])
             miss = (measured.ttft_ms_mean - measured.ttft_ms_median) - modelled_skew
             shifts.append(miss * row.requests_per_client / _ttft_sensitivity(prediction))
+            clients.append(clients_per_replica(row))
     if shifts:
-        stall = max(0.0, group.first_wave_stall_ms + statistics.median(shifts))
-        group.first_wave_stall_ms = min(stall, MAX_STALL_MS)
+        base, slope = _stall_line(clients, shifts)
+        stall = min(max(0.0, group.first_wave_stall_ms + base), MAX_STALL_MS)
+        slope = max(0.0, group.first_wave_stall_per_client_ms + slope)
+        group.first_wave_stall_ms = stall
+        # the stall at the anchor's most clients stays within the bound too
+        group.first_wave_stall_per_client_ms = min(slope, (MAX_STALL_MS - stall) / max(clients))
+
+
+def clients_per_replica(row: CorpusRow) -> float:
+    """The clients one replica serves (a split's: one decode replica's), as the analytical
+    model prices the stall (`predictor.analytical.stall_ms`)."""
+    config = row.config
+    return row.concurrency / max(1, config.decode_replicas if config.disaggregated else config.replicas)
+
+
+def _stall_line(clients: list[float], shifts: list[float]) -> tuple[float, float]:
+    """(base, slope) of a robust line ``shift = base + slope * clients``: the median of the
+    pairwise slopes (at least 0) and the median intercept; when that intercept is negative
+    the line goes through the origin at the median ``shift / clients`` (module docstring)."""
+    slopes = [(shifts[j] - shifts[i]) / (clients[j] - clients[i])
+              for i in range(len(clients)) for j in range(i + 1, len(clients)) if clients[j] != clients[i]]
+    slope = max(0.0, statistics.median(slopes)) if slopes else 0.0
+    base = statistics.median(s - slope * c for s, c in zip(shifts, clients))
+    if base < 0.0 and slope > 0.0:
+        slope = max(0.0, statistics.median(s / c for s, c in zip(shifts, clients)))
+        base = 0.0
+    return base, slope
 
 
 # --- the reproduction check --------------------------------------------------------------------

@@ -203,6 +203,7 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
     return SimulateStepModel(card, cluster, engine, config, acceptance, calibration=calibration, mode=mode,
                              anchor_id=anchor.id, flags=flags, captured_sizes=anchor.signature.captured_sizes or None,
                              first_wave_stall_ms=anchor.first_wave_stall_ms if same_kernels else 0.0,
+                             first_wave_stall_per_client_ms=anchor.first_wave_stall_per_client_ms if same_kernels else 0.0,
                              decode_residual=residual, prefill_residual=prefill)
 
 

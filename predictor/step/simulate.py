@@ -139,7 +139,8 @@ class SimulateStepModel:
                  acceptance: tuple[float, ...] | None = None, entropy: str = "low", *,
                  calibration: Calibration = PHYSICS, mode: Mode = Mode.RANK_ONLY, anchor_id: str | None = None,
                  flags: tuple[str, ...] = ("rank-only",), captured_sizes: tuple[int, ...] | None = None,
-                 first_wave_stall_ms: float = 0.0, decode_residual: DecodeResidual | None = None,
+                 first_wave_stall_ms: float = 0.0, first_wave_stall_per_client_ms: float = 0.0,
+                 decode_residual: DecodeResidual | None = None,
                  prefill_residual: PrefillResidual | None = None) -> None:
         self.card, self.cluster, self.engine, self.config = card, cluster, engine, config
         self.decode_residual = decode_residual
@@ -147,6 +148,7 @@ class SimulateStepModel:
         self._residual_memo: dict[tuple[int, float], float] = {}
         self.calibration, self.mode, self.anchor_id = calibration, mode, anchor_id
         self.first_wave_stall_ms = first_wave_stall_ms
+        self.first_wave_stall_per_client_ms = first_wave_stall_per_client_ms
         self._decode_memo: dict[tuple[int, float], tuple[float, ...]] = {}
         self._flags = tuple(flags)
         gpu = cluster.gpu
@@ -220,7 +222,8 @@ class SimulateStepModel:
         """The same layout under other factors (for the fit; caches start empty)."""
         return SimulateStepModel(self.card, self.cluster, self.engine, self.config, calibration=calibration,
                                  mode=self.mode, anchor_id=self.anchor_id, flags=self._flags,
-                                 captured_sizes=self._captured, first_wave_stall_ms=self.first_wave_stall_ms)
+                                 captured_sizes=self._captured, first_wave_stall_ms=self.first_wave_stall_ms,
+                                 first_wave_stall_per_client_ms=self.first_wave_stall_per_client_ms)
 
     # -- construction ------------------------------------------------------------------
     def _gemm_rates(self, weight: str) -> tuple[float, float]:

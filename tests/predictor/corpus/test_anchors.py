@@ -2,6 +2,7 @@
 the step model itself priced under a known calibration, the rule reads them back, the fit
 recovers what they determine, and a narrow layout predicts a wider one."""
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from predictor.corpus.assemble import build_anchors
 from predictor.corpus.read import read_corpus
 from predictor.anchors.store import AnchorStore
 from predictor.cards.registry import load_card
-from predictor.corpus.refine import predict_row, refine, reproduce
+from predictor.corpus.refine import _stall_line, predict_row, refine, reproduce
 from predictor.analytical import single_ttft_ms
 from predictor.hardware import parse_cluster
 from predictor.step.anchored import anchor_config, anchored_model, calibrate
@@ -160,3 +161,17 @@ def test_illegal_layouts_fail_with_their_reason(tmp_path):
     assert {f.reason for f in build.failures} == {
         "layout TP32/EP1/DP1 cannot be anchored: tp=32 exceeds the 8-GPU scale-up domain "
         "(use pp, or an EP that spans domains with attention inside one)"}
+
+
+def test_the_first_wave_stall_is_read_as_a_line_over_the_runs_clients():
+    """The TTFT skew a fixed-count run shows beyond the modelled first wave grows with its
+    clients on some stacks and is one constant on others (`refine._stall_line`): a robust
+    line with a slope of at least 0, through the origin when its intercept would be < 0."""
+    clients = [4, 8, 16, 32, 64]
+    assert _stall_line(clients, [100 + 3 * c for c in clients]) == pytest.approx((100.0, 3.0))
+    outlier = [100 + 3 * c for c in clients[:-1]] + [5000.0]
+    assert _stall_line(clients, outlier) == pytest.approx((100.0, 3.0))
+    assert _stall_line(clients, [400.0, 380.0, 390.0, 200.0, 100.0]) == pytest.approx((380.0, 0.0))
+    base, slope = _stall_line(clients, [5 * c - 20 for c in clients])
+    assert base == 0.0 and slope == pytest.approx(statistics.median((5 * c - 20) / c for c in clients))
+    assert _stall_line([16, 16], [200.0, 300.0]) == pytest.approx((250.0, 0.0))

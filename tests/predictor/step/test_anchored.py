@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from levers.configuration import Configuration
+from predictor.analytical import stall_ms
 from predictor.anchors.anchor import HOST_PER_ENGINE, DecodeSweep, Provenance, Signature
 from predictor.anchors.store import build_anchor
 from predictor.cards.registry import load_card
@@ -235,8 +236,13 @@ def test_an_engines_measured_host_time_lets_one_width_split_host_from_prefill():
 def test_a_first_wave_stall_goes_with_the_anchors_kernel_set_not_its_widths():
     """A run's one-off start-up stall is its kernels' warm-up (`own_kernels`): the same
     kernels at another width or load keep it, another precision does not."""
-    anchor = measured(_signature()).model_copy(update={"first_wave_stall_ms": 4000.0})
-    assert calibrated(anchor, target()).first_wave_stall_ms == 4000.0
-    assert calibrated(anchor, target(tp=4)).first_wave_stall_ms == 4000.0
-    assert calibrated(anchor, target(expert_dtype="fp4")).first_wave_stall_ms == 0.0
-    assert calibrated(anchor, target(kv_cache_dtype="fp8")).first_wave_stall_ms == 0.0
+    anchor = measured(_signature()).model_copy(update={"first_wave_stall_ms": 4000.0,
+                                                       "first_wave_stall_per_client_ms": 3.0})
+    for same in (target(), target(tp=4)):
+        model = calibrated(anchor, same)
+        assert (model.first_wave_stall_ms, model.first_wave_stall_per_client_ms) == (4000.0, 3.0)
+        assert stall_ms(model, 64) == 4000.0 + 3.0 * 64
+    for other in (target(expert_dtype="fp4"), target(kv_cache_dtype="fp8")):
+        model = calibrated(anchor, other)
+        assert (model.first_wave_stall_ms, model.first_wave_stall_per_client_ms) == (0.0, 0.0)
+        assert stall_ms(model, 64) == 0.0
