@@ -26,13 +26,16 @@ The first wave's one-off stall is read from the shape of the TTFT distribution, 
 level: in rows giving both a mean and a median TTFT, the one request in
 `row.requests_per_client` that meets the first wave raises the mean, not the median, so
 the stall is how much the measured mean exceeds the median beyond what the modelled first
-wave explains, times `row.requests_per_client`. That shift grows with the run's clients
-(gpt-oss-120b's H100 TP2 vLLM anchor: ~0 at 4 clients, ~220 ms at 64), so it is read as
-a line over the anchor's rows, `S0 + S1 x clients per replica` (`_stall_line`: a robust
-Theil-Sen fit, `S1 >= 0`), not one median that every load then pays: the median priced
-this anchor's own 4-client rows 66 ms against 57 (InferenceX, 1 refine round: load TTFT
-19.1 -> 14.1%, cross-length 9.5 -> 8.3%, cross-width 20.3 -> 20.5%, TP4 -> TP8 10.4 ->
-11.7%: DeepSeek-R1 FP8 on B200 under SGLang stalls as much at 4 clients as at 16).
+wave explains, times `row.requests_per_client`. On some stacks that shift grows with the
+run's clients (gpt-oss-120b's H100 TP2 vLLM anchor: ~0 at 4 clients, ~220 ms at 64, so
+one median priced its own 4-client rows 66 ms against 57); on others it is one constant
+(DeepSeek-R1 FP8 on B200 under SGLang stalls as much at 4 clients as at 16). So it is
+read as `S0 + S1 x clients per replica` (`_stall_line`: a robust Theil-Sen line,
+`S1 >= 0`), kept only where the line earns its second parameter over the median by a
+BIC on absolute residuals (`n ln SAD_line + ln n < n ln SAD_median`); else the median.
+InferenceX, 1 refine round, against one median: load TTFT 19.1 -> 13.8%, cross-width
+20.3 -> 19.6%, cross-length 9.5 -> 8.7%, in-ladder 10.8 -> 10.5%, TP4 -> TP8 10.4%
+(the line without the test: TP4 -> TP8 11.7%, cross-width 20.5%).
 `S0` is at most `MAX_STALL_MS`, and so is the line at the anchor's most clients; an
 anchor whose `S0` reached it is flagged `stall-at-bound`. A TTFT level
 the model misses stays a residual, in the error bars, not a stall carried to every
@@ -42,6 +45,7 @@ every TP8 TTFT it priced). The anchors finally carry the host time their calibra
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -221,7 +225,9 @@ def clients_per_replica(row: CorpusRow) -> float:
 def _stall_line(clients: list[float], shifts: list[float]) -> tuple[float, float]:
     """(base, slope) of a robust line ``shift = base + slope * clients``: the median of the
     pairwise slopes (at least 0) and the median intercept; when that intercept is negative
-    the line goes through the origin at the median ``shift / clients`` (module docstring)."""
+    the line goes through the origin at the median ``shift / clients``. The line is kept
+    only where its absolute residuals beat the median's by a BIC (one more parameter:
+    ``n ln SAD_line + ln n < n ln SAD_median``); else (median, 0) (module docstring)."""
     slopes = [(shifts[j] - shifts[i]) / (clients[j] - clients[i])
               for i in range(len(clients)) for j in range(i + 1, len(clients)) if clients[j] != clients[i]]
     slope = max(0.0, statistics.median(slopes)) if slopes else 0.0
@@ -229,6 +235,13 @@ def _stall_line(clients: list[float], shifts: list[float]) -> tuple[float, float
     if base < 0.0 and slope > 0.0:
         slope = max(0.0, statistics.median(s / c for s, c in zip(shifts, clients)))
         base = 0.0
+    if slope > 0.0 and len(shifts) > 2:
+        constant = statistics.median(shifts)
+        flat = sum(abs(s - constant) for s in shifts)
+        line = sum(abs(s - base - slope * c) for s, c in zip(shifts, clients))
+        n = len(shifts)
+        if n * math.log(max(line, 1e-9)) + math.log(n) >= n * math.log(max(flat, 1e-9)):
+            return constant, 0.0
     return base, slope
 
 

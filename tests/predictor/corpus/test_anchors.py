@@ -166,11 +166,18 @@ def test_illegal_layouts_fail_with_their_reason(tmp_path):
 def test_the_first_wave_stall_is_read_as_a_line_over_the_runs_clients():
     """The TTFT skew a fixed-count run shows beyond the modelled first wave grows with its
     clients on some stacks and is one constant on others (`refine._stall_line`): a robust
-    line with a slope of at least 0, through the origin when its intercept would be < 0."""
+    line with a slope of at least 0, through the origin when its intercept would be < 0,
+    kept only where it fits the shifts better than their median by more than one more
+    parameter buys."""
     clients = [4, 8, 16, 32, 64]
     assert _stall_line(clients, [100 + 3 * c for c in clients]) == pytest.approx((100.0, 3.0))
-    outlier = [100 + 3 * c for c in clients[:-1]] + [5000.0]
-    assert _stall_line(clients, outlier) == pytest.approx((100.0, 3.0))
+    growing = [100 + 3 * c + noise for c, noise in zip(clients, (5, -4, 6, -3, 2))]
+    base, slope = _stall_line(clients, growing)
+    assert slope == pytest.approx(3.0, rel=0.1) and base == pytest.approx(100.0, abs=15.0)
+    flat = [2500.0, 2300.0, 2600.0, 2400.0, 2550.0]
+    assert _stall_line(clients, flat) == (2500.0, 0.0)
+    flat_with_outlier = [200.0, 210.0, 190.0, 205.0, 5000.0]
+    assert _stall_line(clients, flat_with_outlier) == (205.0, 0.0)
     assert _stall_line(clients, [400.0, 380.0, 390.0, 200.0, 100.0]) == pytest.approx((380.0, 0.0))
     base, slope = _stall_line(clients, [5 * c - 20 for c in clients])
     assert base == 0.0 and slope == pytest.approx(statistics.median((5 * c - 20) / c for c in clients))
