@@ -54,7 +54,7 @@ from levers.catalog import Engine
 from predictor.anchors.anchor import HOST_AT_BOUND, STALL_AT_BOUND
 from predictor.anchors.store import AnchorStore
 from predictor.cards.registry import load_card
-from predictor.corpus.anchors import AnchorBuild, Group, context_of, decode_batch, tokens_per_step
+from predictor.corpus.anchors import AnchorBuild, Group, context_of, decode_batch, roles_of, tokens_per_step
 from predictor.corpus.assemble import rebuild
 from predictor.corpus.host import ttft_typical
 from predictor.corpus.row import CorpusRow
@@ -205,7 +205,7 @@ def _fit_stall(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -
             modelled_skew = metrics["ttft_ms_mean"] - metrics.get("ttft_ms_p50", metrics["ttft_ms_mean"])
             miss = (measured.ttft_ms_mean - measured.ttft_ms_median) - modelled_skew
             shifts.append(miss * row.requests_per_client / _ttft_sensitivity(prediction))
-            clients.append(clients_per_replica(row))
+            clients.append(roles_of(row)[0].clients)    # its decode role's, as `analytical.stall_ms` prices it
     if shifts:
         base, slope = _stall_line(clients, shifts)
         stall = min(max(0.0, group.first_wave_stall_ms + base), MAX_STALL_MS)
@@ -213,13 +213,6 @@ def _fit_stall(group: Group, anchor_id: str, predicted: dict[str, Prediction]) -
         group.first_wave_stall_ms = stall
         # the stall at the anchor's most clients stays within the bound too
         group.first_wave_stall_per_client_ms = min(slope, (MAX_STALL_MS - stall) / max(clients))
-
-
-def clients_per_replica(row: CorpusRow) -> float:
-    """The clients one replica serves (a split's: one decode replica's), as the analytical
-    model prices the stall (`predictor.analytical.stall_ms`)."""
-    config = row.config
-    return row.concurrency / max(1, config.decode_replicas if config.disaggregated else config.replicas)
 
 
 def _stall_line(clients: list[float], shifts: list[float]) -> tuple[float, float]:
