@@ -17,6 +17,11 @@ the target's in its own breakdown). On the anchor's own layout and kernel set, i
 measured decode steps correct the calibrated physics between them and fade outside them
 (`predictor.step.residual`; flagged `measured-steps`).
 
+Off the anchor's own widths, its fitted host time above its engine's front-end constant
+(`predictor.corpus.host.host_for`) is carried in proportion to the decode step
+(`carried_host`): one width's TTFTs cannot tell host time from engine work, and what the
+front end does not explain runs on the GPUs and shrinks with them.
+
 Fits are cached per (anchor, prior): a search asks for the same anchor thousands of times.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
@@ -32,13 +38,14 @@ from predictor.analytical import chunks, host_time_ms, single_ttft_ms
 from predictor.anchors.anchor import DECODE_CARRIED, HOST_PER_ENGINE, PREFILL_CARRIED, Anchor
 from predictor.anchors.coverage import same_widths
 from predictor.cards.model_card import ModelCard
+from predictor.corpus.host import host_for
 from predictor.hardware import Cluster, GpuProfile, load_gpu
 from predictor.sim.scheduler import rank_chunk_tokens
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode
 from predictor.step.fit import SIGMA_PREFILL_POINT, SIGMA_SERVED_PREFILL_POINT, Point, fit_points
 from predictor.step.residual import MEASURED_STEPS, DecodeResidual, PrefillResidual
-from predictor.step.simulate import SimulateStepModel
+from predictor.step.simulate import CarriedHost, SimulateStepModel
 from predictor.units import US_PER_MS
 
 # An anchor flagged `HOST_PER_ENGINE` holds its engine's measured host time as a prior of
@@ -49,6 +56,17 @@ from predictor.units import US_PER_MS
 # refine round, against the free host time): cross-width TTFT 26.3 -> 18.5%, TP4 -> TP8
 # 11.5 -> 10.2%, load 23.6 -> 23.0%, in-ladder 14.7 -> 14.4%; cross-width TPOT 3.3 -> 3.9%.
 ENGINE_HOST_SIGMA = 0.3
+
+# The decode step (batch, context) an anchor's host time beyond its engine's front end
+# scales with off its own widths (`carried_host`). In AIConfigurator's TensorRT-LLM
+# ladders the lowest-load TTFT is a near-constant multiple of the TPOT across TP1-TP8
+# (H100 Qwen3-32B fp8 4k/128: 40 / 38 / 41 / 39; B200 Llama-3.1-70B fp8 8k/1k: 35 / 35 /
+# 35 / 34), far more than the modelled prefill. Scaled with the batch-1 step: AIConfigurator
+# cross-width TTFT 20.8 -> 20.0% (absurd 53 -> 43), split 37.6 -> 34.6%, InferenceX
+# cross-width 19.6 -> 19.7%, TP4 -> TP8 10.4 -> 10.6%; with the 1k prefill instead (it
+# shards almost as 1 / TP): 20.5%; with a 32-request step at 2k context: 20.4%
+# (docs/SCORES.md, choices measured).
+HOST_STEP = (1, 1024)
 
 NO_SPECULATION = "none"
 AUTO = "auto"
@@ -200,11 +218,12 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
         prefill = prefill_residual(anchor, card, str(engine), prior, cluster.gpu)
     if residual is not None or prefill is not None:
         flags = (*flags, MEASURED_STEPS)
+    carried = None if _same_widths(anchor, config) else carried_host(anchor, card, str(engine), prior, cluster.gpu)
     return SimulateStepModel(card, cluster, engine, config, acceptance, calibration=calibration, mode=mode,
                              anchor_id=anchor.id, flags=flags, captured_sizes=anchor.signature.captured_sizes or None,
                              first_wave_stall_ms=anchor.first_wave_stall_ms if same_kernels else 0.0,
                              first_wave_stall_per_client_ms=anchor.first_wave_stall_per_client_ms if same_kernels else 0.0,
-                             decode_residual=residual, prefill_residual=prefill)
+                             decode_residual=residual, prefill_residual=prefill, carried_host=carried)
 
 
 def own_layout(anchor: Anchor, config: Configuration) -> bool:
@@ -238,19 +257,35 @@ def own_kernels(anchor: Anchor, config: Configuration) -> bool:
 # What besides the widths must match for an anchor's measured steps to apply.
 KERNEL_SET_FIELDS = ("weight_dtype", "activation_dtype", "expert_dtype", "kv_cache_dtype", "attention_backend",
                      "moe_backend", "all_to_all_backend", "graph_capture", "spec_method", "spec_depth", "fusions")
-_RESIDUALS: dict[tuple, DecodeResidual | PrefillResidual | None] = {}
+_OWN_BUILT: dict[tuple, object] = {}
+_Built = TypeVar("_Built")
 
 
-def _residual(kind: str, anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, gpu: GpuProfile | None,
-              build: Callable[[SimulateStepModel], DecodeResidual | PrefillResidual | None]):
+def _on_own_model(kind: str, anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, gpu: GpuProfile | None,
+              build: Callable[[SimulateStepModel], _Built]) -> _Built:
     """``build`` on the anchor's own calibrated model, cached like its fit (per ``kind``)."""
     profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
     key = (kind, anchor, card, str(engine), prior, profile.name)
-    if key not in _RESIDUALS:
-        if len(_RESIDUALS) > FIT_CACHE_LIMIT:
-            _RESIDUALS.clear()
-        _RESIDUALS[key] = build(own_model(anchor, card, engine, profile, calibrate(anchor, card, engine, prior, profile)))
-    return _RESIDUALS[key]
+    if key not in _OWN_BUILT:
+        if len(_OWN_BUILT) > FIT_CACHE_LIMIT:
+            _OWN_BUILT.clear()
+        _OWN_BUILT[key] = build(own_model(anchor, card, engine, profile, calibrate(anchor, card, engine, prior, profile)))
+    return _OWN_BUILT[key]
+
+
+def carried_host(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
+                 gpu: GpuProfile | None = None) -> CarriedHost | None:
+    """How the anchor's fitted host time is carried off its own widths (module docstring):
+    its engine's front-end constant stays, the rest scales with the decode step at
+    :data:`HOST_STEP` (None when the fit holds no more than the front end); cached like
+    its fit."""
+    front_ms = host_for(engine).base_ms
+
+    def build(model: SimulateStepModel) -> CarriedHost | None:
+        if model.calibration.host_ms <= front_ms:
+            return None
+        return CarriedHost(front_ms, model.decode(*HOST_STEP).total_us, HOST_STEP)
+    return _on_own_model("host", anchor, card, engine, prior, gpu, build)
 
 
 def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
@@ -264,7 +299,7 @@ def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibra
             if modelled_us > 0:
                 found.append((batch, float(context), math.log(step_ms * US_PER_MS / modelled_us)))
         return DecodeResidual.from_points(found)
-    return _residual("decode", anchor, card, engine, prior, gpu, build)
+    return _on_own_model("decode", anchor, card, engine, prior, gpu, build)
 
 
 def prefill_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
@@ -288,4 +323,4 @@ def prefill_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibr
             if modelled_ms > 0 and ttft_ms > host_ms:
                 found.append((tokens, math.log((ttft_ms - host_ms) / modelled_ms)))
         return PrefillResidual.from_points(found)
-    return _residual("prefill", anchor, card, engine, prior, gpu, build)
+    return _on_own_model("prefill", anchor, card, engine, prior, gpu, build)

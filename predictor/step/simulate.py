@@ -46,7 +46,7 @@ from levers.precision import gemm_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.hardware import Cluster
 from predictor.memory import dtype_bytes
-from predictor.step.calibration import PHYSICS, Calibration
+from predictor.step.calibration import HOST_MAX_MS, PHYSICS, Calibration
 from predictor.step.comm_cost import CommModel, build_comm_model
 from predictor.step.cost import Mode, StepCost
 from predictor.step.dcp import excess_tokens_per_request
@@ -127,6 +127,18 @@ def padded_rows(rows: int, captured: tuple[int, ...]) -> int:
     return captured[index] if index < len(captured) else rows
 
 
+@dataclass(frozen=True, slots=True)
+class CarriedHost:
+    """An anchor's fitted host time carried off its own widths (`predictor.step.anchored.
+    carried_host`): ``front_ms`` (its engine's front-end constant) stays, the rest scales
+    with this layout's decode step at ``step`` (batch, context) over the anchor's
+    ``anchor_step_us``."""
+
+    front_ms: float
+    anchor_step_us: float
+    step: tuple[int, int]
+
+
 def _attention_step(parts) -> RawStep:
     """The attention groups' (memory, compute) parts as one step's rooflines."""
     return RawStep(tuple(Roofline(ATTENTION, m, c) for m, c in parts))
@@ -141,8 +153,10 @@ class SimulateStepModel:
                  flags: tuple[str, ...] = ("rank-only",), captured_sizes: tuple[int, ...] | None = None,
                  first_wave_stall_ms: float = 0.0, first_wave_stall_per_client_ms: float = 0.0,
                  decode_residual: DecodeResidual | None = None,
-                 prefill_residual: PrefillResidual | None = None) -> None:
+                 prefill_residual: PrefillResidual | None = None, carried_host: CarriedHost | None = None) -> None:
         self.card, self.cluster, self.engine, self.config = card, cluster, engine, config
+        self._carried_host = carried_host
+        self._host_ms: float | None = None
         self.decode_residual = decode_residual
         self.prefill_residual = prefill_residual
         self._residual_memo: dict[tuple[int, float], float] = {}
@@ -206,8 +220,16 @@ class SimulateStepModel:
 
     @property
     def host_time_ms(self) -> float:
-        """Per-request host time on TTFT and end-to-end (METHOD §3.12), fixed part."""
-        return self.calibration.host_ms
+        """Per-request host time on TTFT and end-to-end (METHOD §3.12), fixed part; an
+        anchor's carried off its widths (`CarriedHost`)."""
+        carried = self._carried_host
+        if carried is None:
+            return self.calibration.host_ms
+        if self._host_ms is None:
+            excess = self.calibration.host_ms - carried.front_ms
+            ratio = self.decode(*carried.step).total_us / carried.anchor_step_us
+            self._host_ms = min(HOST_MAX_MS, carried.front_ms + max(0.0, excess) * ratio)
+        return self._host_ms
 
     @property
     def host_us_per_prompt_token(self) -> float:
@@ -223,7 +245,8 @@ class SimulateStepModel:
         return SimulateStepModel(self.card, self.cluster, self.engine, self.config, calibration=calibration,
                                  mode=self.mode, anchor_id=self.anchor_id, flags=self._flags,
                                  captured_sizes=self._captured, first_wave_stall_ms=self.first_wave_stall_ms,
-                                 first_wave_stall_per_client_ms=self.first_wave_stall_per_client_ms)
+                                 first_wave_stall_per_client_ms=self.first_wave_stall_per_client_ms,
+                                 carried_host=self._carried_host)
 
     # -- construction ------------------------------------------------------------------
     def _gemm_rates(self, weight: str) -> tuple[float, float]:

@@ -13,7 +13,8 @@ from predictor.anchors.anchor import HOST_PER_ENGINE, DecodeSweep, Provenance, S
 from predictor.anchors.store import build_anchor
 from predictor.cards.registry import load_card
 from predictor.hardware import parse_cluster
-from predictor.step.anchored import anchor_config, anchored_model, calibrate
+from predictor.corpus.host import host_for
+from predictor.step.anchored import HOST_STEP, anchor_config, anchored_model, calibrate, own_model
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode, StepModel
 from predictor.step.simulate import SimulateStepModel
@@ -246,3 +247,24 @@ def test_a_first_wave_stall_goes_with_the_anchors_kernel_set_not_its_widths():
         model = calibrated(anchor, other)
         assert (model.first_wave_stall_ms, model.first_wave_stall_per_client_ms) == (0.0, 0.0)
         assert stall_ms(model, 64) == 0.0
+
+
+def test_host_time_beyond_the_engines_front_end_is_carried_with_the_decode_step():
+    """One width's TTFTs cannot tell host time from engine work: off the anchor's widths,
+    what its fit holds beyond its engine's front-end constant scales with the batch-1
+    decode step (`carried_host`); on its own widths, and where the fit holds no more than
+    the front end, the fitted host time stands."""
+    front = host_for("sglang").base_ms
+    anchor = measured(_signature(tp=2), replace(TRUTH, host_ms=200.0))
+    fitted = calibrate(anchor, CARD, "sglang", PHYSICS).host_ms
+    assert fitted > 100.0
+    own = calibrated(anchor, target(tp=2))
+    assert own.host_time_ms == fitted
+    physics = own_model(anchor, CARD, "sglang", MI355X.gpu, calibrate(anchor, CARD, "sglang", PHYSICS))
+    for tp in (4, 8):
+        wide = calibrated(anchor, target(tp=tp))
+        ratio = wide.decode(*HOST_STEP).total_us / physics.decode(*HOST_STEP).total_us
+        assert 0.2 < ratio < 0.95
+        assert wide.host_time_ms == pytest.approx(front + (fitted - front) * ratio, rel=1e-9)
+    quick = measured(_signature(tp=2), replace(TRUTH, host_ms=0.0))
+    assert calibrated(quick, target(tp=8)).host_time_ms == calibrate(quick, CARD, "sglang", PHYSICS).host_ms
