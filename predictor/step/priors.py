@@ -242,13 +242,18 @@ def _hosts(fitted: Iterable[Fitted], exclude_model: str | None) -> dict[str, tup
 def _pooled_calibration(key: str, members: list[Fitted], default_launch_us: float) -> Calibration:
     """One robust fit over the members' points (module docstring); the median without points.
 
-    Its collective factor stays within the range the members' own fits span: collectives
-    are priced from measured timings of the GPU's links, and a pooled ``comm`` outside
-    every member's own value is the fit trading it against a factor held at its bound, not
-    something any member measured. B200 SGLang FP4 with DeepSeek-R1 left out pooled seven
+    Its collective factor stays within the range the middle half of the members' own fits
+    span (their interquartile range): collectives are priced from measured timings of the
+    GPU's links, and a pooled ``comm`` outside what most members measured is the fit
+    trading it against a factor held at its bound, or following the one member whose
+    points are sensitive to it. B200 SGLang FP4 with DeepSeek-R1 left out pooled seven
     anchors into comm 2.99 with bandwidth at its 0.8 floor, where the members' own fits
     span 0.7-1.7, and priced DeepSeek-R1's InferenceX TP4 and TP8 decode 26% slow; held
-    within the range, InferenceX no anchor TPOT 12.2 -> 10.5% (docs/SCORES.md)."""
+    within the range, InferenceX no anchor TPOT 12.2 -> 10.5%. H200 TensorRT-LLM FP8
+    pooled six DeepSeek anchors into comm 4.3, where five of them fit 0.5-0.8 and one
+    attention-DP anchor 4.65, and priced Llama-3.1-70B's TP8 all-reduces 4.3x; held within
+    the middle half, no anchor TPOT 10.5 -> 9.4% (InferenceX), 14.5 -> 14.4%
+    (AIConfigurator) and pair accuracy up on both (docs/SCORES.md)."""
     if not all(m.points for m in members):
         return _median_calibration(key, [m.calibration for m in members], default_launch_us)
     spread = [_spread(m.points, POINTS_PER_ANCHOR) for m in members]
@@ -264,8 +269,8 @@ def _pooled_calibration(key: str, members: list[Fitted], default_launch_us: floa
         fitted = fit_points(points, PHYSICS, default_launch_us, source=f"prior:{key}", prefill_sigma=sigma,
                             point_scale=scale)
     values = {n: getattr(fitted, n) for n in PRIOR_FACTORS}
-    own = [m.calibration.comm for m in members]
-    values["comm"] = min(max(values["comm"], min(own)), max(own))
+    low, high = np.quantile([m.calibration.comm for m in members], [0.25, 0.75])
+    values["comm"] = min(max(values["comm"], float(low)), float(high))
     return Calibration(**values, source=f"prior:{key}")
 
 
