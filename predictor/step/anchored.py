@@ -262,7 +262,7 @@ _Built = TypeVar("_Built")
 
 
 def _on_own_model(kind: str, anchor: Anchor, card: ModelCard, engine: str, prior: Calibration, gpu: GpuProfile | None,
-              build: Callable[[SimulateStepModel], _Built]) -> _Built:
+                  build: Callable[[SimulateStepModel], _Built]) -> _Built:
     """``build`` on the anchor's own calibrated model, cached like its fit (per ``kind``)."""
     profile = gpu if gpu is not None else load_gpu(anchor.signature.accelerator)
     key = (kind, anchor, card, str(engine), prior, profile.name)
