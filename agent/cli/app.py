@@ -32,6 +32,7 @@ import difflib
 import functools
 import importlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -174,7 +175,26 @@ def _say_error(message: str) -> None:
 
 def print_json(data: Any) -> None:
     """Machine-readable output on stdout, nothing else (secrets masked)."""
-    sys.stdout.write(redact(json.dumps(data, indent=2, default=_json_default)) + "\n")
+    sys.stdout.write(redact(json_text(data)) + "\n")
+
+
+def json_text(data: Any, indent: int = 2) -> str:
+    """Strict JSON: a value that is not a finite number (a metric with nothing to
+    measure, e.g. the mixed step of a pool that never mixes) is ``null``; ``NaN`` and
+    ``Infinity`` are not JSON, and strict parsers (JavaScript's, jq's) refuse them."""
+    return json.dumps(_finite(data), indent=indent, default=_json_default, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    if hasattr(value, "to_json") or hasattr(value, "model_dump"):
+        return _finite(_json_default(value))
+    return value
 
 
 def _json_default(value: Any) -> Any:

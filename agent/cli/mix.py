@@ -9,7 +9,6 @@ and the plan's ledgers. Exit 0 when at least one slot has a pick, 1 when none do
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from agent.cli.app import (
     console,
     err_console,
     int_option,
+    json_text,
     output_file,
     print_json,
 )
@@ -74,7 +74,7 @@ def plan_mix_command(
     for slot_json, (plan, problem) in zip(data["slots"], deploys):
         slot_json["deploy"] = deploy_json(plan, problem)
     if out is not None:
-        atomic_write_text(out, json.dumps(data, indent=2) + "\n")
+        atomic_write_text(out, json_text(data) + "\n")
     if json_out:
         print_json(data)
     else:

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from agent.cli.main import app
 from tests.agent.cli.narrow import NARROW, console_width, overlong
+from tests.agent.cli.test_output_schemas import strict_json
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FILES = {"kimi-k3-gb300-dcp8.txt": 8, "kimi-k3-gb300-dwdp16-dep16.txt": 32}   # GPUs of the deployment
@@ -63,8 +64,8 @@ def test_example_json_is_the_deployment_the_issue_names():
     a = json.loads(runner.invoke(app, ["predict", *example_args("kimi-k3-gb300-dcp8.txt"), *CHEAP, "--json"]).stdout)
     assert a["configuration"]["tp"] == 8 and a["configuration"]["dcp"] == 8 and a["configuration"]["spec_depth"] == 4
     assert a["configuration"]["concurrency"] == 72 and a["configuration"]["replicas"] == 1
-    b = json.loads(runner.invoke(app, ["predict", *example_args("kimi-k3-gb300-dwdp16-dep16.txt"), *CHEAP,
-                                       "--json"]).stdout)
+    b = strict_json(runner.invoke(app, ["predict", *example_args("kimi-k3-gb300-dwdp16-dep16.txt"), *CHEAP,
+                                        "--json"]).stdout)
     config = b["configuration"]
     assert config["disaggregated"] and config["prefill_layout"] == "DWDP16" and config["concurrency"] == 512
     assert (config["tp"], config["attention_dp"], config["ep"]) == (16, 16, 16)
@@ -73,6 +74,8 @@ def test_example_json_is_the_deployment_the_issue_names():
     dtypes = b["memory"]["weight_dtypes_by_component"]
     assert (dtypes["routed_experts"], dtypes["attention"], dtypes["shared_experts"]) == ("nvfp4", "fp8", "bf16")
     assert b["metrics"]["output_throughput_per_gpu"] > 0 and b["breakdown"]["des"]["hit_rate"]["host_tier"] == "shared"
+    # split pools never mix a prompt into a decode step: nothing to measure is null, not NaN
+    assert b["all_metrics"]["mixed_decode_step_ms"] is None
 
 
 def test_the_families_plan_is_legal_and_spans_8_to_32_gpus():

@@ -27,10 +27,17 @@ def schema(name: str) -> dict:
     return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
 
 
+def strict_json(text: str):
+    """JSON as strict parsers read it: NaN and Infinity are not JSON."""
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
 def output(args: list[str], codes=(0, 1)):
     result = runner.invoke(app, args)
     assert result.exit_code in codes, result.output
-    return json.loads(result.stdout)
+    return strict_json(result.stdout)
 
 
 def test_shipped_schemas_are_up_to_date():
