@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from agent.cli.app import SEED, app, cli_errors, console, int_option, print_json
+from agent.cli.app import MAX_DES_REQUESTS, SEED, app, cli_errors, console, int_option, print_json
 from agent.cli.info import (
     AcceptanceOpt,
     ClusterOpt,
@@ -84,9 +84,10 @@ def predict_command(
     replications: int = typer.Option(PREDICT_REPLICATIONS, "--replications", parser=int_option("--replications", 1, 32),
                                      help="DES workload draws; metrics are their mean with a 90% interval."),
     acceptance: Optional[str] = AcceptanceOpt,
-    requests: Optional[int] = typer.Option(None, "--requests", parser=int_option("--requests", 16, 10_000_000),
+    requests: Optional[int] = typer.Option(None, "--requests", parser=int_option("--requests", 16, MAX_DES_REQUESTS),
                                            help="Requests each DES replay releases (default: 40 per client on "
-                                                "agentic); fewer is faster and noisier."),
+                                                "agentic); fewer is faster and noisier. At most 1,000,000 "
+                                                "(`simulate --allow-large` replays more)."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."""
@@ -136,8 +137,10 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
     say(console, f"mode: {result.mode}; transfer: {result.transfer or MISSING} "
                  f"({', '.join(result.transfer_kinds) or MISSING}); anchor: {result.anchor_id or MISSING}; "
                  f"source: {result.source}")
-    say(console, "80% interval: from the measured error of this transfer kind (docs/SCORES.md); "
-                 "brackets after a value: the 90% interval over DES replications")
+    legend = "80% interval: from the measured error of this transfer kind (docs/SCORES.md)"
+    if result.seed_intervals:
+        legend += "; brackets after a value: the 90% interval over DES replications"
+    say(console, legend)
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
     if result.memory is not None:

@@ -117,7 +117,10 @@ def text_option_cases() -> list[Case]:
           Case("simulate-trace-and-workload", ("simulate", *SMALL, "--workload", "1k/1k", "--trace", "{f:t.jsonl}"),
                "--trace", files=(("t.jsonl", MOONCAKE_OK),)),
           Case("simulate-requests-cap", ("simulate", *SMALL, "--requests", "1000000000000"), "--requests",
-               "--allow-large")]
+               "--allow-large"),
+          # predict has no --allow-large: its cap is the same 1,000,000 (README)
+          Case("predict-requests-cap", ("predict", *SMALL, "--workload", "agentic", "--requests", "1000001"),
+               "--requests", "1,000,000")]
     return c
 
 

@@ -1,0 +1,36 @@
+"""`inferasim predict`'s legend says what its numbers carry: the 80% interval always, the
+bracketed 90% interval over DES replications only when there is one."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+
+runner = CliRunner()
+SMALL = ["--model", "qwen3-30b-a3b", "--cluster", "h100x1"]
+BRACKETS = "brackets after a value"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERASIM_HOME", str(tmp_path / "home"))
+
+
+def _text(args: list[str]) -> str:
+    result = runner.invoke(app, ["predict", *SMALL, *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_an_analytical_prediction_promises_no_replication_interval():
+    text = _text(["--config", "tp=1", "--workload", "1k/1k"])
+    assert "80% interval:" in text and BRACKETS not in text and "[" not in text.split("80% interval:")[0]
+
+
+def test_des_replications_are_bracketed_and_said_so():
+    text = _text(["--config", "tp=1,concurrency=4", "--workload", "agentic", "--requests", "64",
+                  "--replications", "2"])
+    assert BRACKETS in text
+    assert "[" in text.split("80% interval:")[0]
