@@ -47,7 +47,13 @@ def _details(item: dict) -> str:
         return f"unreadable: {item['problem']}"
     return (f"{item['model']} on {item['cluster']} ({item['engine']}), {item['workload']}; "
             f"{_objective_text(item['objective'], item['best_objective'])}; SLOs {', '.join(item['slos']) or 'none'}; "
-            f"{item['num_trials']}/{item['budget']} trials, {item['status']}")
+            f"{_trials(item)}, {item['status']}")
+
+
+def _trials(item: dict) -> str:
+    """Trials recorded against the search's budget: the confirm step re-prices the best
+    few on top of it, so a finished search can hold more trials than its budget."""
+    return f"{item['num_trials']} trials (budget {item['budget']})"
 
 
 def _objective_text(objective: str, value: float | None) -> str:
@@ -71,7 +77,7 @@ def _print_wide(found: list[dict]) -> None:
             continue
         grid.add_row(item["search_id"], item["model"], item["cluster"], item["engine"], item["objective"],
                      number(item["best_objective"]), objective_unit(item["objective"]),
-                     ", ".join(item["slos"]) or MISSING, f"{item['num_trials']}/{item['budget']}", item["status"])
+                     ", ".join(item["slos"]) or MISSING, _trials(item), item["status"])
     print_wide(console, grid)
 
 

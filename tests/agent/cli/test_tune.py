@@ -91,6 +91,8 @@ def test_ledger_commands_review_persisted_searches():
     assert runner.invoke(app, ["ledger", "show", "no-such-ledger"]).exit_code == 2
     listing = runner.invoke(app, ["ledger", "list"]).output
     assert all(Path(path).stem in listing.splitlines() for path in (first, second))
+    # the confirm step's re-pricings come on top of the budget: said so, not "N/12"
+    assert f"{listed[0]['num_trials']} trials (budget 12)" in listing and "/12 trials" not in listing
 
 
 def test_resume_through_the_cli_extends_the_budget():
