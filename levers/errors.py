@@ -36,10 +36,22 @@ def did_you_mean(word: object, choices: Iterable[object]) -> str:
     """``; did you mean 'x'?`` when difflib finds a close choice (case-insensitive), else ``''``.
 
     Appended to an error's problem, so a typo of a model, GPU, lever, engine or value
-    names the likely intent before the (possibly long) accepted list."""
+    names the likely intent before the (possibly long) accepted list. A number among
+    numbers gets none: spelling distance says nothing about them (``tp=3`` is as near
+    ``32`` as ``2`` to difflib), and their accepted list, which follows, is short and ordered."""
     names = {str(choice).lower(): str(choice) for choice in choices}
+    if _is_number(word) and names and all(_is_number(name) for name in names):
+        return ""
     close = difflib.get_close_matches(str(word).strip().lower(), list(names), n=1, cutoff=0.6)
     return f"; did you mean '{names[close[0]]}'?" if close else ""
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(str(value).strip())
+    except ValueError:
+        return False
+    return True
 
 
 def accepted_list(values, limit: int = 12) -> str:

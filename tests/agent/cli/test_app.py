@@ -96,3 +96,9 @@ def test_typos_get_a_did_you_mean(args, suggestion):
 def test_no_suggestion_for_a_far_miss():
     result = runner.invoke(app, ["check", "--model", "zzzzzz"])
     assert result.exit_code == 2 and "did you mean" not in result.stderr
+
+
+def test_a_number_gets_the_accepted_numbers_not_a_spelling_guess():
+    result = runner.invoke(app, ["check", "--model", "kimi-k3", "--config", "tp=3"])
+    assert result.exit_code == 2 and "did you mean" not in result.stderr
+    assert "accepted: 1, 2, 4, 8" in result.stderr
