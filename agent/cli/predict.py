@@ -86,8 +86,8 @@ def predict_command(
     acceptance: Optional[str] = AcceptanceOpt,
     requests: Optional[int] = typer.Option(None, "--requests", parser=int_option("--requests", 16, MAX_DES_REQUESTS),
                                            help="Requests each DES replay releases (default: 40 per client on "
-                                                "agentic); fewer is faster and noisier. At most 1,000,000 "
-                                                "(`simulate --allow-large` replays more)."),
+                                                "agentic); fewer is faster and noisier. At most "
+                                                f"{MAX_DES_REQUESTS:,} (`simulate --allow-large` replays more)."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."""

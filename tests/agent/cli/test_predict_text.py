@@ -3,7 +3,6 @@ bracketed 90% interval over DES replications only when there is one."""
 
 from __future__ import annotations
 
-import pytest
 from typer.testing import CliRunner
 
 from agent.cli.main import app
@@ -11,11 +10,6 @@ from agent.cli.main import app
 runner = CliRunner()
 SMALL = ["--model", "qwen3-30b-a3b", "--cluster", "h100x1"]
 BRACKETS = "brackets after a value"
-
-
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFERASIM_HOME", str(tmp_path / "home"))
 
 
 def _text(args: list[str]) -> str:

@@ -3,6 +3,7 @@ points per (GPU, engine, dtype class), and what they refuse to learn from."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from predictor.anchors.store import AnchorStore
@@ -175,8 +176,6 @@ def test_a_pooled_prior_keeps_its_collective_factor_where_most_of_its_members_me
     one attention-DP anchor at 4.65, pooled into 4.3 and priced Llama-3.1-70B's TP8
     all-reduces 4.3x. The pooled factor stays inside the middle half of the members' own
     values (`_pooled_calibration`)."""
-    import numpy as np
-
     from predictor.hardware import load_gpu
     from predictor.step.priors import dtype_class, fitted_anchor, learn
 
