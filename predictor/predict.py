@@ -85,19 +85,20 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     else:
         prediction = _des(target, config, workload, anchoring, feasibility.memory, seed, num_requests, replications,
                           stop_rules)
-    prediction = _judged(prediction, anchoring, error_bars or shipped_error_bars())
+    prediction = _judged(prediction, anchoring, error_bars or shipped_error_bars(), workload.harness.name)
     return replace(prediction, wall_ms=(time.perf_counter() - started) * MS_PER_S)
 
 
-def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars) -> Prediction:
-    """Mode, transfer kinds and intervals (`predictor.uncertainty`)."""
+def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars, harness: str | None = None) -> Prediction:
+    """Mode, transfer kinds and intervals (`predictor.uncertainty`; ``harness``: the
+    workload's, for a prediction no anchor calibrates)."""
     kinds = anchoring.kinds
     calibration = anchoring.calibration_json()
     mode = bars.mode(kinds, anchoring.has_anchor)
     flags = (*prediction.flags, "rank-only") if mode is Mode.RANK_ONLY else prediction.flags
     return replace(prediction, mode=mode, anchor_id=anchoring.anchor_id, flags=tuple(dict.fromkeys(flags)),
                    transfer=bars.primary(kinds), transfer_kinds=kinds,
-                   intervals=bars.intervals(prediction.metrics or {}, kinds, band_keys(calibration)),
+                   intervals=bars.intervals(prediction.metrics or {}, kinds, band_keys(calibration, harness)),
                    calibration=calibration)
 
 

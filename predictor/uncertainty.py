@@ -27,7 +27,11 @@ metric family (TPOT, TTFT, throughput) the table holds the 10th and 90th percent
   prediction takes the most specific band that holds `MIN_TIER_ROWS` residuals of its
   kind. An anchor from elsewhere (a harvest) takes its tier's or the kind's band.
   Measured (in-sample, transfer protocols' TPOT and throughput): InferenceX 85-94% ->
-  77-87%, AIConfigurator 71-78% -> 78-80%.
+  77-87%, AIConfigurator 71-78% -> 78-80%. A prediction no anchor calibrates (simulate
+  mode, cross-model priors) has no anchor source; it takes the band of the harness its
+  workload names (a corpus row's source: the same keys), since the harness sets the
+  floors no prior knows (a harness's per-request host time, its launch recipes). The
+  product's own questions name no harness and take the kind's band, pooled over both.
 - **Mode**: `anchored` when an anchor of the model calibrates the prediction and the
   widest applicable kind measured at most `DECISION_GRADE_APE` median error on TPOT and on
   throughput; otherwise `rank-only` (simulate mode and cross-model priors always are).
@@ -96,10 +100,14 @@ def anchor_source(calibration: dict | None) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def band_keys(calibration: dict | None) -> tuple[str, ...]:
+def band_keys(calibration: dict | None, harness: str | None = None) -> tuple[str, ...]:
     """The bands a prediction may take, most specific first: its anchors' source and fit
-    tier, the source, the tier (module docstring)."""
+    tier, the source, the tier (module docstring). A prediction no anchor calibrates
+    (priors only) takes the band of the ``harness`` its workload names (a corpus row's
+    source), measured on that harness's rows; the product's own questions name none."""
     tier, source = fit_tier(calibration), anchor_source(calibration)
+    if source is None and tier is None and harness:
+        return (str(harness),)
     keys = (f"{source}/{tier}" if source and tier else None, source, tier)
     return tuple(k for k in keys if k)
 

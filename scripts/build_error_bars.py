@@ -16,7 +16,11 @@ over both corpora under the transfer kind the protocol measures:
 | split | split |
 | precision | precision |
 | leave-model-out | cross-model |
-| none | none |
+| none | none, cross-model |
+
+(`none` prices each model with the shipped priors of the others, as a user's model with no
+anchor is priced: its predictions carry the cross-model kind, so its residuals count there
+beside leave-model-out's, and under `none` for a configuration no prior covers.)
 
 and their 10th / 90th percentiles and median APE per metric family (TPOT, TTFT,
 throughput) are written, once per kind and once per kind and fit tier of the prediction's
@@ -50,9 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "predictor" / "data" / "error_bars.json"
 CORPORA = (("inferencex", SHARED_DATA / "inferencex" / "fixed_seq_runs_dev.csv"),
            ("aiconfigurator", SHARED_DATA / "aiconfigurator" / "silicon_sample_dev.csv"))
-KIND_OF = {"in-ladder": "in-ladder", "cross-width": "width", "tp4-to-8": "width", "cross-length": "length",
-           "load": "load", "split": "split", "precision": "precision", "leave-model-out": "cross-model",
-           "none": "none"}
+KIND_OF = {"in-ladder": ("in-ladder",), "cross-width": ("width",), "tp4-to-8": ("width",),
+           "cross-length": ("length",), "load": ("load",), "split": ("split",), "precision": ("precision",),
+           "leave-model-out": ("cross-model",), "none": ("none", "cross-model")}
 
 
 def measure(protocols) -> tuple[dict, dict, dict, dict]:
@@ -68,12 +72,14 @@ def measure(protocols) -> tuple[dict, dict, dict, dict]:
         scored = score_protocols(rows, protocols)
         report[name], by_corpus[name] = scored["protocols"], scored["residuals"]
         for protocol, residuals in scored["residuals"].items():
-            for family, values in residuals.items():
-                pooled[KIND_OF[protocol]][family].extend(values)
+            for kind in KIND_OF[protocol]:
+                for family, values in residuals.items():
+                    pooled[kind][family].extend(values)
         for protocol, by_tier in scored["tiered_residuals"].items():
             for tier, residuals in by_tier.items():
-                for family, values in residuals.items():
-                    tiers[tier][KIND_OF[protocol]][family].extend(values)
+                for kind in KIND_OF[protocol]:
+                    for family, values in residuals.items():
+                        tiers[tier][kind][family].extend(values)
         print(f"{name}: {len(rows)} rows, {len(protocols)} protocols in {time.perf_counter() - started:.0f} s")
     return pooled, tiers, report, by_corpus
 

@@ -139,10 +139,11 @@ def residuals(results: Iterable[RowResult]) -> dict[str, list[float]]:
 
 def tiered_residuals(results: Iterable[RowResult]) -> dict[str, dict[str, list[float]]]:
     """`residuals` per band of the predictions (`predictor.uncertainty.band_keys`: fit
-    tier, anchor source, both): a prediction counts in each of its bands."""
+    tier, anchor source, both; the row's harness for a prediction no anchor calibrates):
+    a prediction counts in each of its bands."""
     by_tier: dict[str, list[RowResult]] = defaultdict(list)
     for result in results:
-        for key in band_keys(result.prediction.calibration):
+        for key in band_keys(result.prediction.calibration, result.row.harness.name):
             by_tier[key].append(result)
     return {tier: residuals(items) for tier, items in by_tier.items()}
 

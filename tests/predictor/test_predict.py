@@ -11,9 +11,9 @@ from agent.cli.main import app
 from levers.configuration import Configuration, parse_config_text
 from predictor.predict import predict
 from predictor.step.cost import Mode
-from predictor.uncertainty import DECISION_GRADE_APE, band_keys, shipped_error_bars
+from predictor.uncertainty import DECISION_GRADE_APE, MIN_TIER_ROWS, band_keys, shipped_error_bars
 from predictor.target import resolve_target
-from predictor.workload import WorkloadSpec, parse_workload
+from predictor.workload import Harness, WorkloadSpec, parse_workload
 
 runner = CliRunner()
 ONE_K = parse_workload("1k/1k")
@@ -73,6 +73,24 @@ def test_no_anchor_of_the_model_takes_the_cross_model_prior_rank_only():
     assert prediction.calibration["source"].startswith("prior:")
     assert "anchor_source" not in prediction.calibration
     assert set(prediction.breakdown["decode_step"]) >= {"gemm", "attention", "moe", "communication", "launch"}
+
+
+def test_a_prior_priced_row_of_a_harness_takes_that_harness_band():
+    """No anchor calibrates it, so the harness its workload names picks the band
+    (`predictor.uncertainty.band_keys`); the product's own questions keep the pooled one."""
+    target, chosen = resolve_target("kimi-k3", "mi355x", "vllm"), config("tp=8,concurrency=16")
+    plain = predict(target, chosen, ONE_K)
+    bars = shipped_error_bars()
+    pooled = max((bars.error(k, "tpot") for k in plain.transfer_kinds), key=lambda e: e.q90 - e.q10)
+    for harness in ("inferencex", "aiconfigurator"):
+        spec = WorkloadSpec("fixed", 1024, 1024, harness=Harness(harness))
+        named = predict(target, chosen, spec)
+        tpot = named.metrics["tpot_ms_mean"]
+        band = max((bars.error(k, "tpot", (harness,)) for k in named.transfer_kinds), key=lambda e: e.q90 - e.q10)
+        assert band.rows >= MIN_TIER_ROWS and (band.q10, band.q90) != (pooled.q10, pooled.q90)
+        assert named.intervals["tpot_ms_mean"] == pytest.approx((tpot * math.exp(band.q10), tpot * math.exp(band.q90)))
+    tpot = plain.metrics["tpot_ms_mean"]
+    assert plain.intervals["tpot_ms_mean"] == pytest.approx((tpot * math.exp(pooled.q10), tpot * math.exp(pooled.q90)))
 
 
 def test_more_clients_raise_throughput_and_latency():

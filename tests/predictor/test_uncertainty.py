@@ -76,6 +76,16 @@ def test_band_keys_run_from_source_and_tier_to_the_tier():
     assert band_keys({"source": "prior:b200/vllm", "residuals": {}}) == ()
 
 
+def test_a_prediction_no_anchor_calibrates_takes_its_harness_band():
+    prior = {"source": "prior:b200/vllm", "residuals": {}}
+    assert band_keys(prior, "inferencex") == ("inferencex",)
+    assert band_keys(None, "aiconfigurator") == ("aiconfigurator",)
+    # an anchor's own source and tier come first: the harness is only a prior's band
+    aic = {**_calibration(TIGHT_FIT_RESIDUAL / 2), "anchor_source": "aiconfigurator"}
+    assert band_keys(aic, "inferencex") == ("aiconfigurator/tight", "aiconfigurator", "tight")
+    assert band_keys(_calibration(0.08), "inferencex") == ("loose",)
+
+
 def test_the_most_specific_band_with_enough_rows_wins():
     base = {"width": {"tpot": KindError(-0.2, 0.2, 10.0, 900)}}
     bands = {"inferencex/tight": {"width": {"tpot": KindError(-0.02, 0.02, 1.0, MIN_TIER_ROWS - 1)}},
