@@ -12,6 +12,7 @@ from predictor.uncertainty import (
     anchor_source,
     band_keys,
     fit_tier,
+    shipped_error_bars,
 )
 
 
@@ -103,3 +104,14 @@ def test_the_most_specific_band_with_enough_rows_wins():
     broken = bars.to_json()
     broken["tiers"]["inferencex/gold"] = broken["tiers"]["tight"]
     assert set(ErrorBars.from_json(broken).by_tier) == set(bands)
+
+
+def test_the_shipped_no_anchor_bands_are_per_harness_and_pool_both_no_anchor_protocols():
+    """scripts/build_error_bars.py: a corpus row priced with no anchor takes its harness's
+    band, and the cross-model kind its predictions carry holds the no-anchor protocol's
+    residuals beside leave-model-out's (both score every row of the corpus once)."""
+    bars = shipped_error_bars()
+    for harness in ("inferencex", "aiconfigurator"):
+        none = bars.by_tier[harness]["none"]["tpot"]
+        cross_model = bars.by_tier[harness]["cross-model"]["tpot"]
+        assert none.rows >= MIN_TIER_ROWS and cross_model.rows == 2 * none.rows
