@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -250,6 +251,8 @@ class RayExecutor:
         started = not ray.is_initialized()
         if started:
             address = None if self.address in (None, "auto", "local") else self.address
+            if address is not None:
+                check_reachable(address)
             ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         try:
             return self._run(ray, job, num_groups, on_progress)
@@ -273,6 +276,25 @@ class RayExecutor:
             if on_progress:
                 on_progress(done, num_groups)
         return [result for i in range(len(chunks)) for result in by_chunk[i]]
+
+
+RAY_CONNECT_TIMEOUT_S = 10.0     # a cluster's head must accept a connection within this
+RAY_ADDRESS_FORMS = "auto, or HOST:PORT (or ray://HOST:PORT) of a running Ray cluster's head, reachable from here"
+
+
+def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a Ray address whose head does not accept a TCP connection within
+    ``timeout_s``: Ray itself retries an unreachable head without end."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError("--ray", f"'{address[:200]}' is not an address", RAY_ADDRESS_FORMS)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or type(error).__name__)
+        raise InputError("--ray", f"cannot reach '{address[:200]}' ({reason})", RAY_ADDRESS_FORMS) from None
 
 
 def import_ray() -> Any:

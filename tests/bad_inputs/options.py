@@ -120,7 +120,10 @@ def text_option_cases() -> list[Case]:
                "--allow-large"),
           # predict has no --allow-large: its cap is the same 1,000,000 (README)
           Case("predict-requests-cap", ("predict", *SMALL, "--workload", "agentic", "--requests", "1000001"),
-               "--requests", "1,000,000")]
+               "--requests", "1,000,000"),
+          # Ray retries an unreachable head without end: refused before it is asked
+          Case("pareto-ray-unreachable", ("pareto", *SMALL, "--ray", "127.0.0.1:1"), "--ray"),
+          Case("pareto-ray-not-an-address", ("pareto", *SMALL, "--ray", "nonsense"), "--ray")]
     return c
 
 

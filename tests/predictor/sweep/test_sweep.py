@@ -305,3 +305,27 @@ def _check_png(path):
     grey = image[..., :3].mean(axis=2)
     assert grey.std() > 0.05                 # not a blank canvas
     assert (grey < 0.5).mean() > 0.005       # dark ink: axes, labels, the bold frontier
+
+
+def test_an_unreachable_ray_address_is_refused_within_its_deadline():
+    """Ray retries a head it cannot reach without end; the executor checks first."""
+    import socket
+    import time
+
+    from predictor.sweep.executors import check_reachable
+
+    with socket.socket() as closed:         # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    started = time.perf_counter()
+    with pytest.raises(InputError, match=r"--ray: cannot reach '127\.0\.0\.1:\d+'"):
+        check_reachable(f"127.0.0.1:{port}", timeout_s=2.0)
+    assert time.perf_counter() - started < 5.0
+    for bad in ("nonsense", "host:", "host:99999", "ray://:80"):
+        with pytest.raises(InputError, match="is not an address"):
+            check_reachable(bad)
+    with socket.socket() as listening:      # a head that accepts: no error
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
+
