@@ -5,7 +5,8 @@ The pick is one of: a ledger (its best trial, or `--trial N`), a plan-mix report
 `--slot MODEL/TIER`, or `--model ... --config ...`. Commands are printed whole, one per
 pool, ready to copy; `--out` (default `./deploy-MODEL-CLUSTER-ENGINE`) receives
 `deploy.json`, the engine's option files a command names (TensorRT-LLM's YAML), and for
-a split `dynamo.yaml` and `llm-d-prefill.yaml` / `llm-d-decode.yaml`.
+a split `dynamo.yaml` and `llm-d-prefill.yaml` / `llm-d-decode.yaml`. A folder reused
+for another pick loses the files the earlier deploy listed and this one does not write.
 """
 
 from __future__ import annotations
@@ -101,9 +102,26 @@ def write_files(folder: Path, plan: DeployPlan, manifests: dict[str, str], data:
     for name, text in manifests.items():
         paths.append(atomic_write_text(folder / name, text))
     summary = folder / "deploy.json"
+    stale = earlier_files(folder, {p.name for p in [*paths, summary]})
     files = {p.name: str(p) for p in [*paths, summary]}
     atomic_write_text(summary, json.dumps({**data, "files": files}, indent=1) + "\n")
+    for path in stale:                      # a reused folder holds this pick's files only
+        path.unlink(missing_ok=True)
     return [*paths, summary]
+
+
+def earlier_files(folder: Path, keep: set[str]) -> list[Path]:
+    """Files an earlier deploy into ``folder`` wrote (its deploy.json lists them) that
+    this one does not: a split's manifests left beside a colocated pick would be applied
+    with it (`kubectl apply -f FOLDER`). Only files in ``folder`` itself are touched."""
+    try:
+        listed = json.loads((folder / "deploy.json").read_text("utf-8")).get("files", {})
+        paths = [Path(str(path)) for path in listed.values()]
+    except (OSError, ValueError, AttributeError):
+        return []
+    home = folder.resolve()
+    return [path for path in paths
+            if path.name not in keep and path.is_file() and path.resolve().parent == home]
 
 
 def render(pick: Pick, plan: DeployPlan, paths: list[Path], refused: dict[str, str]) -> None:

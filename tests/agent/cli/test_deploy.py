@@ -71,6 +71,22 @@ def test_a_disaggregated_config_gets_a_dynamo_graph_and_llmd_pools(tmp_path):
     assert "prefill: 1 replica(s) x 8 GPU(s), each:" in text.stdout and "dynamo.yaml" in text.stdout
 
 
+def test_a_reused_folder_keeps_only_the_new_picks_files(tmp_path):
+    """A split's manifests must not stay beside a later colocated pick in the same --out
+    (`kubectl apply -f` the folder would deploy both); files deploy did not write stay."""
+    out = tmp_path / "deploy"
+    split = deploy("--model", "deepseek-r1", "--cluster", "mi355x8x2", "--engine", "vllm", "--config", SPLIT,
+                   "--out", str(out), "--json")
+    assert split.exit_code == 0, split.output
+    assert {"dynamo.yaml", "llm-d-prefill.yaml", "llm-d-decode.yaml"} <= {p.name for p in out.iterdir()}
+    (out / "notes.txt").write_text("mine")
+    plain = deploy("--model", "deepseek-r1", "--cluster", "mi355x8x2", "--engine", "vllm", "--config", "tp=8",
+                   "--out", str(out), "--json")
+    assert plain.exit_code == 0, plain.output
+    assert sorted(p.name for p in out.iterdir()) == ["deploy.json", "notes.txt"]
+    assert list(json.loads(plain.stdout)["files"]) == ["deploy.json"]
+
+
 def test_a_plan_mix_slot(monkeypatch, tmp_path):
     monkeypatch.setattr(agent.mix.planner, "default_predict_fn", lambda: fake_predict)
     models = tmp_path / "models.yaml"
