@@ -279,7 +279,7 @@ def _des(target: Target, config: Configuration, workload: WorkloadSpec, anchorin
     metrics = dict(result.metrics)
     metrics.update(_memory_metrics(memory, config))
     metrics.update(_des_comm_metrics(config, anchoring, result.extra))
-    flags = tuple(dict.fromkeys(f for m in anchoring.models() for f in m.flags))
+    flags = tuple(dict.fromkeys(f for m in anchoring.models() for f in m.flags)) + result.flags
     if "stopped_early" in result.extra:
         flags += (f"stopped early: {result.extra['stopped_early']['reason']}",)
     return Prediction(

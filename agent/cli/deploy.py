@@ -18,8 +18,7 @@ from typing import Optional
 import typer
 
 from agent.cli.app import app, cli_errors, console, int_option, output_dir, print_json
-from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt
-from agent.cli.predict import target_with_default_engine
+from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, target_with_default_engine
 from agent.cli.render import config_text, id_line, number, paragraph, say
 from agent.deploy.manifests import dynamo_graph, llmd_manifests
 from agent.deploy.pick import Pick, from_config, from_ledger, from_plan

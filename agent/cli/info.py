@@ -20,7 +20,7 @@ from predictor.cards.registry import list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for
 from predictor.hardware import list_gpus
 from predictor.step.speculation import parse_acceptance
-from predictor.target import resolve_target
+from predictor.target import Target, resolve_target
 from predictor.workload import WorkloadSpec
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
@@ -28,7 +28,8 @@ WideOpt = typer.Option(False, "--wide", help="One table with the ids in it (line
 MAX_CONTEXT_TOKENS = 1 << 27  # 134M tokens: beyond every model card
 ModelOpt = typer.Option(..., "--model", "-m", help="Model name or alias, e.g. kimi-k3.")
 ClusterOpt = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]], default mi355x.")
-EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom or trtllm.")
+EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom, trtllm or llamacpp (default: the first "
+                                                     "with an anchor for the model on the cluster, else vllm).")
 ConfigOpt = typer.Option(None, "--config", help="lever=value pairs, comma-separated; may repeat; @FILE reads a YAML/JSON mapping.")
 AcceptanceOpt = typer.Option(None, "--acceptance", help=(
     "Speculative acceptance of this traffic (METHOD §3.8): L(1),L(2),... committed tokens per verify step, "
@@ -107,7 +108,9 @@ def _lever_row(lever, engine: Engine | None) -> dict:
 
 @app.command("levers")
 @cli_errors
-def levers(engine: Optional[str] = EngineOpt, json_out: bool = JsonOpt) -> None:
+def levers(engine: Optional[str] = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom, trtllm or llamacpp "
+                                                "(default: every engine)."),
+           json_out: bool = JsonOpt) -> None:
     """The 36 levers with their kind and legal values (per engine)."""
     chosen = parse_engine(engine) if engine else None
     rows = [_lever_row(lever, chosen) for lever in LEVERS]
@@ -147,12 +150,19 @@ def configuration_from_options(config: list[str] | None, concurrency: int | None
     return Configuration().with_changes(partial)
 
 
+def target_with_default_engine(model: str, cluster: str | None, engine: str | None) -> Target:
+    """PRODUCT.md §2: the first engine with an anchor for the model there, else vllm
+    (the anchors are read only here: `inferasim models` and the like stay light)."""
+    from predictor.anchors.anchoring import default_store
+    return resolve_target(model, cluster, engine, has_anchor=default_store().has_anchor)
+
+
 @app.command("check")
 @cli_errors
 def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt,
           config: Optional[list[str]] = ConfigOpt, json_out: bool = JsonOpt) -> None:
     """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not."""
-    target = resolve_target(model, cluster, engine)
+    target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config)
     result = check_configuration(target.card, target.cluster, target.engine, configuration)
     if json_out:

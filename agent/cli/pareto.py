@@ -19,8 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, output_dir, print_json
 from agent.cli.chart import frontier_chart, key_of
-from agent.cli.info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt
-from agent.cli.predict import target_with_default_engine
+from agent.cli.info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt, target_with_default_engine
 from agent.cli.render import config_text, number, paragraph, say, table
 from levers.errors import InputError, accepted_list
 from levers.inputs import parse_number

@@ -21,14 +21,15 @@ from agent.cli.info import (
     JsonOpt,
     ModelOpt,
     configuration_from_options,
+    target_with_default_engine,
     with_acceptance,
 )
 from agent.cli.memory_view import memory_pools, memory_table
 from agent.cli.render import MISSING, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
-from predictor.predict import default_store, predict
+from predictor.predict import predict
 from predictor.prediction import Prediction
-from predictor.target import Target, check_workload_context, resolve_target
+from predictor.target import Target, check_workload_context
 from predictor.units import MS_PER_S, US_PER_MS
 from predictor.workload import parse_workload
 
@@ -65,11 +66,6 @@ def _shown(result: Prediction, key: str, unit: str) -> tuple[float, tuple | None
         return value, seeds, interval
     inverse = lambda pair: (MS_PER_S / pair[1], MS_PER_S / pair[0]) if pair and min(pair) > 0 else None  # noqa: E731
     return MS_PER_S / value, inverse(seeds), inverse(interval)
-
-
-def target_with_default_engine(model: str, cluster: str | None, engine: str | None) -> Target:
-    """PRODUCT.md §2: the first engine with an anchor for the model there, else vllm."""
-    return resolve_target(model, cluster, engine, has_anchor=default_store().has_anchor)
 
 
 @app.command("predict")

@@ -27,7 +27,8 @@ from agent.cli.app import (
     output_file,
     print_json,
 )
-from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options
+from agent.cli.info import (ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options,
+                            target_with_default_engine)
 from agent.cli.render import config_text, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
 from levers.errors import InputError
@@ -36,7 +37,7 @@ from predictor.predict import step_model_for
 from predictor.sim import SimOptions, SimResult, load_trace, simulate
 from predictor.sim.results import JSON_STATS
 from predictor.step.cost import StepModel
-from predictor.target import Target, resolve_target
+from predictor.target import Target
 from predictor.workload import parse_workload
 
 TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV.")
@@ -91,7 +92,7 @@ def simulate_command(
     """Run the discrete-event simulator: TTFT/ITL/TPOT/E2E distributions, throughput, hit rates."""
     check_des_requests(requests, "--requests", allow_large)
     output_file(csv, "--csv")
-    target = resolve_target(model, cluster, engine)
+    target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency)
     replay = _workload(workload, trace, skip_bad_lines, allow_large)
     context_tokens = getattr(replay, "context_tokens", DEFAULT_CONTEXT_TOKENS)
@@ -109,7 +110,7 @@ def simulate_command(
     info = {**target.to_json(), "workload": replay.name,
             "configuration": configuration.to_dict(), "configuration_text": configuration.describe(),
             "modes": sorted({str(m.mode) for m in models}),
-            "flags": sorted({f for m in models for f in m.flags})}
+            "flags": sorted({f for m in models for f in m.flags}) + list(result.flags)}
     if json_out:
         return print_json({**info, **simulation_json(result)})
     _render(info, result)

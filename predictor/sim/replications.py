@@ -89,7 +89,8 @@ def combine(results: Sequence[SimResult]) -> SimResult:
 
 
 def _hit_rates(results: Sequence[SimResult]) -> dict:
-    """Mean hit rates, with the overall and per-tier intervals under ``intervals``."""
+    """Mean hit rates, with the overall and per-tier intervals under ``intervals`` (a
+    share: held to [0, 1] as `mean_interval` holds every interval to non-negative)."""
     def mean(values: list[float]) -> tuple[float, tuple[float, float] | None]:
         value, interval = mean_interval(values)
         return round(value, 6), interval
@@ -100,4 +101,4 @@ def _hit_rates(results: Sequence[SimResult]) -> dict:
     found = {"overall": overall_interval, **{tier: interval for tier, (_, interval) in tiers.items()}}
     return {"overall": overall, "per_replica": replicas, "per_tier": {t: v for t, (v, _) in tiers.items()},
             "host_tier": results[0].hit_rate.get("host_tier", "none"),
-            "intervals": {k: [round(v[0], 6), round(v[1], 6)] for k, v in found.items() if v is not None}}
+            "intervals": {k: [round(v[0], 6), round(min(1.0, v[1]), 6)] for k, v in found.items() if v is not None}}

@@ -113,6 +113,9 @@ def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, f
     return out
 
 
+WARMUP_ONLY = "warmup_only_replications"   # extra: replications whose finished requests were all warm-up
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Distributions (ms), throughputs (tok/s), hit rates, and the per-request table."""
@@ -127,6 +130,16 @@ class SimResult:
     rows: tuple[dict, ...] = ()
     replications: int = 1
     seed_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)   # 90%, over replications
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """What the replay itself says about its figures: a replay too short to finish a
+        request after its warm-up reports the warm-up's."""
+        count = self.extra.get(WARMUP_ONLY, 0)
+        if not count:
+            return ()
+        return (f"warm-up only: no request finished after the warm-up in {count} of {self.replications} "
+                "replication(s), so their figures are the warm-up's (replay more requests)",)
 
     @property
     def metrics(self) -> dict[str, float]:

@@ -37,6 +37,7 @@ from predictor.sim.replica import Replica
 from predictor.sim.request import Request
 from predictor.sim.results import (
     LATENCY_NAMES,
+    WARMUP_ONLY,
     Recorder,
     SimResult,
     Window,
@@ -366,6 +367,8 @@ class Simulation:
         return Window((first_arrival, 0.0, 0.0), end)
 
     def _measured(self) -> list[Request]:
+        """The requests after the warm-up; all of them when none finished after it (a
+        replay too short for its warm-up: `WARMUP_ONLY` counts it in ``extra``)."""
         return [r for r in self.finished if not r.is_warmup] or self.finished
 
     def _result(self, wall_s: float) -> SimResult:
@@ -386,6 +389,8 @@ class Simulation:
         extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished), **recorder.step_means()}
         if self.stopped is not None:
             extra["stopped_early"] = self.stopped
+        if all(r.is_warmup for r in measured):
+            extra[WARMUP_ONLY] = 1              # replications sum it
         hits = hit_rates(deployment, measured if self.source.warms_up_first_turns else None)
         return SimResult(distributions, scalars, hits, len(measured), wall_s,
                          self.now_us / US_PER_S, extra, rows)

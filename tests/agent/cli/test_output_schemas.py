@@ -101,7 +101,7 @@ def test_every_command_output_validates(fakes):
         "predict": output(["predict", "--model", "qwen3-30b-a3b", "--cluster", "h100x1", "--config", "tp=1",
                            "--json"]),
         "simulate": output(["simulate", "--model", "qwen3-30b-a3b", "--cluster", "h100x1", "--config", "tp=1",
-                            "--workload", "1k/1k", "--requests", "20", "--json"]),
+                            "--workload", "1k/1k", "--requests", "20", "--replications", "2", "--json"]),
         "pareto": output(["pareto", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--engine", "vllm",
                           "--max-points", "20", "--no-plot", "--out", str(tmp / "p"), "--json"]),
         "check": output(["check", "--model", "qwen3-30b-a3b", "--json"]),

@@ -94,3 +94,13 @@ def test_replications_report_means_with_90_percent_intervals():
     assert lo <= data["output_throughput_per_gpu"] <= hi
     text = invoke("--workload", "agentic", "--concurrency", "4", "--requests", "24", "--replications", "3")
     assert text.exit_code == 0 and "over 3 replication(s)" in " ".join(text.stdout.split())
+
+
+def test_a_replay_too_short_for_its_warm_up_says_its_figures_are_the_warm_ups():
+    """Each client's opening turn is warm-up (not measured); a replay that finishes none
+    after it reports the warm-up's figures, and says so."""
+    short = invoke("--workload", "agentic", "--concurrency", "8", "--requests", "8", "--json")
+    assert short.exit_code == 0, short.output
+    assert any(f.startswith("warm-up only: ") for f in json.loads(short.stdout)["flags"])
+    longer = invoke("--workload", "agentic", "--concurrency", "8", "--requests", "200", "--json")
+    assert not any(f.startswith("warm-up only") for f in json.loads(longer.stdout)["flags"])

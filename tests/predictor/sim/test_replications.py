@@ -74,3 +74,20 @@ def test_interval_of_a_non_negative_quantity_stays_non_negative():
     assert low == 0.0 and high > mean
     _, (signed_low, _) = mean_interval([-1.0, 0.5, 120.0])  # a signed quantity keeps its t interval
     assert signed_low < 0.0
+
+
+def test_a_hit_rates_interval_stays_a_share():
+    """Two replications at 0 and 1 (a replay too short to warm its cache, and one that
+    did): the t interval's upper end would be 3.7; a share ends at 1."""
+    from predictor.sim.replications import _hit_rates
+    from predictor.sim.results import SimResult
+
+    def result(hit):
+        return SimResult({}, {}, {"overall": hit, "per_replica": [hit], "per_tier": {"hbm": hit, "dram": 0.0}},
+                         1, 0.0, 0.0)
+
+    rates = _hit_rates([result(0.0), result(1.0)])
+    assert rates["overall"] == 0.5
+    for low, high in rates["intervals"].values():
+        assert 0.0 <= low <= high <= 1.0
+    assert rates["intervals"]["overall"] == [0.0, 1.0]
