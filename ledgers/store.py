@@ -101,7 +101,26 @@ def load_ledger(reference: str | Path) -> Ledger:
         raise InputError(f"ledger {quote(str(path))}", f"is not a valid ledger: {quote(where)}: {first['msg']}",
                          "a ledger JSON written by tune (schema ledgers/ledger.schema.json)") from None
     _check_configurations(ledger, path)
+    _check_trial_references(ledger, path)
     return ledger
+
+
+def _check_trial_references(ledger: Ledger, path: Path) -> None:
+    """Trial ``i`` is ``trials[i]``, and the best, the ties and the nearest misses name
+    trials the ledger holds: a hand-edited ledger that dropped trials is refused here, not
+    met later as an internal error."""
+    for position, trial in enumerate(ledger.trials):
+        if trial.index != position:
+            raise InputError(f"ledger {quote(str(path))}", f"trials[{position}] has index {trial.index}",
+                             "a ledger JSON written by tune (trial i at position i)")
+    named = [("best", ledger.best.index)] if ledger.best is not None else []
+    named += [("ties", index) for index in ledger.ties]
+    named += [("nearest_misses", miss.index) for miss in ledger.nearest_misses]
+    for where, index in named:
+        if index >= len(ledger.trials):
+            raise InputError(f"ledger {quote(str(path))}",
+                             f"{where} names trial #{index}, which is not in its {len(ledger.trials)} trials",
+                             "a ledger JSON written by tune")
 
 
 def _check_configurations(ledger: Ledger, path: Path) -> None:

@@ -80,3 +80,17 @@ def test_ledgers_are_found_by_path_id_or_prefix_and_bad_files_are_input_errors(t
     broken.write_text(json.dumps({"search_id": "x"}))
     with pytest.raises(InputError, match="is not a valid ledger"):
         load_ledger(broken)
+
+
+def test_a_ledger_whose_best_is_not_among_its_trials_is_refused(tmp_path):
+    data = json.loads(_search(budget=3, no_llm=True).ledger_path.read_text())
+    assert data["best"] is not None
+    edited = tmp_path / "notrials.json"
+    edited.write_text(json.dumps({**data, "trials": []}))
+    with pytest.raises(InputError, match=r"best names trial #\d+, which is not in its 0 trials"):
+        load_ledger(edited)
+    shuffled = tmp_path / "shuffled.json"
+    shuffled.write_text(json.dumps({**data, "trials": data["trials"][::-1]}))
+    with pytest.raises(InputError, match=r"trials\[0\] has index"):
+        load_ledger(shuffled)
+
