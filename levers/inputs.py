@@ -30,6 +30,7 @@ import math
 import os
 import re
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -386,3 +387,10 @@ def _check_folder(folder: Path, name: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(name, f"cannot be written: {quote(str(existing))} is not writable",
                          "a path under a folder you may write")
+    try:        # permissions are not the whole story (/proc, a read-only mount): try, leave nothing
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise InputError(name, f"cannot be written under {quote(str(existing))} "
+                               f"({error.strerror or type(error).__name__})",
+                         "a path under a folder you may write") from None

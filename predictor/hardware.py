@@ -163,11 +163,12 @@ def has_gpu_profile(name: str) -> bool:
     return name.strip().lower() in _profiles_by_key()
 
 
-def load_gpu(name: str) -> GpuProfile:
-    """The profile named `name`, case-insensitive ("mi355x", "H100", "gb200")."""
+def load_gpu(name: str, what: str = "--cluster") -> GpuProfile:
+    """The profile named `name`, case-insensitive ("mi355x", "H100", "gb200"); ``what``:
+    the input that named it, for the error."""
     profile = _profiles_by_key().get(name.strip().lower())
     if profile is None:
-        raise InputError("--cluster", f"unknown GPU {quote(name)}" + did_you_mean(name, _profiles_by_key()),
+        raise InputError(what, f"unknown GPU {quote(name)}" + did_you_mean(name, _profiles_by_key()),
                          accepted_list(p.name.lower() for p in list_gpus()))
     return profile
 

@@ -61,6 +61,16 @@ def resolve_target(model: str, cluster: str | None = None, engine: str | None = 
     return Target(card, parsed_cluster, DEFAULT_ENGINE if DEFAULT_ENGINE in native or not native else native[0])
 
 
+def recorded_target(model: str, cluster: str, engine: str, where: str) -> Target:
+    """`resolve_target` of names read from a file (a ledger's question): an error names
+    the file's field, not a command-line option the user never gave."""
+    try:
+        return resolve_target(model, cluster, engine)
+    except InputError as error:
+        field = error.what.removeprefix("--") if error.what in ("--model", "--cluster", "--engine") else error.what
+        raise InputError(f"{where}: {field}", error.problem, error.accepted) from None
+
+
 def check_workload_context(card: ModelCard, context_tokens: int, workload: str, what: str = "--workload") -> None:
     """A workload whose sequences are longer than the model's maximum context is refused
     before any work (each configuration would be illegal for the same reason)."""

@@ -83,7 +83,7 @@ def list_anchors(model: Optional[str] = typer.Option(None, "--model", "-m", help
 def _filter(model: str | None, gpu: str | None, engine: str | None):
     """A predicate on anchor signatures; names are resolved (with did-you-mean on a typo)."""
     model_name = load_card(model).name if model else None
-    gpu_name = load_gpu(gpu).name.lower() if gpu else None
+    gpu_name = load_gpu(gpu, "--gpu").name.lower() if gpu else None
     engine_name = str(parse_engine(engine)) if engine else None
 
     def keep(sig) -> bool:

@@ -19,7 +19,7 @@ from levers.configuration import Configuration, configuration_from_dict, parse_c
 from levers.errors import InputError, accepted_list, did_you_mean
 from levers.inputs import load_json
 from predictor.cards.registry import load_card
-from predictor.target import Target, resolve_target
+from predictor.target import Target, recorded_target
 
 PLAN_EXPECTED = "the JSON report of inferasim plan-mix --out"
 
@@ -53,7 +53,7 @@ def from_ledger(reference: str, trial: int | None = None) -> Pick:
     if record.configuration is None:
         raise InputError("--trial", f"trial #{record.index} was refused before it had a configuration "
                          f"({record.reason})", "a priced trial (inferasim ledger show)")
-    target = resolve_target(ledger.model, ledger.cluster, ledger.engine)
+    target = recorded_target(ledger.model, ledger.cluster, ledger.engine, f"ledger {ledger.search_id}")
     which = "best trial" if trial is None else "trial"
     return Pick(target, configuration_from_dict(record.configuration), f"{ledger.search_id}: {which} #{record.index}",
                 record.mode, record.metrics)
@@ -85,7 +85,7 @@ def from_plan(path: str, slot: str | None) -> Pick:
         if pick.get(key) is not None and not isinstance(pick[key], kind):
             raise InputError(f"--plan {path}", f"{wanted}: pick.{key} is a {type(pick[key]).__name__}",
                              f"{PLAN_EXPECTED} ({key}: {'a mapping of lever: value' if kind is dict else 'text'})")
-    target = resolve_target(chosen["model"], pick.get("cluster"), pick.get("engine"))
+    target = recorded_target(chosen["model"], pick.get("cluster"), pick.get("engine"), f"--plan {path}: {wanted}")
     metrics = {key: pick.get(key) for key in ("output_throughput_per_gpu", "interactivity", "ttft_s")}
     return Pick(target, configuration_from_dict(pick.get("configuration") or {}), f"{path}: {wanted}", pick.get("mode"),
                 metrics)

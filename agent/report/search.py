@@ -31,7 +31,7 @@ from objectives.slo import parse_slos
 from predictor.step.cost import Mode
 from predictor.sweep.frontier import Bound, FrontierRule, pareto_indices
 from predictor.sweep.run import INTERACTIVITY_KEY, THROUGHPUT_KEY, SweepPoint
-from predictor.target import Target, resolve_target
+from predictor.target import Target, recorded_target
 
 TOP = 15
 METRIC_KEYS = ("ttft_ms_mean", "tpot_ms_p50", "interactivity_p50")
@@ -40,7 +40,7 @@ MAX_REASON_CHARS = 160
 
 def search_page(ledger: Ledger, top: int = TOP) -> str:
     """The whole page (module docstring)."""
-    target = resolve_target(ledger.model, ledger.cluster, ledger.engine)
+    target = recorded_target(ledger.model, ledger.cluster, ledger.engine, f"ledger {ledger.search_id}")
     goal = resolve_objective(ledger.objective)
     unit = objective_header(goal).split("\n")[-1]
     best_trials = ranked(ledger)[:top]

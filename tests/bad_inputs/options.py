@@ -97,6 +97,7 @@ def text_option_cases() -> list[Case]:
           Case("levers-engine", ("levers", "--engine", "tgi"), "--engine"),
           Case("anchors-show-unknown", ("anchors", "show", "no-such-anchor"), "anchor"),
           Case("anchors-check-cluster", ("anchors", "check", "--cluster", "mi355x8x0"), "--cluster"),
+          Case("anchors-list-gpu", ("anchors", "list", "--gpu", "tpu"), "--gpu"),
           Case("anchors-check-engine", ("anchors", "check", "--engine", "tgi"), "--engine"),
           Case("harvest-config", ("harvest", "--engine", "vllm", *SMALL, "--config", "tp=١", "--dry-run"), "tp"),
           Case("harvest-engine-platform", ("harvest", "--engine", "atom", *SMALL, "--dry-run"), "atom"),
@@ -129,6 +130,9 @@ def text_option_cases() -> list[Case]:
 
 def output_cases() -> list[Case]:
     return [Case("simulate-csv-dir", ("simulate", *SMALL, "--csv", "{tmp}"), "--csv"),
+            # writable by its mode bits, yet nothing can be created there
+            Case("simulate-csv-under-proc", ("simulate", *SMALL, "--csv", "/proc/x.csv"), "--csv"),
+            Case("deploy-out-under-proc", ("deploy", *SMALL, "--config", "tp=1", "--out", "/proc/x"), "--out"),
             Case("simulate-csv-under-file", ("simulate", *SMALL, "--csv", "{f:x}/out.csv"), "--csv",
                  files=(("x", "file"),)),
             Case("pareto-out-file", ("pareto", *SMALL, "--out", "{f:x}"), "--out", files=(("x", "file"),)),
