@@ -161,7 +161,8 @@ def check(files: Optional[list[str]] = typer.Argument(None, help="Anchor files t
     if json_out:
         print_json([r.to_json() for r in reports])
     else:
-        _render_reports([r for r in reports if r.status != INVALID])
+        if not reports or len(invalid) < len(reports):   # not "no anchors" when every file was refused
+            _render_reports([r for r in reports if r.status != INVALID])
         for report in invalid:
             err_console.print(f"error: {report.reasons[0]}", markup=False, highlight=False, soft_wrap=True)
         for report in unusable:

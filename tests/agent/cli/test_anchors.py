@@ -64,6 +64,7 @@ def test_check_bad_file_is_one_line_exit_2(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "bad.json" in lines[0] and "signature.tp" in lines[0]
     assert "Traceback" not in result.output
+    assert result.stdout.strip() == ""      # not also "No anchors to check."
 
 
 def test_check_store_reports_foreign_and_broken_anchors():
