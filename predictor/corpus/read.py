@@ -72,6 +72,10 @@ def read_corpus(path: str | Path, fmt: str = AUTO) -> CorpusRead:
             rows, failures = [], []
             for raw in reader:
                 row_id = f"{file.name}:{reader.line_num}"
+                fields = sum(v is not None for k, v in raw.items() if k is not None) + len(raw.get(None) or ())
+                if fields != len(header):       # its values would sit under other columns
+                    failures.append(RowFailure(row_id, f"{fields} fields, the header has {len(header)}"))
+                    continue
                 clean = {(k or "").strip(): v.strip() if isinstance(v, str) else "" for k, v in raw.items()}
                 try:
                     rows.append(READERS[fmt].row(clean, row_id))

@@ -333,3 +333,19 @@ def test_a_row_whose_prompt_rate_beats_the_gpus_peak_flops_is_not_priced():
                   "total_tput": str(1.2 * peak / (2 * weights) * gpus * (isl + osl) / isl)}
     with pytest.raises(MappingError, match="peak"):
         inferencex_row(only_total, "ix:4")
+
+
+def test_a_row_with_a_field_missing_or_extra_fails_naming_the_counts(tmp_path):
+    """A deleted comma shifts every later value under another column: the row is refused,
+    not read with its numbers in the wrong places."""
+    lines = IX.read_text().splitlines()
+    header_fields = len(lines[0].split(","))
+    short, long = lines[1].split(","), lines[2].split(",")
+    del short[5]
+    path = tmp_path / "shifted.csv"
+    path.write_text("\n".join([lines[0], ",".join(short), ",".join(long + ["9"]), *lines[3:]]) + "\n")
+    corpus = read_corpus(path, "inferencex")
+    reasons = {f.id: f.reason for f in corpus.failures}
+    assert reasons["shifted.csv:2"] == f"{header_fields - 1} fields, the header has {header_fields}"
+    assert reasons["shifted.csv:3"] == f"{header_fields + 1} fields, the header has {header_fields}"
+    assert len(corpus.rows) == len(read_corpus(IX, "inferencex").rows) - 2
