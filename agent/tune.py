@@ -98,6 +98,15 @@ class _Search:
     warnings: tuple[str, ...] = ()
 
 
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a search: its ledger holds every trial priced so far (written after
+    each), still marked running; ``--resume`` continues it."""
+
+    def __init__(self, path: Path, num_trials: int) -> None:
+        super().__init__(f"interrupted after {num_trials} trials")
+        self.path, self.num_trials = path, num_trials
+
+
 def tune(request: TuneRequest, *, predict_fn: PredictFn | None = None, check_fn: CheckFn | None = None,
          runtime: LmRuntime | None = None, listeners: list[TrialListener] | None = None,
          ledger_dir: Path | None = None, store=None) -> TuneResult:
@@ -135,10 +144,13 @@ def _run(search: _Search, runtime: LmRuntime | None, listeners: list[TrialListen
     session.listeners = [recorder, *(listeners or [])]
     if runtime is None and lm is not None and not request.no_llm:
         runtime = LmRuntime.from_settings(lm)
-    with Pricer(session.context, None if injected else search.question, workers) as live:
-        pricer = live if search.replay is None else ReplayPricer(live, search.replay, session)
-        outcome = run_search(session, _settings(request, search.budget), runtime, top=request.top, pricer=pricer,
-                             replay=search.replay)
+    try:
+        with Pricer(session.context, None if injected else search.question, workers) as live:
+            pricer = live if search.replay is None else ReplayPricer(live, search.replay, session)
+            outcome = run_search(session, _settings(request, search.budget), runtime, top=request.top,
+                                 pricer=pricer, replay=search.replay)
+    except KeyboardInterrupt:
+        raise SearchInterrupted(recorder.path, len(session.trials)) from None
     recorder.finish(session, outcome.stop_reason)
     context = session.context
     shown = [outcome.best, *outcome.top] if outcome.best else outcome.nearest_misses

@@ -19,17 +19,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent.briefing import describe
-from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, print_json, timeout_option
+from agent.cli.app import (MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, err_console, int_option, print_json,
+                           timeout_option)
 from agent.cli.render import (MISSING, config_text, id_line, metric_header, number, objective_header, paragraph,
                               percent, say, table, with_interval)
 from agent.deploy.plan import DeployPlan, deploy_json, try_plan
 from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
 from agent.lm import DEFAULT_TIMEOUT_S
 from agent.trial import Trial
-from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, MAX_BUDGET, TuneRequest, TuneResult, tune
+from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, MAX_BUDGET, SearchInterrupted, TuneRequest, TuneResult, tune
 from objectives.objectives import Objective
 
 EXIT_NO_SLO_MEETING_TRIAL = 1
+EXIT_INTERRUPTED = 130            # 128 + SIGINT, as a shell reports Ctrl-C
 MAX_FLAGS_SHOWN = 3
 MAX_TOP = 10_000
 METRIC_COLUMNS = (("TTFT\nmean ms", "ttft_ms_mean"), ("TPOT\np50 ms", "tpot_ms_p50"))
@@ -78,10 +80,13 @@ def tune_command(
         precisions=precisions, num_requests=des_requests, resume=resume, top=top, workers=workers,
         lm_from_ledger=lm_from_ledger,
         command_line=tuple(["inferasim", *sys.argv[1:]]))
-    if json_out or not console.is_terminal:
-        result = tune(request)
-    else:
-        result = _with_progress(request, budget)
+    try:
+        result = tune(request) if json_out or not console.is_terminal else _with_progress(request, budget)
+    except SearchInterrupted as stop:
+        err_console.print(f"interrupted after {stop.num_trials} trials; they are in the ledger {stop.path} "
+                          f"(status running): continue with `inferasim tune --resume {stop.path.stem}`",
+                          markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     winner = try_plan(result.context.target, result.best.config) if result.best else (None, None)
     if json_out:
         print_json({**result_json(result), "deploy": deploy_json(*winner)})

@@ -55,8 +55,10 @@ def from_ledger(reference: str, trial: int | None = None) -> Pick:
                          f"({record.reason})", "a priced trial (inferasim ledger show)")
     target = recorded_target(ledger.model, ledger.cluster, ledger.engine, f"ledger {ledger.search_id}")
     which = "best trial" if trial is None else "trial"
-    return Pick(target, configuration_from_dict(record.configuration), f"{ledger.search_id}: {which} #{record.index}",
-                record.mode, record.metrics)
+    unfinished = "" if ledger.status == "finished" else \
+        " of an unfinished search (interrupted or still running: its best is not re-priced at full fidelity)"
+    return Pick(target, configuration_from_dict(record.configuration),
+                f"{ledger.search_id}: {which} #{record.index}{unfinished}", record.mode, record.metrics)
 
 
 def from_plan(path: str, slot: str | None) -> Pick:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import agent.cli.tune
+import agent.tune
 from agent.cli.main import app
 from agent.tune import TuneRequest, tune
 from ledgers.lock import LedgerLock, lock_path
@@ -145,3 +147,27 @@ def test_a_search_killed_after_its_llm_phase_resumes_without_asking_the_lm_again
                    check_fn=check_configuration)       # no LM now: the recorded LLM phase is restored
     assert _configs(resumed.ledger_path) == expected
     assert resumed.outcome.lm_note == "1 planner/investigator cycles done"
+
+
+def test_ctrl_c_names_the_ledger_and_how_to_resume(tmp_path, monkeypatch):
+    """A KeyboardInterrupt mid-search leaves the ledger (written after each trial, still
+    running) and the CLI says where it is and how to continue, exit 130."""
+    def interrupt(session, trial):
+        if len(session.trials) >= 5:
+            raise KeyboardInterrupt
+    request = TuneRequest(model="qwen3-30b-a3b", workload="1k/1k", budget=40, no_llm=True)
+    with pytest.raises(agent.tune.SearchInterrupted) as stop:
+        tune(request, predict_fn=FakePredictor(), check_fn=check_configuration, listeners=[interrupt],
+             ledger_dir=tmp_path)
+    ledger = json.loads(stop.value.path.read_text())
+    assert stop.value.num_trials == 5 and len(ledger["trials"]) == 5 and ledger["status"] == "running"
+
+    def interrupted(request, **_):
+        raise agent.tune.SearchInterrupted(stop.value.path, 5)
+    monkeypatch.setattr(agent.cli.tune, "tune", interrupted)
+    result = runner.invoke(app, ["tune", "--model", "qwen3-30b-a3b", "--workload", "1k/1k", "--no-llm"])
+    assert result.exit_code == 130
+    assert f"--resume {stop.value.path.stem}" in result.stderr and str(stop.value.path) in result.stderr
+    deployed = runner.invoke(app, ["deploy", str(stop.value.path), "--out", str(tmp_path / "d")])
+    assert deployed.exit_code == 0, deployed.output
+    assert "of an unfinished search" in " ".join(deployed.stdout.split())
