@@ -82,9 +82,9 @@ def list_anchors(model: Optional[str] = typer.Option(None, "--model", "-m", help
 
 def _filter(model: str | None, gpu: str | None, engine: str | None):
     """A predicate on anchor signatures; names are resolved (with did-you-mean on a typo)."""
-    model_name = load_card(model).name if model else None
-    gpu_name = load_gpu(gpu, "--gpu").name.lower() if gpu else None
-    engine_name = str(parse_engine(engine)) if engine else None
+    model_name = load_card(model).name if model is not None else None
+    gpu_name = load_gpu(gpu, "--gpu").name.lower() if gpu is not None else None
+    engine_name = str(parse_engine(engine)) if engine is not None else None
 
     def keep(sig) -> bool:
         return ((model_name is None or sig.model == model_name)
@@ -154,7 +154,7 @@ def check(files: Optional[list[str]] = typer.Argument(None, help="Anchor files t
     if plain:
         return _plain(json_out)
     gpu = parse_cluster(cluster).gpu.name if cluster else None
-    engine_name = str(parse_engine(engine)) if engine else None
+    engine_name = str(parse_engine(engine)) if engine is not None else None
     reports = check_anchors(files, cluster_gpu=gpu, engine=engine_name)
     invalid = [r for r in reports if r.status == INVALID]
     unusable = [r for r in reports if r.status == REFUSED and not all(x.startswith(FOREIGN) for x in r.reasons)]

@@ -47,6 +47,10 @@ def deploy_command(
     json_out: bool = JsonOpt,
 ) -> None:
     """The launch command (and Dynamo / llm-d manifests) for a ledger's pick, a plan-mix slot or a --config."""
+    for option, value, accepted in (("--model-path", model_path, "a checkpoint path or Hugging Face id"),
+                                    ("--image", image, "a container image reference")):
+        if value is not None and not value.strip():
+            raise InputError(option, "is empty", f"{accepted}, or leave it out")
     pick = resolve_pick(ledger, trial, plan, slot, model, cluster, engine, config)
     target = pick.target
     folder = output_dir(out or Path(f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")

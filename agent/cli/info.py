@@ -112,7 +112,7 @@ def levers(engine: Optional[str] = typer.Option(None, "--engine", "-e", help="vl
                                                 "(default: every engine)."),
            json_out: bool = JsonOpt) -> None:
     """The 36 levers with their kind and legal values (per engine)."""
-    chosen = parse_engine(engine) if engine else None
+    chosen = parse_engine(engine) if engine is not None else None
     rows = [_lever_row(lever, chosen) for lever in LEVERS]
     if json_out:
         return print_json(rows)

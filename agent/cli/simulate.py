@@ -41,7 +41,7 @@ from predictor.target import Target
 from predictor.workload import parse_workload
 
 TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV.")
-CsvOpt = typer.Option(None, "--csv", help="Write one row per request to this CSV file.")
+CsvOpt = typer.Option(None, "--csv", help="Write one row per request of the first replication to this CSV file.")
 LATENCIES = (("ttft_ms", "TTFT from arrival", "ms"), ("ttft_admission_ms", "TTFT from admission", "ms"),
              ("itl_ms", "ITL", "ms"), ("tpot_ms", "TPOT", "ms"),
              ("interactivity_tok_s", "1/TPOT per request", "tok/s/user"), ("e2e_ms", "E2E", "ms"))

@@ -68,7 +68,8 @@ def trials_svg(indices: Sequence[int], values: Sequence[float | None], phases: S
     axes.set_xlabel("trial (in the order it was priced)")
     axes.set_ylabel(f"objective ({unit})")
     axes.grid(True, alpha=0.3)
-    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    if axes.get_legend_handles_labels()[1]:     # a search with no trial draws nothing to name
+        axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     figure.tight_layout()
     return svg(figure)
 

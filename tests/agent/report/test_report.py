@@ -122,3 +122,15 @@ def test_a_source_that_is_neither_is_exit_2(tmp_path):
     result = runner.invoke(app, ["report", str(other)])
     assert result.exit_code == 2 and "ledger" in result.stderr
     assert runner.invoke(app, ["report", "no-such-search"]).exit_code == 2
+
+
+def test_a_search_with_no_trial_draws_its_figure_without_a_warning():
+    """No trial: nothing to name in a legend, and nothing leaks to stderr."""
+    import warnings
+
+    from agent.report.figures import trials_svg
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = trials_svg([], [], [], [], [], "max", "tok/s/GPU")
+    assert text.startswith("<svg")
