@@ -320,6 +320,8 @@ def _check_yaml_node(root: Any, what: str, expected: str) -> None:
             raise InputError(what, "has a recursive alias", expected)
         visiting.add(key)
         stack.append((node, depth, True))
+        if isinstance(node, yaml.MappingNode):
+            _check_unique_keys(node, what, expected, yaml)
         for child in children:
             seen_as_child[id(child)] = seen_as_child.get(id(child), 0) + 1
             if seen_as_child[id(child)] > 1:
@@ -328,6 +330,18 @@ def _check_yaml_node(root: Any, what: str, expected: str) -> None:
                     raise InputError(what, f"uses more than {MAX_YAML_ALIASES} aliases", expected)
             if id(child) not in sizes:
                 stack.append((child, depth + 1, False))
+
+
+def _check_unique_keys(node: Any, what: str, expected: str, yaml: Any) -> None:
+    """A mapping names each key once: YAML loaders keep the last of two silently, so
+    ``tp: 8`` then ``tp: 4`` would price tp=4 without a word (``<<`` merges may repeat)."""
+    seen: set[str] = set()
+    for key, _ in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+            if key.value in seen:
+                raise InputError(what, f"repeats the key {quote(key.value)} at line {key.start_mark.line + 1}",
+                                 f"{expected} with each key once")
+            seen.add(key.value)
 
 
 def _yaml_children(node: Any, yaml: Any) -> list:

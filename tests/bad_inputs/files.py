@@ -216,7 +216,8 @@ def config_file_cases() -> list[Case]:
         for label, text, what in (("list", "- tp\n", "--config"), ("bomb", BOMB, "--config"),
                                   ("deep", "tp: " + "[" * 5000, "--config"), ("unknown-lever", "tpp: 2\n", "tpp"),
                                   ("unicode", "tp: '١٦'\n", "tp"), ("inf", "kv_memory_fraction: .inf\n", "--config"),
-                                  ("lines-bad", "tp=1\nconcurrency=lots\n", "concurrency")):
+                                  ("lines-bad", "tp=1\nconcurrency=lots\n", "concurrency"),
+                                  ("duplicate-key", "tp: 1\nconcurrency: 4\ntp: 2\n", "--config")):
             cases.append(Case(f"config-file-{head}-{label}", (*command, "--config", "@{f:c.yaml}"), what,
                               files=(("c.yaml", text),)))
     return cases
