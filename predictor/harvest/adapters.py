@@ -74,6 +74,17 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
 from predictor.harvest.quantization import vllm_quantization_args
 from predictor.harvest.trtllm import TrtllmAdapter
 
+def expert_parallel_flag(engine: Engine, config: Configuration) -> str:
+    """vLLM's and ATOM's one expert-parallel switch: ``--enable-expert-parallel`` shards
+    the experts over every tensor x data-parallel rank of the replica (EP = tp), and no
+    flag sets a narrower EP group, so an ``ep`` between 1 and tp is priced but cannot be
+    launched (it would run, and be measured, at EP = tp)."""
+    if config.ep != config.tp:
+        raise refuse(engine, "ep", config.ep, f"1 or {config.tp} (its --enable-expert-parallel spans every "
+                                              "tensor x data-parallel rank of the replica)")
+    return "--enable-expert-parallel"
+
+
 class VllmAdapter(GpuAdapter):
     engine = Engine.VLLM
     package = "vllm"
@@ -102,7 +113,7 @@ class VllmAdapter(GpuAdapter):
                 "--gpu-memory-utilization", request.memory_flag(config)]
         env: dict[str, str] = {}
         if config.ep > 1:
-            argv.append("--enable-expert-parallel")
+            argv.append(expert_parallel_flag(self.engine, config))
         if config.graph_capture == "none":
             argv.append("--enforce-eager")
         else:
@@ -207,7 +218,7 @@ class AtomAdapter(GpuAdapter):
         if config.attention_dp > 1:
             argv += ["--data-parallel-size", str(config.attention_dp), "--enable-dp-attention"]
         if config.ep > 1:
-            argv.append("--enable-expert-parallel")
+            argv.append(expert_parallel_flag(self.engine, config))
         if config.graph_capture == "none":
             argv.append("--enforce-eager")
         else:

@@ -85,6 +85,13 @@ def test_inexpressible_levers_are_refused():
         argv("trtllm", tp=8, weight_dtype="fp4")
     with pytest.raises(InputError, match="attention_dp=2"):
         argv("trtllm", tp=8, attention_dp=2)
+    # vLLM's and ATOM's --enable-expert-parallel is EP over the whole replica: EP2 of TP8
+    # would be launched (and measured) as EP8
+    for engine in ("vllm", "atom"):
+        with pytest.raises(InputError, match=f"ep=2 cannot be set on the {engine} command line.*1 or 8"):
+            argv(engine, tp=8, ep=2)
+        assert "--enable-expert-parallel" in argv(engine, tp=8, ep=8)[0]
+        assert "--enable-expert-parallel" not in argv(engine, tp=8, ep=1)[0]
 
 
 KIMI = {"weight_dtype": "bf16", "expert_dtype": "fp4", "activation_dtype": None, "kv_cache_dtype": "bf16"}
