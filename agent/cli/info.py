@@ -20,7 +20,7 @@ from predictor.cards.registry import list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for
 from predictor.hardware import list_gpus
 from predictor.step.speculation import parse_acceptance
-from predictor.target import Target, resolve_target
+from predictor.target import Target, check_workload_context, resolve_target
 from predictor.workload import WorkloadSpec
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
@@ -187,8 +187,10 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt,
            json_out: bool = JsonOpt) -> None:
     """Per-GPU memory: weights by component, KV per token, pool, largest concurrency."""
     target = resolve_target(model, cluster, "vllm")
+    check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     breakdown = memory_for(target.card, target.cluster, configuration_from_options(config), context)
     data = breakdown.to_json()
+    data["kv_pool_per_gpu_gb"] = max(0.0, data["kv_pool_per_gpu_gb"])   # nothing left: the reason says by how much
     if json_out:
         return print_json({"model": target.card.name, "cluster": target.cluster.spec,
                            "context_tokens": context, **data})
@@ -199,6 +201,8 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt,
     grid.add_row("weights total", number(data["weights_per_gpu_gb"]), "GB")
     grid.add_row("KV per token", number(data["kv_bytes_per_token"]), "bytes")
     grid.add_row("state per sequence", number(data["state_bytes_per_sequence"]), "bytes")
+    grid.add_row(f"KV + state per {number(context)}-token sequence", number(data["bytes_per_sequence"]), "bytes")
+    grid.add_row("activations + graphs", number(data["activations_gb"] + data["graph_gb"]), "GB")
     grid.add_row("KV pool", number(data["kv_pool_per_gpu_gb"]), "GB")
     grid.add_row("max concurrency", number(data["max_concurrency"]), "sequences")
     grid.add_row("fits (90% HBM)", "yes" if data["fits"] else f"no: {data.get('reason')}", "")

@@ -104,7 +104,7 @@ class MixSpec:
 
 
 class TierFields(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     interactivity: float | None = Field(None, gt=0)
     ttft_s: float | None = Field(None, gt=0)
@@ -113,7 +113,7 @@ class TierFields(BaseModel):
 
 
 class ModelEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str
     engines: list[str] | None = Field(None, min_length=1)
@@ -135,7 +135,7 @@ class ModelEntry(BaseModel):
 
 
 class MixFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     models: list[ModelEntry] = Field(min_length=1)
     tiers: dict[str, TierFields | None] | list[str] = Field(default_factory=dict)

@@ -144,6 +144,8 @@ def mix_cases() -> list[Case]:
             ("candidate-bad-lever", MIX_OK + "    candidates: [{tpp: 2}]\n", "candidates"),
             ("candidate-unicode", MIX_OK + "    candidates: [{tp: '١٦'}]\n", "candidates"),
             ("tier-unknown", MIX_OK + "    tiers: [gold]\n", "tiers"), ("malformed", "models: [\n", "models.yaml"),
+            # YAML reads 1e400 (no dot) as text, which a float field would turn into inf
+            ("tier-overflow", MIX_OK + "tiers:\n  fast: {interactivity: 1e400}\n", "interactivity"),
             ("long-value", MIX_OK + f"    cluster: {LONG}\n", "cluster"),
             ("escapes", "models:\n  - name: \"\\e[2J\"\n", "name")):
         cases.append(Case(f"models-yaml-{label}", ("plan-mix", "{f:models.yaml}"), what,

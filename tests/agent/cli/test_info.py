@@ -60,9 +60,12 @@ def test_memory_json_keys_and_fit():
     assert data["fits"] is True
     too_big = run_json("memory", "--model", "kimi-k3", "--cluster", "mi355x1", "--config", "expert_dtype=bf16")
     assert too_big["fits"] is False
+    assert too_big["kv_pool_per_gpu_gb"] == 0 and too_big["max_concurrency"] == 0   # no negative pool
 
 
 @pytest.mark.parametrize("args, fragment", [
+    (("memory", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--context", "200000"),
+     "--context: 200,000 tokens: a context of 200,000 tokens exceeds Llama-3.1-8B's maximum of 131,072"),
     (("check", "--model", "gpt-5-ultra"), "--model: unknown model 'gpt-5-ultra'"),
     (("check", "--model", "kimi-k3", "--cluster", "tpu9x8"), "--cluster"),
     (("check", "--model", "kimi-k3", "--engine", "tgi"), "--engine: unknown engine 'tgi'"),
