@@ -22,10 +22,12 @@ import socket
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from levers.catalog import LEVERS, Engine
 from levers.configuration import Configuration, format_value, parse_config_text
 from levers.errors import InputError
+from levers.inputs import quote
 from levers.legality import structural_reasons
 from predictor.anchors.anchor import Signature
 from predictor.anchors.store import signature_for
@@ -255,8 +257,27 @@ def _refuse_reducible(request: HarvestRequest, card: ModelCard, cluster: Cluster
                      "the reduced layout(s) of METHOD §3.14: " + " | ".join(lines))
 
 
+ENDPOINT_FORMS = "http://HOST[:PORT] or https://HOST[:PORT] of a running engine's OpenAI-compatible server"
+
+
+def check_endpoint(url: str) -> None:
+    """An ``--endpoint`` that could be reached at all: refused now rather than after the
+    whole ``--ready-timeout`` of waiting for an answer that cannot come."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as error:
+        raise InputError("--endpoint", f"{quote(url[:200])} is not a URL ({error})", ENDPOINT_FORMS) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError("--endpoint", f"{quote(url[:200])} is not an http(s) URL with a host", ENDPOINT_FORMS)
+    if port == 0:
+        raise InputError("--endpoint", f"{quote(url[:200])} names port 0", ENDPOINT_FORMS)
+
+
 def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     """Validate the request and decide everything a harvest will do (module docstring)."""
+    if request.endpoint is not None:
+        check_endpoint(request.endpoint)
     adapter = adapter_for(request.engine)
     engine = adapter.engine
     card, model_path, eos = _card_and_path(request, engine)

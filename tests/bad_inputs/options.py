@@ -126,6 +126,13 @@ def text_option_cases() -> list[Case]:
           # predict has no --allow-large: its cap is the same 1,000,000 (README)
           Case("predict-requests-cap", ("predict", *SMALL, "--workload", "agentic", "--requests", "1000001"),
                "--requests", "1,000,000"),
+          # an endpoint that cannot answer is refused now, not after --ready-timeout
+          Case("harvest-endpoint-not-a-url", ("harvest", "--engine", "vllm", *SMALL, "--dry-run", "--endpoint",
+                                              "notaurl"), "--endpoint"),
+          Case("harvest-endpoint-port", ("harvest", "--engine", "vllm", *SMALL, "--dry-run", "--endpoint",
+                                         "http://127.0.0.1:99999"), "--endpoint"),
+          Case("harvest-endpoint-scheme", ("harvest", "--engine", "vllm", *SMALL, "--dry-run", "--endpoint",
+                                           "ftp://127.0.0.1:21"), "--endpoint"),
           # Ray retries an unreachable head without end: refused before it is asked
           Case("pareto-ray-unreachable", ("pareto", *SMALL, "--ray", "127.0.0.1:1"), "--ray"),
           Case("pareto-ray-not-an-address", ("pareto", *SMALL, "--ray", "nonsense"), "--ray")]
