@@ -170,6 +170,9 @@ def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn
     requested = ledger.budget if request.budget is None else _check_budget(request.budget)
     searched = sum(1 for record in ledger.trials if record.phase != "confirm")
     budget = _check_budget(max(requested, searched))
+    if requested < searched:
+        warnings += (f"--budget {requested} is below the {searched} trials the ledger already spent: "
+                     f"the search continues at {searched}",)
     question = TuneRequest(
         model=ledger.model, cluster=ledger.cluster, engine=ledger.engine, workload=ledger.workload,
         objective=ledger.objective, slos=tuple(ledger.slos), seed=ledger.seed, guidance=ledger.guidance,
@@ -196,7 +199,8 @@ def _overridden(request: TuneRequest, ledger: Ledger) -> tuple[str, ...]:
              "--engine": (request.engine, ledger.engine), "--workload": (request.workload, ledger.workload),
              "--objective": (objective, ledger.objective),
              "--slo": (",".join(str(slo) for slo in parse_slos(list(request.slos))) or None, ",".join(ledger.slos)),
-             "--guidance": (request.guidance, ledger.guidance)}
+             "--guidance": (request.guidance, ledger.guidance),
+             "--precisions": (request.precisions, ",".join(ledger.precisions) if ledger.precisions else None)}
     ignored = [f"{flag} {quote(asked)} (the ledger's: {quote(kept or 'none')})" for flag, (asked, kept) in given.items()
                if asked is not None and str(asked).lower() != str(kept).lower() and not _same_model(flag, asked, kept)]
     if not ignored:

@@ -112,3 +112,7 @@ def test_resume_says_which_options_the_ledgers_question_overrides():
     warning = other["warnings"][0]
     assert warning.startswith("--resume continues the ledger's question; ignored: --model 'kimi-k3'")
     assert "--objective" in warning and "--slo" not in warning
+    fewer = json.loads(invoke("--precisions", "bf16", "--resume", first["ledger"], "--budget", "2", "--json").output)
+    assert fewer["num_trials"] == 6
+    assert any("--precisions 'bf16'" in w for w in fewer["warnings"])
+    assert any(w.startswith("--budget 2 is below the 6 trials the ledger already spent") for w in fewer["warnings"])
