@@ -37,7 +37,7 @@ def deploy_command(
     ledger: Optional[str] = typer.Argument(None, help="Ledger path or search id: deploy its best trial."),
     trial: Optional[int] = typer.Option(None, "--trial", parser=TRIAL, help="Deploy this trial of the ledger."),
     plan: Optional[str] = typer.Option(None, "--plan", help="A plan-mix report (plan-mix --out)."),
-    slot: Optional[str] = typer.Option(None, "--slot", help="MODEL/TIER of the plan-mix report, e.g. kimi-k3/interactive."),
+    slot: Optional[str] = typer.Option(None, "--slot", help="MODEL/TIER of the plan-mix report, e.g. kimi-k3/interactive (MODEL/TIER#ENTRY when the models.yaml lists the model twice)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Deploy --config on this model."),
     cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt, config: Optional[list[str]] = ConfigOpt,
     model_path: Optional[str] = typer.Option(None, "--model-path", help="Checkpoint to serve (default: the HF id)."),

@@ -71,14 +71,20 @@ def from_plan(path: str, slot: str | None) -> Pick:
     if slot is None:
         raise InputError("--slot", "a plan-mix report needs the slot to deploy", accepted_list(names))
     model, _, tier = slot.partition("/")
+    tier, hash_, entry = tier.partition("#")
     try:
         model = load_card(model).name
     except InputError:        # not a model at all: no slot below has it (the slot is wrong, not a --model flag)
         pass
     wanted = f"{model}/{tier}"
-    chosen = next((s for s, name in zip(slots, names) if name == wanted), None)
-    if chosen is None:
+    matches = [s for s, name in zip(slots, names) if name == wanted and (not hash_ or str(s.get("entry")) == entry)]
+    if not matches:
         raise InputError("--slot", f"no slot '{slot}' in {path}" + did_you_mean(wanted, names), accepted_list(names))
+    if len(matches) > 1:        # the model is listed more than once in the models.yaml
+        entries = [f"{wanted}#{s.get('entry')} ({s.get('cluster')})" for s in matches]
+        raise InputError("--slot", f"'{slot}' names {len(matches)} slots of {path}",
+                         "MODEL/TIER#ENTRY, ENTRY its models.yaml index: " + ", ".join(entries))
+    chosen = matches[0]
     pick = chosen.get("pick")
     if not isinstance(pick, dict):
         raise InputError("--slot", f"{wanted} has no pick (nothing met the tier)",

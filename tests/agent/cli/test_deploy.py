@@ -110,6 +110,23 @@ def test_a_plan_mix_slot(monkeypatch, tmp_path):
     assert_valid(data["pools"], engine)
 
 
+def test_a_model_listed_twice_in_the_plan_is_deployed_by_its_entry(tmp_path):
+    """A models.yaml may list a model twice (another cluster, other tiers): MODEL/TIER
+    alone is then ambiguous, MODEL/TIER#ENTRY is not."""
+    def slot(entry, cluster, tp):
+        return {"model": "Qwen3-30B-A3B", "tier": "bulk", "entry": entry, "cluster": cluster,
+                "pick": {"cluster": cluster, "engine": "vllm", "configuration": {"tp": tp}}}
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"slots": [slot(0, "h100x1", 1), slot(1, "h100x2", 2)]}))
+    both = deploy("--plan", str(plan), "--slot", "qwen3-30b-a3b/bulk", "--out", str(tmp_path / "d"))
+    assert both.exit_code == 2
+    assert "names 2 slots" in both.stderr and "Qwen3-30B-A3B/bulk#1 (h100x2)" in both.stderr
+    second = deploy("--plan", str(plan), "--slot", "qwen3-30b-a3b/bulk#1", "--out", str(tmp_path / "d"), "--json")
+    assert second.exit_code == 0, second.output
+    assert json.loads(second.stdout)["pick"]["origin"].endswith("Qwen3-30B-A3B/bulk")
+    assert json.loads(second.stdout)["cluster"] == "h100x2" and json.loads(second.stdout)["total_gpus"] == 2
+
+
 @pytest.mark.parametrize("args, message", [
     ([], "deploy: nothing to deploy"),
     (["x.json", "--model", "kimi-k3"], "both name a pick"),
