@@ -274,6 +274,18 @@ def check_endpoint(url: str) -> None:
         raise InputError("--endpoint", f"{quote(url[:200])} names port 0", ENDPOINT_FORMS)
 
 
+def _check_extra_args(extra: tuple[str, ...], argv: tuple[str, ...]) -> None:
+    """An ``--engine-arg`` may add what the launch does not set, never restate a flag it
+    sets: the engine would take the later value and measure a layout (or limit) other
+    than the one the anchor is labelled with."""
+    own = {arg.split("=", 1)[0] for arg in argv if arg.startswith("-")}
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if arg.startswith("-") and flag in own:
+            raise InputError("--engine-arg", f"{quote(flag)} is set by the launch from the configuration",
+                             "an engine flag the launch does not set (change the lever in --config instead)")
+
+
 def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     """Validate the request and decide everything a harvest will do (module docstring)."""
     if request.endpoint is not None:
@@ -302,6 +314,7 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
                                        checkpoint_given=request.model_path is not None,
                                        memory_fraction=engine_memory_flag(card, cluster, engine, config, context))
         launch = adapter.launch(config, launch_request, native)
+        _check_extra_args(request.extra_args, launch.argv)
         launch = replace(launch, argv=launch.argv + tuple(request.extra_args))
     checks = (check_width(config, *width_limit(cluster, request.endpoint)), check_prefix_cache_lever(config, set(partial)),
               check_weights(request.endpoint is None, launch.argv if launch else ()))

@@ -126,6 +126,10 @@ def text_option_cases() -> list[Case]:
           # predict has no --allow-large: its cap is the same 1,000,000 (README)
           Case("predict-requests-cap", ("predict", *SMALL, "--workload", "agentic", "--requests", "1000001"),
                "--requests", "1,000,000"),
+          # an engine argument restating a launch flag would relabel what is measured
+          Case("harvest-engine-arg-override", ("harvest", "--engine", "vllm", *SMALL, "--dry-run",
+                                               "--engine-arg", "--tensor-parallel-size", "--engine-arg", "2"),
+               "--engine-arg"),
           # an endpoint that cannot answer is refused now, not after --ready-timeout
           Case("harvest-endpoint-not-a-url", ("harvest", "--engine", "vllm", *SMALL, "--dry-run", "--endpoint",
                                               "notaurl"), "--endpoint"),
