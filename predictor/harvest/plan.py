@@ -214,6 +214,10 @@ def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuratio
     batches = tuple(sorted(set(request.batches))) if request.batches else adapter.sweep_batches(config)
     if any(b < 1 for b in batches):
         raise InputError("--batches", f"{list(batches)} must be positive", "e.g. 1,2,4")
+    if request.batches and batches[-1] > config.max_running_requests:   # the adapters' own ladders are cut there
+        raise InputError("--batches", f"{batches[-1]} is above max_running_requests={config.max_running_requests}: "
+                                      "such a wave would queue, not decode as one batch",
+                         f"batches up to {config.max_running_requests}, or a larger max_running_requests in --config")
     lengths = _positive("--prefill-lengths", request.prefill_lengths or base.prefill_lengths)
     prompt = request.prompt_tokens or base.prompt_tokens
     second = request.second_prompt_tokens if request.second_prompt_tokens is not None else base.second_prompt_tokens

@@ -126,6 +126,8 @@ def text_option_cases() -> list[Case]:
           # predict has no --allow-large: its cap is the same 1,000,000 (README)
           Case("predict-requests-cap", ("predict", *SMALL, "--workload", "agentic", "--requests", "1000001"),
                "--requests", "1,000,000"),
+          Case("harvest-batches-above-running-cap", ("harvest", "--engine", "vllm", *SMALL, "--dry-run", "--batches",
+                                                     "1,4096"), "--batches"),
           # an engine argument restating a launch flag would relabel what is measured
           Case("harvest-engine-arg-override", ("harvest", "--engine", "vllm", *SMALL, "--dry-run",
                                                "--engine-arg", "--tensor-parallel-size", "--engine-arg", "2"),
