@@ -37,6 +37,9 @@ SCALAR_HEADERS = {
 }
 
 
+HUGE = 1e15    # from here a number is shown in scientific notation
+
+
 def number(value: float | int | None, digits: int = 3) -> str:
     """``12,345``, ``123``, ``12.3``, ``1.23``, ``0.0123``: about ``digits`` significant
     digits in fixed notation; None or NaN -> ``-``."""
@@ -48,6 +51,8 @@ def number(value: float | int | None, digits: int = 3) -> str:
     if not math.isfinite(value):
         return MISSING if math.isnan(value) else ("inf" if value > 0 else "-inf")
     magnitude = abs(value)
+    if magnitude >= HUGE:                       # no column holds a 300-digit number
+        return f"{value:.{digits - 1}e}"
     if magnitude >= 10 ** (digits - 1) or value == 0:
         return f"{value:,.0f}"
     decimals = digits - 1 - math.floor(math.log10(magnitude))
@@ -71,6 +76,8 @@ def percent(share: float | None, signed: bool = False) -> str:
     """A share as a percentage: 0.123 -> ``12%`` (``+12%`` when signed)."""
     if share is None or not math.isfinite(share):
         return MISSING
+    if abs(share) * 100 >= HUGE:
+        return f"{share * 100:{'+' if signed else ''}.2e}%"
     return f"{share:+.0%}" if signed else f"{share:.0%}"
 
 

@@ -102,3 +102,11 @@ def test_a_number_gets_the_accepted_numbers_not_a_spelling_guess():
     result = runner.invoke(app, ["check", "--model", "kimi-k3", "--config", "tp=3"])
     assert result.exit_code == 2 and "did you mean" not in result.stderr
     assert "accepted: 1, 2, 4, 8" in result.stderr
+
+
+def test_a_huge_number_fits_its_column():
+    """A tier floor of 1e-300 made a 300-digit headroom that squeezed every other column."""
+    from agent.cli.render import number, percent
+
+    assert number(1.69e302) == "1.69e+302" and percent(1.69e300, signed=True) == "+1.69e+302%"
+    assert number(12345.6) == "12,346" and percent(0.12) == "12%" and percent(-0.5, signed=True) == "-50%"
