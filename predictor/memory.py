@@ -125,7 +125,8 @@ class MemoryBreakdown:
             "drafter_bytes_per_sequence": self.drafter_bytes_per_sequence,
             "bytes_per_sequence": self.bytes_per_sequence, "context_tokens": self.context_tokens,
             "hbm_gb": gb(self.hbm_bytes), "usable_gb": gb(self.usable_bytes),
-            "kv_pool_per_gpu_gb": gb(self.kv_pool_bytes), "max_concurrency": self.max_concurrency,
+            "kv_pool_per_gpu_gb": gb(max(0, self.kv_pool_bytes)),   # short of room: `reason` says by how much
+            "max_concurrency": self.max_concurrency,
             "fits": self.fits, "reason": self.reason,
         }
 

@@ -72,16 +72,19 @@ def measure(protocols) -> tuple[dict, dict, dict, dict]:
         scored = score_protocols(rows, protocols)
         report[name], by_corpus[name] = scored["protocols"], scored["residuals"]
         for protocol, residuals in scored["residuals"].items():
-            for kind in KIND_OF[protocol]:
-                for family, values in residuals.items():
-                    pooled[kind][family].extend(values)
+            _pool(pooled, protocol, residuals)
         for protocol, by_tier in scored["tiered_residuals"].items():
             for tier, residuals in by_tier.items():
-                for kind in KIND_OF[protocol]:
-                    for family, values in residuals.items():
-                        tiers[tier][kind][family].extend(values)
+                _pool(tiers[tier], protocol, residuals)
         print(f"{name}: {len(rows)} rows, {len(protocols)} protocols in {time.perf_counter() - started:.0f} s")
     return pooled, tiers, report, by_corpus
+
+
+def _pool(into: dict, protocol: str, residuals: dict[str, list[float]]) -> None:
+    """A protocol's residuals per family, under each transfer kind it measures."""
+    for kind in KIND_OF[protocol]:
+        for family, values in residuals.items():
+            into[kind][family].extend(values)
 
 
 def cross_corpus_coverage(by_corpus: dict) -> dict:

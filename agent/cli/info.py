@@ -190,7 +190,6 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt,
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     breakdown = memory_for(target.card, target.cluster, configuration_from_options(config), context)
     data = breakdown.to_json()
-    data["kv_pool_per_gpu_gb"] = max(0.0, data["kv_pool_per_gpu_gb"])   # nothing left: the reason says by how much
     if json_out:
         return print_json({"model": target.card.name, "cluster": target.cluster.spec,
                            "context_tokens": context, **data})

@@ -122,8 +122,7 @@ def commands() -> dict[str, dict]:
             **TARGET, **_v("workload", "configuration", "configuration_text", "modes", "flags"),
             **{k: OBJ for k in ("ttft_ms", "ttft_admission_ms", "tpot_ms", "itl_ms", "e2e_ms", "interactivity_tok_s",
                                 "hit_rate")},
-            "num_requests": INT, "sim_wall_s": NUM, "sim_time_s": NUM,
-            "seed_intervals": {"type": "object", "additionalProperties": INTERVAL}},
+            "num_requests": INT, "sim_wall_s": NUM, "sim_time_s": NUM, "seed_intervals": None},
             optional=("seed_intervals",), extra=nullable(NUM)),   # the simulator's scalar metrics
         "pareto": command_schema("inferasim pareto --json", {
             **TARGET, **_v("workload", "num_points", "workers", "wall_s", "files"), "frontier": arr(SWEEP_POINT),

@@ -74,6 +74,7 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
 from predictor.harvest.quantization import vllm_quantization_args
 from predictor.harvest.trtllm import TrtllmAdapter
 
+
 def expert_parallel_flag(engine: Engine, config: Configuration) -> str:
     """vLLM's and ATOM's one expert-parallel switch: ``--enable-expert-parallel`` shards
     the experts over every tensor x data-parallel rank of the replica (EP = tp), and no

@@ -271,11 +271,11 @@ def check_endpoint(url: str) -> None:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as error:
-        raise InputError("--endpoint", f"{quote(url[:200])} is not a URL ({error})", ENDPOINT_FORMS) from None
+        raise InputError("--endpoint", f"{quote(url)} is not a URL ({error})", ENDPOINT_FORMS) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError("--endpoint", f"{quote(url[:200])} is not an http(s) URL with a host", ENDPOINT_FORMS)
+        raise InputError("--endpoint", f"{quote(url)} is not an http(s) URL with a host", ENDPOINT_FORMS)
     if port == 0:
-        raise InputError("--endpoint", f"{quote(url[:200])} names port 0", ENDPOINT_FORMS)
+        raise InputError("--endpoint", f"{quote(url)} names port 0", ENDPOINT_FORMS)
 
 
 def _check_extra_args(extra: tuple[str, ...], argv: tuple[str, ...]) -> None:

@@ -41,8 +41,9 @@ def t95(degrees_of_freedom: int) -> float:
     return _T95[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T95) else _T95_NORMAL
 
 
-def mean_interval(values: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
-    """(mean, its 90% interval); the interval is None for fewer than two finite values."""
+def mean_interval(values: Sequence[float], ceiling: float = math.inf) -> tuple[float, tuple[float, float] | None]:
+    """(mean, its 90% interval); the interval is None for fewer than two finite values.
+    ``ceiling``: what the quantity cannot exceed (1 for a share)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return float("nan"), None
@@ -54,7 +55,7 @@ def mean_interval(values: Sequence[float]) -> tuple[float, tuple[float, float] |
     # a quantity that cannot be negative (every latency, rate and hit rate here) keeps a
     # non-negative interval: three replications of a heavy-tailed TTFT gave [-28 s, 398 s]
     low = max(0.0, mean - half) if min(finite) >= 0.0 else mean - half
-    return mean, (low, mean + half)
+    return mean, (low, min(ceiling, mean + half))
 
 
 def overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
@@ -90,9 +91,9 @@ def combine(results: Sequence[SimResult]) -> SimResult:
 
 def _hit_rates(results: Sequence[SimResult]) -> dict:
     """Mean hit rates, with the overall and per-tier intervals under ``intervals`` (a
-    share: held to [0, 1] as `mean_interval` holds every interval to non-negative)."""
+    share's interval ends at 1)."""
     def mean(values: list[float]) -> tuple[float, tuple[float, float] | None]:
-        value, interval = mean_interval(values)
+        value, interval = mean_interval(values, ceiling=1.0)
         return round(value, 6), interval
 
     overall, overall_interval = mean([r.hit_rate["overall"] for r in results])
@@ -101,4 +102,4 @@ def _hit_rates(results: Sequence[SimResult]) -> dict:
     found = {"overall": overall_interval, **{tier: interval for tier, (_, interval) in tiers.items()}}
     return {"overall": overall, "per_replica": replicas, "per_tier": {t: v for t, (v, _) in tiers.items()},
             "host_tier": results[0].hit_rate.get("host_tier", "none"),
-            "intervals": {k: [round(v[0], 6), round(min(1.0, v[1]), 6)] for k, v in found.items() if v is not None}}
+            "intervals": {k: [round(v[0], 6), round(v[1], 6)] for k, v in found.items() if v is not None}}

@@ -32,6 +32,7 @@ from typing import Any, Callable, Protocol
 
 from levers.configuration import Configuration
 from levers.errors import InputError
+from levers.inputs import quote
 from predictor.predict import predict
 from predictor.sim.api import as_workload
 from predictor.sim.fidelity import bounded_requests
@@ -288,13 +289,13 @@ def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> N
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError("--ray", f"'{address[:200]}' is not an address", RAY_ADDRESS_FORMS)
+        raise InputError("--ray", f"{quote(address)} is not an address", RAY_ADDRESS_FORMS)
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or type(error).__name__)
-        raise InputError("--ray", f"cannot reach '{address[:200]}' ({reason})", RAY_ADDRESS_FORMS) from None
+        raise InputError("--ray", f"cannot reach {quote(address)} ({reason})", RAY_ADDRESS_FORMS) from None
 
 
 def import_ray() -> Any:
