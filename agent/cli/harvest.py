@@ -131,6 +131,9 @@ def harvest(
     plan = plan_harvest(request)
     if dry_run:
         return print_json(plan.to_json()) if json_out else _render_plan(plan)
+    if not json_out:
+        for note in plan.notes:         # before the GPUs are taken (e.g. a layout priced as not fitting)
+            err_console.print(f"note: {note}", markup=False)
     progress = None
     if not json_out and sys.stderr.isatty():
         progress = lambda text: err_console.print(f"... {text}", markup=False)

@@ -32,7 +32,7 @@ from levers.legality import structural_reasons
 from predictor.anchors.anchor import Signature
 from predictor.anchors.store import signature_for
 from predictor.cards.registry import ModelCard, load_card
-from predictor.feasibility import engine_memory_flag
+from predictor.feasibility import engine_memory_flag, memory_for
 from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
 from predictor.harvest.adapters import (
     EngineAdapter,
@@ -290,6 +290,17 @@ def _check_extra_args(extra: tuple[str, ...], argv: tuple[str, ...]) -> None:
                              "an engine flag the launch does not set (change the lever in --config instead)")
 
 
+def _memory_note(card: ModelCard, cluster: Cluster, config: Configuration, context: int) -> tuple[str, ...]:
+    """A launch the memory model prices as not fitting is still run (a harvest measures
+    rather than trust the model), but the plan says so before the GPUs are taken: the
+    engine will likely fail to start or to hold the sweep's largest wave."""
+    memory = memory_for(card, cluster, config, context)
+    if memory.fits:
+        return ()
+    return (f"memory: the memory model prices this layout as not fitting at {context:,}-token context "
+            f"({memory.reason}); the engine may not start (`inferasim memory` shows the breakdown)",)
+
+
 def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     """Validate the request and decide everything a harvest will do (module docstring)."""
     if request.endpoint is not None:
@@ -329,6 +340,8 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     signature = signature_for(card, cluster, engine, config).model_copy(
         update={"captured_sizes": adapter.captured_sizes(config)})
     notes = tuple(f"{k}={format_value(v)}: the only value {engine} accepts" for k, v in engine_defaults.items())
+    if launch is not None:
+        notes += _memory_note(card, cluster, config, context)
     if request.model_path and any(getattr(config, name) for name in PRECISION_LEVERS):
         notes += (f"precisions as asked, from the checkpoint {request.model_path} (no online quantization "
                   "flags); the harvester cannot verify them",)

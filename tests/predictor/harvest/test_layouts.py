@@ -99,3 +99,16 @@ def test_an_endpoint_may_span_one_scale_up_domain_a_launch_may_not():
     assert launched.exit_code == 2 and "one node of 4" in launched.output
     assert "scale-up domain and pass --endpoint" in " ".join(launched.output.split())
     assert runner.invoke(app, base + ["--endpoint", "http://10.0.0.1:8000", "--dry-run"]).exit_code == 0
+
+
+def test_a_launch_the_memory_model_prices_as_not_fitting_says_so_before_it_runs():
+    """The harvest still measures it (a measurement outranks the model) but the plan warns
+    before the GPUs are taken; a layout that fits carries no such note, nor an endpoint."""
+    base = ["harvest", "--engine", "vllm", "--cluster", "h100x1", "--dry-run"]
+    big = runner.invoke(app, base + ["--model", "kimi-k3"])
+    output = " ".join(big.output.split())
+    assert big.exit_code == 0 and "note: memory: the memory model prices this layout as not fitting" in output
+    assert "exceed 90% of HBM" in output and "inferasim memory" in output
+    assert "note: memory" not in runner.invoke(app, base + ["--model", "qwen3-32b"]).output
+    endpoint = runner.invoke(app, base + ["--model", "kimi-k3", "--endpoint", "http://10.0.0.1:8000"])
+    assert endpoint.exit_code == 0 and "note: memory" not in endpoint.output
