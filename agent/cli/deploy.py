@@ -132,6 +132,8 @@ def render(pick: Pick, plan: DeployPlan, paths: list[Path], refused: dict[str, s
     say(console, f"Deploy {target.card.name} on {target.cluster.spec} ({target.engine}), from {pick.origin}"
                  + (f" ({pick.mode})" if pick.mode else ""))
     paragraph(console, config_text(plan.config), first="configuration: ")
+    for line in plan.recipe_lines():
+        say(console, line)
     for line in plan.lines():
         id_line(console, line, style="")
     first = plan.pools[0].request

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from agent.cli.app import app, cli_errors, console, int_option, print_json
-from agent.cli.render import MISSING, number, objective_header, paragraph, table
+from agent.cli.render import MISSING, number, objective_header, paragraph, say, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, parse_config_text, parse_partial
 from levers.inputs import read_text
@@ -150,6 +150,18 @@ def configuration_from_options(config: list[str] | None, concurrency: int | None
     return Configuration().with_changes(partial)
 
 
+def priced_configuration(target: Target, configuration: Configuration) -> tuple[Configuration, dict[str, str]]:
+    """`predictor.anchors.anchoring.as_priced`, imported here only (the anchors are read
+    by the commands that price)."""
+    from predictor.anchors.anchoring import as_priced
+    return as_priced(target, configuration)
+
+
+def recipe_text(taken: dict[str, str]) -> str:
+    from predictor.anchors.anchoring import recipe_text as text
+    return text(taken)
+
+
 def target_with_default_engine(model: str, cluster: str | None, engine: str | None) -> Target:
     """PRODUCT.md §2: the first engine with an anchor for the model there, else vllm
     (the anchors are read only here: `inferasim models` and the like stay light)."""
@@ -163,12 +175,17 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
           config: Optional[list[str]] = ConfigOpt, json_out: bool = JsonOpt) -> None:
     """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not."""
     target = target_with_default_engine(model, cluster, engine)
-    configuration = configuration_from_options(config)
+    configuration, taken = priced_configuration(target, configuration_from_options(config))
     result = check_configuration(target.card, target.cluster, target.engine, configuration)
     if json_out:
         print_json({**target.to_json(), "configuration": configuration.to_dict(),
-                    "configuration_text": configuration.describe(), **result.to_json()})
-    elif result.legal:
+                    "configuration_text": configuration.describe(), "recipe": taken, **result.to_json()})
+        if not result.legal:
+            raise typer.Exit(1)
+        return
+    if taken:
+        say(console, recipe_text(taken))
+    if result.legal:
         console.print(f"[green]legal[/green]: {configuration.describe()} on {target.cluster.spec} ({target.engine})")
     else:
         console.print(f"[red]illegal[/red]: {configuration.describe()}")
@@ -180,19 +197,23 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
 
 @app.command("memory")
 @cli_errors
-def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt,
+def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt,
            config: Optional[list[str]] = ConfigOpt,
            context: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context", parser=int_option("--context", 1, MAX_CONTEXT_TOKENS),
                                         help="Tokens per sequence."),
            json_out: bool = JsonOpt) -> None:
     """Per-GPU memory: weights by component, KV per token, pool, largest concurrency."""
-    target = resolve_target(model, cluster, "vllm")
+    target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
-    breakdown = memory_for(target.card, target.cluster, configuration_from_options(config), context)
+    configuration, taken = priced_configuration(target, configuration_from_options(config))
+    breakdown = memory_for(target.card, target.cluster, configuration, context)
     data = breakdown.to_json()
     if json_out:
-        return print_json({"model": target.card.name, "cluster": target.cluster.spec,
+        return print_json({"model": target.card.name, "cluster": target.cluster.spec, "engine": str(target.engine),
+                           "configuration_text": configuration.describe(), "recipe": taken,
                            "context_tokens": context, **data})
+    if taken:
+        say(console, recipe_text(taken))
     grid = table(f"Memory per GPU: {target.card.name} on {target.cluster.spec}, context {number(context)} tokens",
                  [("item", "left"), ("value", "right"), ("unit", "left")], wrap=(1,))
     for component, gb in data["weights_by_component_gb"].items():

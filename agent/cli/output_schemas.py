@@ -39,6 +39,7 @@ def ref(name: str) -> dict:
 
 LEVER_VALUE = {"type": ["integer", "number", "string", "boolean", "null", "array"]}
 INTERVAL = {"type": "array", "items": NUM, "minItems": 2, "maxItems": 2}
+RECIPE = {"type": "object", "additionalProperties": STR}   # unset levers as priced (the anchor's recipe)
 
 #: The vocabulary: a property with one of these names has this schema in every output.
 QUANTITIES: dict[str, dict] = {
@@ -109,7 +110,7 @@ def commands() -> dict[str, dict]:
             "settings": None, "ledgers": None}),
         "deploy": command_schema("inferasim deploy --json", {
             **TARGET, **_v("configuration", "configuration_text", "disaggregated", "total_gpus", "pools", "files"),
-            "kv_transfer_backend": nullable(STR), "pick": OBJ,
+            "kv_transfer_backend": nullable(STR), "pick": OBJ, "recipe": RECIPE, "notes": arr(STR),
             "manifests": {"type": "object", "additionalProperties": STR}}),
         "report": command_schema("inferasim report --json", {"source": None, "report": STR, "bytes": INT}),
         "predict": command_schema("inferasim predict --json", {
@@ -131,9 +132,10 @@ def commands() -> dict[str, dict]:
             "num_sampled_out": INT, "frontier_rule": OBJ, "num_ineligible": INT, "backend": STR,
             "points_per_s": NUM}),
         "check": command_schema("inferasim check --json", {
-            **TARGET, **_v("configuration", "configuration_text", "legal", "reasons", "memory")}),
+            **TARGET, **_v("configuration", "configuration_text", "legal", "reasons", "memory"), "recipe": RECIPE}),
         "memory": command_schema("inferasim memory --json", {
-            **_v("model", "cluster", "context_tokens", "max_concurrency", "fits", "reason"),
+            **_v("model", "cluster", "engine", "configuration_text", "context_tokens", "max_concurrency", "fits",
+                 "reason"), "recipe": RECIPE,
             **{k: NUM for k in ("weights_per_gpu_gb", "activations_gb", "graph_gb", "hbm_gb", "usable_gb",
                                 "kv_pool_per_gpu_gb")},
             **{k: INT for k in ("kv_bytes_per_token", "state_bytes_per_sequence", "window_bytes_per_sequence",

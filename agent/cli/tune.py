@@ -133,6 +133,8 @@ def print_deploy(best: Trial | None, plan: DeployPlan | None, problem: str | Non
         say(console, f"Deploy #{best.index}: not expressible on the engine's command line: {problem}")
         return
     say(console, f"Deploy #{best.index} (the files and manifests: inferasim deploy LEDGER):")
+    for line in plan.recipe_lines():
+        paragraph(console, line)
     for line in plan.lines():
         id_line(console, f"  {line}", style="")
 

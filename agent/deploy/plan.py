@@ -14,12 +14,13 @@ harvest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from levers.catalog import Engine, get_lever
 from levers.configuration import Configuration
 from levers.errors import InputError
+from predictor.anchors.anchoring import as_priced, recipe_text
 from predictor.feasibility import check_configuration, engine_memory_flag, memory_for, pool_configs
 from predictor.harvest.adapters import adapter_for
 from predictor.harvest.launch import (
@@ -76,6 +77,8 @@ class DeployPlan:
     config: Configuration
     pools: tuple[PoolLaunch, ...]
     kv_transfer_backend: str | None
+    recipe: dict[str, str] = field(default_factory=dict)    # unset levers launched as priced (`as_priced`)
+    notes: tuple[str, ...] = ()                             # recipe activations the engine picks itself
 
     @property
     def is_disaggregated(self) -> bool:
@@ -93,18 +96,26 @@ class DeployPlan:
             out.append(f"  {pool.command.display()}")
         return out
 
+    def recipe_lines(self) -> list[str]:
+        """The levers the launch took from the anchor's recipe, and the recipe's activations
+        the engine picks itself (prose, to wrap)."""
+        return ([recipe_text(self.recipe)] if self.recipe else []) + list(self.notes)
+
     def to_json(self) -> dict[str, Any]:
         return {**self.target.to_json(), "configuration": self.config.to_dict(),
                 "configuration_text": self.config.describe(),
                 "disaggregated": self.is_disaggregated, "kv_transfer_backend": self.kv_transfer_backend,
-                "total_gpus": self.total_gpus, "pools": [pool.to_json() for pool in self.pools]}
+                "total_gpus": self.total_gpus, "recipe": dict(self.recipe), "notes": list(self.notes),
+                "pools": [pool.to_json() for pool in self.pools]}
 
 
 def build_plan(target: Target, config: Configuration, options: DeployOptions = DeployOptions()) -> DeployPlan:
-    """The launch command of every pool of ``config`` on ``target`` (module docstring)."""
+    """The launch command of every pool of ``config`` on ``target`` (module docstring),
+    its unset levers as `predict` priced them (the calibrating anchor's recipe)."""
     if target.engine not in DEPLOYABLE:
         raise InputError("--engine", f"{target.engine} is a harvest-only engine here",
                          ", ".join(str(e) for e in DEPLOYABLE))
+    config, taken = as_priced(target, config)
     feasibility = check_configuration(target.card, target.cluster, target.engine, config)
     if not feasibility.legal:
         raise InputError("configuration", f"{config.describe()} cannot run: " + "; ".join(feasibility.reasons),
@@ -113,13 +124,16 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
     backend = (config.kv_transfer_backend or get_lever("kv_transfer_backend").legal_values(target.engine)[0]
                if split else None)
     roles = ((SERVE, config),) if split is None else ((PREFILL, split[0]), (DECODE, split[1]))
-    pools = tuple(_pool(target, role, replica, options, backend, offset)
+    pools = tuple(_pool(target, role, replica, options, backend, offset, taken)
                   for offset, (role, replica) in enumerate(roles))
-    return DeployPlan(target, config, pools, backend)
+    followed = tuple(dict.fromkeys(lever for pool in pools for lever in taken if getattr(pool.config, lever) is None))
+    notes = tuple(f"{lever}={taken[lever]} as priced is not on {target.engine}'s command line: the engine picks "
+                  "activations from the checkpoint's weights, as the anchor's run did" for lever in followed)
+    return DeployPlan(target, config, pools, backend, {k: v for k, v in taken.items() if k not in followed}, notes)
 
 
 def _pool(target: Target, role: str, config: Configuration, options: DeployOptions, backend: str | None,
-          port_offset: int) -> PoolLaunch:
+          port_offset: int, taken: dict[str, str]) -> PoolLaunch:
     card = target.card
     request = LaunchRequest(
         model_path=options.model_path or card.hf_id, served_name=card.name, port=options.port + port_offset,
@@ -133,8 +147,13 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
     try:
         command = adapter_for(target.engine).launch(config, request, native_dtypes(card))
     except InputError as error:   # a deployment has no endpoint to fall back on (harvest's hint)
-        precision = any(lever in error.what for lever in PRECISION_LEVERS)
+        lever = next((name for name in taken if error.what.endswith(name)), None)
+        if lever == "activation_dtype":     # the recipe's, not the user's: the engine follows the weights
+            return _pool(target, role, replace(config, activation_dtype=None), options, backend, port_offset, {})
+        precision = any(name in error.what for name in PRECISION_LEVERS)
         accepted = error.accepted.removesuffix(ENDPOINT_HINT) + (CHECKPOINT_HINT if precision else "")
+        if lever is not None:       # the price came from an anchor of that precision
+            accepted += f"; or set {lever} in --config ({taken[lever]}: the calibrating anchor's recipe, as priced)"
         raise InputError(error.what, error.problem, accepted) from None
     return PoolLaunch(role, config.replicas, config.replica_gpus, config, request, command)
 

@@ -128,7 +128,7 @@ def _deploy(ledger: Ledger, target: Target) -> str:
     plan, problem = try_plan(target, configuration_from_dict(ledger.best.configuration))
     if plan is None:
         return paragraph(f"Not expressible on the {ledger.engine} command line: {problem}")
-    return (pre(plan.lines()) + paragraph(f"inferasim deploy {ledger.search_id} writes these with the engine's "
+    return ("".join(paragraph(line, "note") for line in plan.recipe_lines()) + pre(plan.lines()) + paragraph(f"inferasim deploy {ledger.search_id} writes these with the engine's "
                                           "option files, and a Dynamo graph and llm-d manifests for a split.", "note"))
 
 

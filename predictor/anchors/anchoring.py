@@ -146,6 +146,21 @@ class Anchoring:
         return items[0] if len(items) == 1 else {"pools": items}
 
 
+def as_priced(target: Target, config: Configuration, store: AnchorStore | None = None,
+              context_tokens: float | None = None) -> tuple[Configuration, dict[str, str]]:
+    """``config`` with its unset levers as `predict` takes them (the recipe of the anchor
+    that calibrates it), and the levers so taken: what `deploy` launches and `check` /
+    `memory` size, so a command serves and sizes the precisions it was priced at."""
+    taken = Anchoring.of(target, store, context_tokens=context_tokens, split=config.disaggregated)._select(config).recipe
+    return (replace(config, **taken) if taken else config), dict(taken)
+
+
+def recipe_text(taken: dict[str, str]) -> str:
+    """One line naming the levers a configuration took from its anchor's recipe."""
+    return "unset levers as priced, from the calibrating anchor's recipe: " + ", ".join(
+        f"{lever}={value}" for lever, value in taken.items())
+
+
 def step_model_for(target: Target, config: Configuration, store: AnchorStore | None = None,
                    priors: Priors | None = None) -> StepModel:
     """The step model of ``config`` (benchmarks and tools that need one model)."""

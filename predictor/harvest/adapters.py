@@ -199,15 +199,15 @@ class AtomAdapter(GpuAdapter):
     tokenize_path = None
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
-        weight = self._check_dtypes(config, request, native)
-        if weight is not None:
-            raise refuse(self.engine, "weight_dtype", weight,
-                          "the checkpoint's dtype (ATOM has no online quantization)")
         if config.pp > 1:
             raise refuse(self.engine, "pp", config.pp, "1")
         if request.pool is not None:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")
+        weight = self._check_dtypes(config, request, native)
+        if weight is not None:
+            raise refuse(self.engine, "weight_dtype", weight,
+                          "the checkpoint's dtype (ATOM has no online quantization)")
         argv = [request.python, "-m", "atom.entrypoints.openai_server", "--model", request.model_path,
                 "--host", request.host, "--server-port", str(request.port),
                 "--tensor-parallel-size", str(config.tp // config.attention_dp),

@@ -131,7 +131,7 @@ def test_a_model_listed_twice_in_the_plan_is_deployed_by_its_entry(tmp_path):
     ([], "deploy: nothing to deploy"),
     (["x.json", "--model", "kimi-k3"], "both name a pick"),
     (["--model", "kimi-k3", "--trial", "3"], "--trial: needs a LEDGER"),
-    (["--model", "deepseek-r1", "--config", "tp=2"], "cannot run: memory"),
+    (["--model", "kimi-k3", "--config", "tp=1"], "cannot run: memory"),
     (["no-such-ledger"], "ledger"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
@@ -150,3 +150,27 @@ def test_a_slot_that_is_not_there_gets_a_suggestion(tmp_path):
     unknown = deploy("--plan", str(report), "--slot", "nosuch/interactive")     # the slot is wrong, not --model
     assert unknown.exit_code == 2 and unknown.stderr.startswith("error: --slot: no slot 'nosuch/interactive'")
     assert "gpt-oss-120b/interactive" in unknown.stderr
+
+
+def test_a_deploy_launches_the_precisions_it_was_priced_at(tmp_path):
+    """A plain configuration is priced from its anchor's recipe (FP8 for Llama-3.1-70B on
+    H100 under vLLM at TP8): the launch quantises to FP8 as priced and says so. A recipe
+    precision the engine cannot set online is an error naming the recipe (DeepSeek-R1's
+    FP4 experts under SGLang), except activations, which an engine without the flag takes
+    from the weights (ATOM), as the anchor's run did."""
+    fp8 = deploy("--model", "llama-3.1-70b", "--cluster", "h100", "--engine", "vllm", "--config", "tp=8",
+                 "--out", str(tmp_path / "a"), "--json")
+    assert fp8.exit_code == 0, fp8.output
+    data = json.loads(fp8.stdout)
+    assert data["recipe"]["weight_dtype"] == "fp8" and "--quantization" in data["pools"][0]["argv"]
+    text = " ".join(deploy("--model", "llama-3.1-70b", "--cluster", "h100", "--engine", "vllm", "--config", "tp=8",
+                           "--out", str(tmp_path / "b")).output.split())
+    assert "unset levers as priced, from the calibrating anchor's recipe: weight_dtype=fp8" in text
+    refused = deploy("--model", "deepseek-r1", "--cluster", "mi355x", "--engine", "sglang", "--config", "tp=2",
+                     "--out", str(tmp_path / "c"))
+    assert refused.exit_code == 2 and "the calibrating anchor's recipe, as priced" in refused.stderr
+    atom = deploy("--model", "gpt-oss-120b", "--cluster", "mi355x", "--engine", "atom", "--config", "tp=8",
+                  "--out", str(tmp_path / "d"), "--json")
+    assert atom.exit_code == 0, atom.output
+    notes = json.loads(atom.stdout)["notes"]
+    assert len(notes) == 1 and notes[0].startswith("activation_dtype=fp4 as priced is not on atom's command line")

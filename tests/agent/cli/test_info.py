@@ -94,3 +94,22 @@ def test_config_json_missing_fields_is_a_clear_error(tmp_path):
     with pytest.raises(InputError) as error:
         card_from_config_json(path)
     assert str(path) in error.value.message or "config.json" in error.value.message
+
+
+def test_check_and_memory_size_the_precisions_predict_prices():
+    """An unset precision lever takes the calibrating anchor's recipe in `predict`; `check`
+    and `memory` size that configuration, not the checkpoint's, and say which levers came
+    from the recipe (Llama-3.1-70B on H100 under vLLM: an FP8 anchor at TP8)."""
+    args = ("--model", "llama-3.1-70b", "--cluster", "h100", "--config", "tp=8")
+    priced = run_json("predict", *args, "--engine", "vllm")
+    memory = run_json("memory", *args, "--engine", "vllm")
+    assert memory["recipe"]["weight_dtype"] == "fp8"
+    assert memory["weights_per_gpu_gb"] == pytest.approx(priced["memory"]["weights_per_gpu_gb"])
+    assert memory["weights_per_gpu_gb"] < run_json("memory", *args, "--engine", "vllm", "--config",
+                                                   "weight_dtype=bf16,activation_dtype=bf16")["weights_per_gpu_gb"] / 1.8
+    check = run_json("check", *args, "--engine", "vllm")
+    assert check["legal"] and check["configuration"]["weight_dtype"] == "fp8"
+    text = " ".join(run("memory", *args).output.split())
+    assert "unset levers as priced, from the calibrating anchor's recipe: weight_dtype=fp8" in text
+    no_anchor = run_json("memory", "--model", "kimi-k3", "--config", "tp=8")
+    assert no_anchor["recipe"] == {} and no_anchor["configuration_text"] == "tp=8"
