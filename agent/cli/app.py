@@ -210,6 +210,7 @@ def _json_default(value: Any) -> Any:
 # --- option validation (module docstring) ---------------------------------------------
 
 MAX_DES_REQUESTS = 1_000_000
+MIN_DES_REQUESTS = 16            # fewer: a replay of warm-up alone, its intervals meaningless (predict, plan-mix)
 MAX_TRACE_REQUESTS = 1_000_000
 LARGE_INPUT_BYTES = 1 << 40          # --allow-large: a trace file up to 1 TB
 MAX_SEED = 2**32 - 1

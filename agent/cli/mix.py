@@ -26,6 +26,7 @@ from rich.table import Table
 
 from agent.cli.app import (
     MAX_DES_REQUESTS,
+    MIN_DES_REQUESTS,
     SEED,
     WORKERS,
     app,
@@ -38,7 +39,7 @@ from agent.cli.app import (
     print_json,
 )
 from agent.cli.info import JsonOpt
-from agent.cli.render import MISSING, config_text, id_line, number, percent, say
+from agent.cli.render import MISSING, config_text, id_line, number, paragraph, percent, say
 from agent.deploy.plan import DeployPlan, deploy_json, try_plan
 from agent.mix.candidates import DEFAULT_MAX_REQUESTS
 from agent.mix.config import Tier, load_mix_file
@@ -59,7 +60,7 @@ def plan_mix_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON report to this file."),
     json_out: bool = JsonOpt,
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed of every DES run."),
-    requests: int = typer.Option(DEFAULT_MAX_REQUESTS, "--requests", parser=int_option("--requests", 1, MAX_DES_REQUESTS),
+    requests: int = typer.Option(DEFAULT_MAX_REQUESTS, "--requests", parser=int_option("--requests", MIN_DES_REQUESTS, MAX_DES_REQUESTS),
                                  help="At most this many DES requests per candidate (else 40 per client)."),
     workers: int | None = typer.Option(None, "--workers", parser=WORKERS, help="Worker processes (default: all cores)."),
 ) -> None:
@@ -151,6 +152,8 @@ def render_deploys(report: MixReport, deploys: list[tuple[DeployPlan | None, str
             _say(f"{heading}: not expressible on the engine's command line: {problem}")
             continue
         _say(f"{heading}:")
+        for line in plan.recipe_lines():
+            paragraph(console, line)
         for line in plan.lines():
             id_line(console, f"  {line}", style="")
 
@@ -207,12 +210,18 @@ def _row(model: str, rank: str, scored: Scored, tier: Tier, tie: bool = False) -
 
 
 def _stacked(value: float | None, interval: list[float] | None) -> str:
-    """The value, and below it the half-width of its 90% replication interval relative to
-    it (``±2%``): the interval is symmetric about the mean, and ``[lo-hi]`` (in --json)
-    would not fit four metric columns in 80."""
+    """The value, and below it its 90% replication interval relative to it: ``±2%`` when
+    symmetric about the mean (``[lo-hi]``, in --json, would not fit four metric columns in
+    80), else ``-100/+278%`` (a bound held at zero, a hit rate's at one)."""
     if value is None or not interval or not value:
         return number(value)
-    half = (interval[1] - interval[0]) / 2 / abs(value)
-    return f"{number(value)}\n±{half:.0%}" if half >= 0.01 else f"{number(value)}\n±{half:.1%}"
+    low, high = (value - interval[0]) / abs(value), (interval[1] - value) / abs(value)
+
+    def share(x: float) -> str:
+        return f"{x:.0%}" if x >= 0.01 else f"{x:.1%}"
+
+    if abs(high - low) <= 0.01 * max(low, high, 0.01):
+        return f"{number(value)}\n±{share((low + high) / 2)}"
+    return f"{number(value)}\n-{share(low).rstrip('%')}/+{share(high)}"
 
 

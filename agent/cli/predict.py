@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
-from agent.cli.app import MAX_DES_REQUESTS, SEED, app, cli_errors, console, int_option, print_json
+from agent.cli.app import MAX_DES_REQUESTS, MIN_DES_REQUESTS, SEED, app, cli_errors, console, int_option, print_json
 from agent.cli.info import (
     AcceptanceOpt,
     ClusterOpt,
@@ -80,7 +81,7 @@ def predict_command(
     replications: int = typer.Option(PREDICT_REPLICATIONS, "--replications", parser=int_option("--replications", 1, 32),
                                      help="DES workload draws; metrics are their mean with a 90% interval."),
     acceptance: Optional[str] = AcceptanceOpt,
-    requests: Optional[int] = typer.Option(None, "--requests", parser=int_option("--requests", 16, MAX_DES_REQUESTS),
+    requests: Optional[int] = typer.Option(None, "--requests", parser=int_option("--requests", MIN_DES_REQUESTS, MAX_DES_REQUESTS),
                                            help="Requests each DES replay releases (default: 40 per client on "
                                                 "agentic); fewer is faster and noisier. At most "
                                                 f"{MAX_DES_REQUESTS:,} (`simulate --allow-large` replays more)."),
@@ -113,7 +114,7 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
     title = (f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: "
              f"{configuration.describe()}")
     if result.metrics is None:
-        console.print(f"[red]does not fit / illegal[/red]: {title}")
+        console.print(f"[red]does not fit / illegal[/red]: {escape(title)}", soft_wrap=True)
         for reason in result.reasons:
             paragraph(console, reason, first="  - ")
         console.print("metrics: null")

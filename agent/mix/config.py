@@ -122,7 +122,27 @@ class ModelEntry(BaseModel):
     candidates: Literal["auto"] | list[dict[str, Any]] = AUTO
     tiers: list[str] | None = Field(None, min_length=1)
     max_gpus: int | None = Field(None, ge=1)
-    acceptance: str | float | list[float] | None = None   # this traffic's speculation (`--acceptance`'s forms)
+    acceptance: str | None = None   # this traffic's speculation (`--acceptance`'s text forms; a list: L(1), L(2), ...)
+
+    @field_validator("max_gpus", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        if isinstance(value, bool):     # YAML's `true` is not a GPU count (pydantic would read 1)
+            raise ValueError("expected a whole number of GPUs, not a boolean")
+        return value
+
+    @field_validator("acceptance", mode="before")
+    @classmethod
+    def _acceptance_text(cls, value: Any) -> Any:
+        """Numbers and lists of numbers as `--acceptance` text; anything else but text refused."""
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)   # noqa: E731
+        if value is None or isinstance(value, str):
+            return value
+        if number(value):
+            return str(value)
+        if isinstance(value, list) and value and all(number(v) for v in value):
+            return ",".join(str(v) for v in value)
+        raise ValueError("expected acceptance text, a number or a list of numbers")
 
     @field_validator("candidates", mode="before")
     @classmethod
@@ -293,14 +313,12 @@ def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, 
     return ModelPlan(index, card.name, cluster, engines, workload, candidates, names, entry.max_gpus)
 
 
-def _with_acceptance(workload: WorkloadSpec, acceptance: str | float | list[float] | None,
-                     what: str) -> WorkloadSpec:
-    """A model's traffic acceptance (`--acceptance`'s text forms; a list is L(1), L(2), ...)."""
+def _with_acceptance(workload: WorkloadSpec, acceptance: str | None, what: str) -> WorkloadSpec:
+    """A model's traffic acceptance (`--acceptance`'s text forms, `ModelEntry.acceptance`)."""
     if acceptance is None:
         return workload
-    text = ",".join(str(v) for v in acceptance) if isinstance(acceptance, list) else str(acceptance)
     try:
-        return replace(workload, acceptance=parse_acceptance(text))
+        return replace(workload, acceptance=parse_acceptance(acceptance))
     except InputError as error:
         raise _relocated(error, what) from None
 

@@ -106,7 +106,10 @@ def unique_tasks(groups: Iterable[list[CandidateTask]]) -> list[CandidateTask]:
 def _auto(source: str, entry: ModelPlan, target: Target) -> list[Configuration]:
     try:
         return auto_candidates(target, entry.workload, entry.max_gpus)
-    except InputError as error:  # e.g. the model fits nowhere on the cluster
+    except InputError as error:  # e.g. the model fits nowhere on the cluster (or in its GPU budget)
+        if entry.max_gpus is not None and entry.max_gpus < target.cluster.total_gpus:
+            raise InputError(f"{source}: models[{entry.index}].max_gpus", f"{error.problem} (its {entry.max_gpus} "
+                             f"GPUs of {target.cluster.spec})", "a larger max_gpus, or none (the whole cluster)") from None
         raise InputError(f"{source}: models[{entry.index}]", error.problem,
                          "a larger cluster: for this model (more GPUs per node or more nodes)") from None
 

@@ -57,7 +57,7 @@ class MixReport:
         """(candidates, illegal ones, their reasons with counts, most common first) of one
         entry; a reason is the stage that refused the candidate and its first reason."""
         trials = [self.trials[task.key] for task in self.tasks_by_entry.get(entry.index, [])]
-        reasons = Counter(f"{trial.stage or 'prediction'}: {trial.reasons[0] if trial.reasons else 'no reason given'}"
+        reasons = Counter(_staged(trial.stage or "prediction", trial.reasons[0] if trial.reasons else "no reason given")
                           for trial in trials if not trial.legal)
         return len(trials), sum(reasons.values()), reasons.most_common()
 
@@ -83,3 +83,8 @@ class MixReport:
             "settings": self.settings,
             "ledgers": [str(path) for path in self.ledger_paths],
         }
+
+
+def _staged(stage: str, reason: str) -> str:
+    """``stage: reason``, once: a memory refusal already reads ``memory: ...``."""
+    return reason if reason.startswith(stage) else f"{stage}: {reason}"

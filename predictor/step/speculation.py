@@ -263,28 +263,47 @@ def lengths_from_pairs(pairs: dict[int, float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None) -> tuple[float, ...]:
-    """``L(1..k)`` from an `--acceptance` value (module docstring); errors name the input."""
+def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None,
+                     what: str = "--acceptance") -> tuple[float, ...]:
+    """``L(1..k)`` from an `--acceptance` value (module docstring); errors name the input
+    (``what``). A verify step after ``k`` drafted tokens commits at most ``k + 1``, so an
+    ``L(k)`` above that is refused, as is a depth given twice."""
     raw = text.strip()
     if raw.lower().startswith(FORCED_PREFIX):
         return forced_acceptance(raw.lower())
     if read_file is not None and raw and not any(c in raw for c in ":,=") and not _is_number(raw):
         return _from_file(raw, read_file(raw))
     parts = [p.strip() for p in raw.split(",") if p.strip()]
+    pairs: dict[int, float] | None = None
     try:
         if parts and all(":" in p for p in parts):
-            pairs = {int(k): float(v) for k, v in (p.split(":", 1) for p in parts)}
-            if any(k < 1 or k > 16 for k in pairs):
+            items = [(int(k), float(v)) for k, v in (p.split(":", 1) for p in parts)]
+            pairs = dict(items)
+            if any(k < 1 or k > 16 for k in pairs) or len(pairs) != len(items):
                 raise ValueError
-            lengths = lengths_from_pairs(pairs)
         else:
             lengths = tuple(float(p) for p in parts)
     except ValueError:
-        raise InputError("--acceptance", f"cannot read '{raw[:80]}'", ACCEPTANCE_ACCEPTED) from None
+        raise InputError(what, f"cannot read '{raw[:80]}' (each depth once, from 1 to 16)",
+                         ACCEPTANCE_ACCEPTED) from None
+    if pairs is not None:
+        if any(not math.isfinite(v) or v < 1.0 for v in pairs.values()):
+            raise InputError(what, f"'{raw[:80]}' is not a list of L(k) >= 1", ACCEPTANCE_ACCEPTED)
+        _check_committed(pairs, raw, what)
+        lengths = lengths_from_pairs(pairs)
     if not lengths or any(not math.isfinite(v) or v < 1.0 for v in lengths) or list(lengths) != sorted(lengths):
-        raise InputError("--acceptance", f"'{raw[:80]}' is not a non-decreasing list of L(k) >= 1",
-                         ACCEPTANCE_ACCEPTED)
+        raise InputError(what, f"'{raw[:80]}' is not a non-decreasing list of L(k) >= 1", ACCEPTANCE_ACCEPTED)
+    _check_committed(dict(enumerate(lengths, start=1)), raw, what)
     return lengths
+
+
+def _check_committed(lengths: dict[int, float], raw: str, what: str) -> None:
+    """``L(k) <= k + 1``: a verify step commits the accepted drafts and one token of its own."""
+    over = next(((k, v) for k, v in sorted(lengths.items()) if v > k + 1.0 + 1e-9), None)
+    if over is not None:
+        k, v = over
+        raise InputError(what, f"'{raw[:80]}' gives L({k}) = {v:g}, above the {k + 1} tokens a verify step "
+                               f"after {k} drafted can commit", ACCEPTANCE_ACCEPTED)
 
 
 def _is_number(text: str) -> bool:
@@ -296,22 +315,30 @@ def _is_number(text: str) -> bool:
 
 
 def _from_file(path: str, content: str) -> tuple[float, ...]:
+    what = f"--acceptance file '{path[:120]}'"
     body = content.strip()
     if body.startswith(("{", "[")):
         try:
             data = json.loads(body)
         except json.JSONDecodeError as error:
-            raise InputError(f"--acceptance file '{path[:120]}'", f"not JSON (line {error.lineno})",
-                             ACCEPTANCE_ACCEPTED) from None
-        if isinstance(data, dict) and "lengths" in data:
-            return parse_acceptance(",".join(str(v) for v in data["lengths"]))
-        if isinstance(data, dict) and set(data) == {"al"}:
+            raise InputError(what, f"not JSON (line {error.lineno})", ACCEPTANCE_ACCEPTED) from None
+        lengths = data.get("lengths") if isinstance(data, dict) and "lengths" in data else data
+        if isinstance(data, dict) and set(data) == {"al"} and _is_scalar(data["al"]):
             return forced_acceptance(f"{FORCED_PREFIX}{data['al']}")
-        if isinstance(data, dict):
-            return parse_acceptance(",".join(f"{k}:{v}" for k, v in data.items()))
-        return parse_acceptance(",".join(str(v) for v in data))
+        if isinstance(lengths, dict) and "lengths" not in lengths and all(_is_scalar(v) for v in lengths.values()):
+            return parse_acceptance(",".join(f"{k}:{v}" for k, v in lengths.items()), what=what)
+        if isinstance(lengths, list) and lengths and all(_is_scalar(v) for v in lengths):
+            return parse_acceptance(",".join(str(v) for v in lengths), what=what)
+        raise InputError(what, "holds no acceptance curve", ACCEPTANCE_ACCEPTED)
     rows = [line.split(",") for line in body.splitlines() if line.strip() and not line.lower().startswith("k")]
-    return parse_acceptance(",".join(f"{r[0].strip()}:{r[1].strip()}" for r in rows if len(r) >= 2))
+    if not rows or any(len(r) < 2 for r in rows):
+        raise InputError(what, "is not CSV rows k,AL" if rows else "is empty", ACCEPTANCE_ACCEPTED)
+    return parse_acceptance(",".join(f"{r[0].strip()}:{r[1].strip()}" for r in rows), what=what)
+
+
+def _is_scalar(value: object) -> bool:
+    """A number as JSON gives it (a boolean is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def curve_from_positions(acceptance: Sequence[float], source: str = "override") -> AcceptanceCurve:

@@ -121,3 +121,19 @@ def test_real_predictor_prices_with_the_des(tmp_path):
     assert {entry["source"] for entry in bulk["short_list"]} == {"des"}
     assert {entry["disaggregated"] for entry in bulk["short_list"]} == {False, True}
     assert all(entry["output_throughput_per_gpu"] > 0 and entry["ttft_s"] > 0 for entry in bulk["short_list"])
+
+
+def test_a_model_that_does_not_fit_its_gpu_budget_names_max_gpus(tmp_path, isolated_home):
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: kimi-k3\n    max_gpus: 4\n")
+    result = runner.invoke(app, ["plan-mix", str(path), "--workers", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{path}: models[0].max_gpus: Kimi-K3 does not fit" in line and "(its 4 GPUs of mi355x)" in line
+    assert "(accepted: a larger max_gpus, or none (the whole cluster))" in line
+
+
+def test_a_table_interval_held_at_zero_is_shown_as_it_is():
+    from agent.cli.mix import _stacked
+    assert _stacked(18.5, [0.0, 69.78]) == "18.5\n-100/+277%"      # not ±189%: no negative lower end
+    assert _stacked(100.0, [98.0, 102.0]) == "100\n±2%" and _stacked(100.0, [99.5, 100.5]) == "100\n±0.5%"

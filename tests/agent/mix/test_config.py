@@ -120,6 +120,10 @@ def test_negative_max_gpus_is_rejected_with_what_is_accepted():
     ("models: [{name: kimi-k3}]\ntiers: {realtime: {ttft_s: 0}}\n", "models.yaml: tiers.realtime.ttft_s",
      "greater than 0"),
     ("models: [{cluster: mi355x}]\n", "models.yaml: models[0].name", "required key 'name'"),
+    ("models: [{name: kimi-k3, max_gpus: true}]\n", "models.yaml: models[0].max_gpus", "not a boolean"),
+    ("models: [{name: kimi-k3, acceptance: true}]\n", "models.yaml: models[0].acceptance", "a list of numbers"),
+    ("models: [{name: kimi-k3, acceptance: 2.5}]\n", "models.yaml: models[0].acceptance", "L(1) = 2.5"),
+    ("models: [{name: kimi-k3, acceptance: '3:5'}]\n", "models.yaml: models[0].acceptance", "L(3) = 5"),
 ])
 def test_bad_values_name_file_key_path_and_accepted(text, path, words):
     message = rejected(text)

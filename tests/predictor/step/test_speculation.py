@@ -67,9 +67,24 @@ def test_acceptance_is_an_input():
     forced = parse_acceptance("3:2.4")                            # a benchmark's fixed AL at depth 3
     assert forced[2] == pytest.approx(2.4) and 1.0 < forced[0] < forced[1] < forced[2]
     assert acceptance_curve("Kimi-K3", "dspark", override=forced).length(3) == pytest.approx(2.4)
-    for bad in ("", "x", "0.5,2", "2,1.5", "0:2", "3:nan"):
+    for bad in ("", "x", "0.5,2", "2,1.5", "0:2", "3:nan", "3:2.4,3:2.5"):
         with pytest.raises(InputError, match="--acceptance"):
             parse_acceptance(bad)
+    for impossible in ("3:5", "2.5,3", "1.8,3.2"):    # a verify step after k drafts commits at most k + 1
+        with pytest.raises(InputError, match=r"above the \d+ tokens a verify step"):
+            parse_acceptance(impossible)
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"lengths": 5}', "holds no acceptance curve"), ('"hello"', "is not CSV rows k,AL"), ("", "is empty"),
+    ('{"lengths": [1.8, true]}', "holds no acceptance curve"), ('{"3": 5}', "L(3) = 5"),
+])
+def test_a_bad_acceptance_file_is_named(tmp_path, content, problem):
+    path = tmp_path / "curve.json"
+    path.write_text(content)
+    with pytest.raises(InputError) as raised:
+        parse_acceptance(str(path), lambda p: open(p).read())
+    assert raised.value.what == f"--acceptance file '{path}'" and problem in str(raised.value)
 
 
 def test_geometric_chain_beyond_the_last_point():
