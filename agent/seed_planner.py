@@ -72,20 +72,25 @@ def is_legal(context: SearchContext, config: Configuration) -> bool:
 
 
 def baseline(context: SearchContext) -> Configuration:
-    """The narrowest layout that fits, widest validated precisions first (METHOD §6)."""
+    """The narrowest layout that fits, widest validated precisions first (METHOD §6): plain
+    TP/PP first; for an MoE model none fits, the same widths with experts across the TP
+    group and attention data-parallel inside it (a frontier MoE on 8-GPU H200 nodes spans
+    nodes by EP, with attention inside one domain)."""
     cluster = context.target.cluster
-    for weight, expert in _dtype_choices(context):
-        for pp in _values("pp"):
-            for tp in _values("tp"):
-                if tp * pp > cluster.total_gpus:
-                    continue
-                config = Configuration(tp=tp, pp=pp, replicas=_fill(context, tp * pp),
-                                       weight_dtype=weight, expert_dtype=expert)
-                if is_legal(context, config):
-                    return config
+    layouts = [(1, 1)] + ([("tp", a) for a in _values("attention_dp")] if context.target.card.is_moe else [])
+    for ep, attention_dp in layouts:
+        for weight, expert in _dtype_choices(context):
+            for pp in _values("pp"):
+                for tp in _values("tp"):
+                    if tp * pp > cluster.total_gpus or tp % attention_dp:
+                        continue
+                    config = Configuration(tp=tp, pp=pp, ep=tp if ep == "tp" else ep, attention_dp=attention_dp,
+                                           replicas=_fill(context, tp * pp), weight_dtype=weight, expert_dtype=expert)
+                    if is_legal(context, config):
+                        return config
     raise InputError("--model", f"{context.target.card.name} does not fit on {cluster.spec} at any "
-                     "TP/PP with the allowed precisions",
-                     "a larger --cluster, or more --precisions")
+                     "TP/PP" + (" or EP/attention-DP layout" if context.target.card.is_moe else "")
+                     + " with the allowed precisions", "a larger --cluster, or more --precisions")
 
 
 def _dtype_choices(context: SearchContext) -> list[tuple[str | None, str | None]]:

@@ -64,3 +64,13 @@ def test_a_model_that_fits_nowhere_is_an_input_error():
     context = make_context(DEFAULT_MODEL, cluster="h100x1")
     with pytest.raises(InputError, match="does not fit on h100x1"):
         baseline(context)
+
+
+def test_a_frontier_moe_that_needs_expert_parallelism_across_nodes_gets_an_ep_baseline():
+    """Kimi-K3 fits no plain TP/PP of 8-GPU H200 nodes (TP beyond one node's domain, 93
+    layers for PP); experts across a TP32 group with attention inside a node does."""
+    context = make_context(DEFAULT_MODEL, cluster="h200x8x4", engine="vllm")
+    start = baseline(context)
+    assert start.ep == start.tp > 8 and start.tp // start.attention_dp <= 8 and is_legal(context, start)
+    plain = make_context(DEFAULT_MODEL, cluster="mi355x", engine="vllm")
+    assert baseline(plain).ep == 1 and baseline(plain).attention_dp == 1   # plain layouts stay first
