@@ -200,8 +200,10 @@ def _overridden(request: TuneRequest, ledger: Ledger) -> tuple[str, ...]:
              "--objective": (objective, ledger.objective),
              "--slo": (",".join(str(slo) for slo in parse_slos(list(request.slos))) or None, ",".join(ledger.slos)),
              "--guidance": (request.guidance, ledger.guidance),
-             "--precisions": (request.precisions, ",".join(ledger.precisions) if ledger.precisions else None)}
-    ignored = [f"{flag} {quote(asked)} (the ledger's: {quote(kept or 'none')})" for flag, (asked, kept) in given.items()
+             "--precisions": (request.precisions, ",".join(ledger.precisions) if ledger.precisions else None),
+             "--seed": (request.seed or None, ledger.seed),      # 0 is the default: not told apart from unset
+             "--des-requests": (request.num_requests, ledger.num_requests)}
+    ignored = [f"{flag} {quote(asked)} (the ledger's: {quote('none' if kept in (None, '') else kept)})" for flag, (asked, kept) in given.items()
                if asked is not None and str(asked).lower() != str(kept).lower() and not _same_model(flag, asked, kept)]
     if not ignored:
         return ()

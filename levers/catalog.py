@@ -44,6 +44,19 @@ ENGINE_VENDORS: dict[Engine, tuple[str, ...]] = {
     Engine.VLLM: ("nvidia", "amd"), Engine.SGLANG: ("nvidia", "amd"), Engine.ATOM: ("amd",),
     Engine.TRTLLM: ("nvidia",), Engine.LLAMACPP: ("cpu",),
 }
+# Kernel and transport values written for one GPU vendor's hardware (a lever value not
+# listed here runs on both): AITER and MoRI are ROCm's; FlashInfer, FlashMLA, FlashAttention
+# (vLLM's FLASH_ATTN, SGLang's fa3), DeepGEMM, CUTLASS, TensorRT-LLM's kernels, DeepEP and
+# pplx-kernels are CUDA's; QuickReduce is vLLM's ROCm all-reduce.
+VENDOR_VALUES: dict[str, dict[str, str]] = {
+    "attention_backend": {"aiter": "amd", "flashinfer": "nvidia", "flashmla": "nvidia", "flash_attn": "nvidia",
+                          "fa3": "nvidia", "trtllm": "nvidia"},
+    "moe_backend": {"aiter": "amd", "deepgemm": "nvidia", "cutlass": "nvidia", "flashinfer": "nvidia",
+                    "trtllm": "nvidia"},
+    "all_to_all_backend": {"mori": "amd", "deepep": "nvidia", "pplx": "nvidia"},
+    "kv_transfer_backend": {"mori": "amd"},
+    "allreduce_algorithm": {"quick_reduce": "amd"},
+}
 FUSIONS: tuple[str, ...] = (
     "norm_quant", "add_rmsnorm", "moe_expert", "moe_routing", "act_quant", "rope_kvstore",
 )

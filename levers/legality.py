@@ -11,6 +11,7 @@ from typing import Protocol
 
 from levers.catalog import (
     ENGINE_VENDORS,
+    VENDOR_VALUES,
     LEVERS,
     MOE_FUSIONS,
     QUANT_FED_FUSIONS,
@@ -56,6 +57,8 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     engine = Engine(engine)
     reasons = platform_reasons(engine, cluster)
     reasons += _engine_support(config, engine)
+    reasons += _vendor_values(config, cluster)
+    reasons += _expert_parallel(config, engine)
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)
     reasons += _precision_and_kernels(config, model, cluster)
@@ -122,6 +125,38 @@ def _engine_support(config: Configuration, engine: Engine) -> list[str]:
             shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in legal)
             reasons.append(f"{lever.name}={value} is not supported by {engine} (legal: {shown})")
     return reasons
+
+
+def _vendor_values(config: Configuration, cluster: ClusterShape) -> list[str]:
+    """A kernel or transport written for one vendor's GPUs (:data:`VENDOR_VALUES`)."""
+    vendor = cluster.gpu.vendor
+    reasons = []
+    for lever, values in VENDOR_VALUES.items():
+        value = getattr(config, lever)
+        needed = values.get(value) if isinstance(value, str) else None
+        if needed is not None and needed != vendor:
+            reasons.append(f"{lever}={value} runs on {needed.upper()} GPUs only, not {vendor.upper()} "
+                           f"({getattr(cluster.gpu, 'name', vendor)})")
+    return reasons
+
+
+def _expert_parallel(config: Configuration, engine: Engine) -> list[str]:
+    """vLLM's and ATOM's one expert-parallel switch shards the experts over every rank of the
+    replica: EP is 1 or the replica's width, nothing between (it would run at EP = tp)."""
+    if engine not in (Engine.VLLM, Engine.ATOM):
+        return []
+    layouts = [("", (config.tp, config.ep))]
+    if config.disaggregated:
+        for name in ("prefill_layout", "decode_layout"):
+            text = getattr(config, name)
+            if text and not str(text).upper().startswith("DWDP"):
+                try:
+                    tp, ep, _ = parse_layout(text, name)
+                except ValueError:
+                    continue        # the layout's own error is `_disaggregation`'s
+                layouts.append((f"{name} ", (tp, ep)))
+    return [f"{where}ep={ep} cannot run on {engine}: its --enable-expert-parallel spans every rank of the replica "
+            f"(ep = 1 or {tp})" for where, (tp, ep) in layouts if 1 < ep < tp and tp % ep == 0]
 
 
 def _weight_spec_support(value: str, legal: tuple, engine: Engine) -> list[str]:

@@ -37,7 +37,7 @@ def resolve_cluster(text: str | None) -> Cluster:
     harvested on a CPU such as llama.cpp)."""
     if text and is_cpu_cluster(text):
         return cpu_cluster()
-    return parse_cluster(text or DEFAULT_CLUSTER)
+    return parse_cluster(DEFAULT_CLUSTER if text is None else text)   # "" is an error, not the default
 
 
 def resolve_target(model: str, cluster: str | None = None, engine: str | None = None,
@@ -46,7 +46,7 @@ def resolve_target(model: str, cluster: str | None = None, engine: str | None = 
     configuration would be illegal); the default engine runs on the cluster's platform."""
     card = load_card(model)
     parsed_cluster = resolve_cluster(cluster)
-    if engine:
+    if engine is not None:              # "" is an unknown engine, not the default
         chosen = parse_engine(engine)
         wrong = platform_reasons(chosen, parsed_cluster)
         if wrong:

@@ -15,6 +15,7 @@ from agent.cli.render import MISSING, number, objective_header, paragraph, say, 
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, parse_config_text, parse_partial
 from levers.inputs import read_text
+from levers.legality import structural_reasons
 from objectives.objectives import list_objectives
 from predictor.cards.registry import list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for
@@ -27,7 +28,7 @@ JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 WideOpt = typer.Option(False, "--wide", help="One table with the ids in it (lines wider than the terminal).")
 MAX_CONTEXT_TOKENS = 1 << 27  # 134M tokens: beyond every model card
 ModelOpt = typer.Option(..., "--model", "-m", help="Model name or alias, e.g. kimi-k3.")
-ClusterOpt = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]], default mi355x.")
+ClusterOpt = typer.Option(None, "--cluster", "-c", help="GPU\\[xPER_NODE\\[xNODES]], default mi355x.")
 EngineOpt = typer.Option(None, "--engine", "-e", help="vllm, sglang, atom, trtllm or llamacpp (default: the first "
                                                      "with an anchor for the model on the cluster, else vllm).")
 ConfigOpt = typer.Option(None, "--config", help="lever=value pairs, comma-separated; may repeat; @FILE reads a YAML/JSON mapping.")
@@ -207,11 +208,12 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     configuration, taken = priced_configuration(target, configuration_from_options(config))
     breakdown = memory_for(target.card, target.cluster, configuration, context)
+    reasons = structural_reasons(configuration, target.engine, target.card, target.cluster)
     data = breakdown.to_json()
     if json_out:
         return print_json({"model": target.card.name, "cluster": target.cluster.spec, "engine": str(target.engine),
                            "configuration_text": configuration.describe(), "recipe": taken,
-                           "context_tokens": context, **data})
+                           "legal": not reasons, "reasons": reasons, "context_tokens": context, **data})
     if taken:
         say(console, recipe_text(taken))
     grid = table(f"Memory per GPU: {target.card.name} on {target.cluster.spec}, context {number(context)} tokens",
@@ -226,4 +228,6 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
     grid.add_row("KV pool", number(data["kv_pool_per_gpu_gb"]), "GB")
     grid.add_row("max concurrency", number(data["max_concurrency"]), "sequences")
     grid.add_row("fits (90% HBM)", "yes" if data["fits"] else f"no: {data.get('reason')}", "")
+    if reasons:     # the memory of a layout that cannot run is still shown, but not as a verdict
+        grid.add_row("legal (inferasim check)", "no: " + "; ".join(reasons), "")
     console.print(grid)

@@ -135,7 +135,7 @@ def commands() -> dict[str, dict]:
             **TARGET, **_v("configuration", "configuration_text", "legal", "reasons", "memory"), "recipe": RECIPE}),
         "memory": command_schema("inferasim memory --json", {
             **_v("model", "cluster", "engine", "configuration_text", "context_tokens", "max_concurrency", "fits",
-                 "reason"), "recipe": RECIPE,
+                 "reason", "legal", "reasons"), "recipe": RECIPE,
             **{k: NUM for k in ("weights_per_gpu_gb", "activations_gb", "graph_gb", "hbm_gb", "usable_gb",
                                 "kv_pool_per_gpu_gb")},
             **{k: INT for k in ("kv_bytes_per_token", "state_bytes_per_sequence", "window_bytes_per_sequence",

@@ -41,7 +41,7 @@ METRIC_COLUMNS = (("TTFT\nmean ms", "ttft_ms_mean"), ("TPOT\np50 ms", "tpot_ms_p
 @cli_errors
 def tune_command(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name or alias, e.g. kimi-k3."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="GPU[xPER_NODE[xNODES]] (default mi355x)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="GPU\\[xPER_NODE\\[xNODES]] (default mi355x)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e",
                                          help="vllm, sglang, atom, trtllm (default: first with an anchor, else vllm)."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="agentic (default), 1k/1k, 8k/1k, ISL/OSL."),

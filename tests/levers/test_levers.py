@@ -116,7 +116,7 @@ def test_gpu_count_and_scale_up_domain():
     big = Cluster(Gpu(), total_gpus=16, domain=8)
     assert any("scale-up domain" in r for r in reasons("tp=16", cluster=big))
     # A cross-domain EP with attention inside one domain is allowed (PRODUCT.md §3).
-    assert reasons("tp=16,ep=16,attention_dp=2,all_to_all_backend=deepep", cluster=big) == []
+    assert reasons("tp=16,ep=16,attention_dp=2,all_to_all_backend=mori", cluster=big) == []
     assert reasons("tp=8,pp=2", model=Model(num_layers=60), cluster=big) == []
 
 
@@ -177,3 +177,23 @@ def test_config_files_are_read_through_the_input_layer(tmp_path):
     for name, problem in (("list.yaml", "not a mapping"), ("missing", "cannot be read")):
         with pytest.raises(InputError, match=problem):
             parse_config_text(f"@{tmp_path / name}")
+
+
+def test_a_kernel_of_one_vendor_is_illegal_on_the_other():
+    nvidia = Cluster(Gpu(vendor="nvidia"))
+    assert reasons("tp=8,ep=8,all_to_all_backend=deepep") == [
+        "all_to_all_backend=deepep runs on NVIDIA GPUs only, not AMD (amd)"]
+    assert reasons("moe_backend=aiter", cluster=nvidia) == ["moe_backend=aiter runs on AMD GPUs only, not NVIDIA (nvidia)"]
+    assert reasons("attention_backend=flashinfer") and not reasons("attention_backend=flashinfer", cluster=nvidia)
+    assert reasons("moe_backend=triton") == reasons("moe_backend=triton", cluster=nvidia) == []
+
+
+def test_vllm_expert_parallelism_spans_the_replica_or_nothing():
+    """vLLM's one switch shards experts over every rank (deploy and harvest cannot launch
+    an EP between 1 and tp); SGLang and TensorRT-LLM take an EP group."""
+    assert reasons("tp=8,ep=2", engine="vllm") == [
+        "ep=2 cannot run on vllm: its --enable-expert-parallel spans every rank of the replica (ep = 1 or 8)"]
+    assert reasons("tp=8,ep=8", engine="vllm") == reasons("tp=8,ep=1", engine="vllm") == []
+    assert reasons("tp=8,ep=2", engine="sglang") == []
+    split = "disaggregated=true,prefill_layout=TP8/EP2,decode_layout=TP8/EP8"
+    assert any(r.startswith("prefill_layout ep=2 cannot run on vllm") for r in reasons(split, engine="vllm"))

@@ -113,3 +113,22 @@ def test_check_and_memory_size_the_precisions_predict_prices():
     assert "unset levers as priced, from the calibrating anchor's recipe: weight_dtype=fp8" in text
     no_anchor = run_json("memory", "--model", "kimi-k3", "--config", "tp=8")
     assert no_anchor["recipe"] == {} and no_anchor["configuration_text"] == "tp=8"
+
+
+@pytest.mark.parametrize("option, words", [("--cluster", "--cluster: empty cluster"),
+                                           ("--engine", "--engine: unknown engine ''")])
+def test_an_empty_cluster_or_engine_is_an_error_not_the_default(option, words):
+    result = run("check", "--model", "kimi-k3", option, "")
+    assert result.exit_code == 2 and words in result.stderr
+
+
+def test_memory_says_when_the_layout_cannot_run():
+    data = run_json("memory", "--model", "kimi-k3", "--config", "tp=64")
+    assert data["legal"] is False and any("needs 64 GPUs" in r for r in data["reasons"])
+    assert run_json("memory", "--model", "kimi-k3", "--config", "tp=8")["legal"] is True
+
+
+def test_cluster_help_shows_the_multi_node_grammar():
+    for command in ("tune", "check", "memory", "predict"):
+        assert "GPU[xPER_NODE[xNODES]]" in " ".join(runner.invoke(app, [command, "--help"], terminal_width=200)
+                                                   .output.split()), command

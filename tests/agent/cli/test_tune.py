@@ -116,3 +116,7 @@ def test_resume_says_which_options_the_ledgers_question_overrides():
     assert fewer["num_trials"] == 6
     assert any("--precisions 'bf16'" in w for w in fewer["warnings"])
     assert any(w.startswith("--budget 2 is below the 6 trials the ledger already spent") for w in fewer["warnings"])
+    seeded = json.loads(invoke("--seed", "5", "--des-requests", "100", "--resume", first["ledger"], "--budget", "6",
+                               "--json").output)
+    assert any("--seed 5 (the ledger's: 0)" in w and "--des-requests 100 (the ledger's: 'none')" in w
+               for w in seeded["warnings"]), seeded["warnings"]

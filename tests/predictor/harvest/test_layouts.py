@@ -61,7 +61,7 @@ def test_tp8_on_gb300_is_reduced_to_one_tray_or_measured_across_the_nvl72_domain
     assert small.reduction.config.tp == 4 and "TP8->TP4 (one node of 4" in small.lines()[0]
     dry_run(small.command)
     # Kimi-K3 does not fit in one tray of four: TP8 over two trays of one NVLink domain
-    big = harvests("kimi-k3", "gb300x4x4", "vllm", tp=16, ep=4)[0]
+    big = harvests("kimi-k3", "gb300x4x4", "vllm", tp=16, ep=16)[0]
     assert big.reduction.config.tp == 8 and big.command.endswith("--endpoint http://HEAD_NODE:8000")
     assert any("spans 2 nodes of one 16-GPU scale-up domain" in line for line in big.lines())
     assert "endpoint" in dry_run(big.command)
