@@ -202,18 +202,24 @@ def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_key
     whether it is the best or ties it (the intervals overlap). ``80%`` is the objective's
     interval from the measured error of the trial's transfer kind (`predictor.uncertainty`)."""
     metrics_shown = metric_columns(list(slo_keys))
-    grid = table(title, [("#", "right"), ("found\nby", "left"), (objective_header(goal), "right"),
-                         ("80%", "right"), *((header, "right") for header, _ in metrics_shown), ("SLOs", "left"),
-                         ("rank", "left"), ("mode", "left")])
+    columns = [("#", "right"), ("found\nby", "left"), (objective_header(goal), "right"), ("80%", "right"),
+               *((header, "right") for header, _ in metrics_shown), ("SLOs", "left"), ("rank", "left"), ("mode", "left")]
+    grid = table(title, columns, wrap=(1, len(columns) - 1))    # numbers are never cut: the words wrap
     for position, trial in enumerate(trials):
         metrics = trial.metrics or {}
-        values = [with_interval(metrics.get(key), trial.interval(key)) for _, key in metrics_shown]
+        values = [_stacked(metrics.get(key), trial.interval(key)) for _, key in metrics_shown]
         rank = "best" if position == 0 and trial.slo_met else "tie" if trial.index in (tied or set()) else MISSING
         error = trial.error_interval(goal.metric)
-        grid.add_row(str(trial.index), _found_by(trial), with_interval(trial.objective_value, trial.interval(goal.metric)),
+        grid.add_row(str(trial.index), _found_by(trial), _stacked(trial.objective_value, trial.interval(goal.metric)),
                      f"{number(error[0])}-{number(error[1])}" if error else MISSING, *values, _slo_text(trial), rank,
                      f"{trial.mode or MISSING}" + (f" ({trial.transfer})" if trial.transfer else ""))
     return grid
+
+
+def _stacked(value: float | None, interval) -> str:
+    """``value`` over its ``[lo-hi]`` (`with_interval` on two lines: a confirm row's every
+    metric has one, and side by side they overflowed 140 columns)."""
+    return with_interval(value, interval).replace(" [", "\n[", 1)
 
 
 def _slo_text(trial: Trial) -> str:

@@ -1,6 +1,7 @@
 """`inferasim tune` and `inferasim ledger ...` through the CLI runner (fake predictor)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,12 @@ def test_resume_says_which_options_the_ledgers_question_overrides():
                                "--json").output)
     assert any("--seed 5 (the ledger's: 0)" in w and "--des-requests 100 (the ledger's: 'none')" in w
                for w in seeded["warnings"]), seeded["warnings"]
+
+
+def test_the_trial_table_never_cuts_a_number():
+    """Confirm rows carry an interval on every metric (wide ones when SLOs miss by far):
+    each interval sits under its value and the words wrap, so no cell ends in an ellipsis."""
+    result = runner.invoke(app, ["tune", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--slo", "p99-ttft<=1ms",
+                                 "--budget", "15", "--no-llm"], terminal_width=120)
+    assert result.exit_code == 1 and "…" not in result.output
+    assert re.search(r"^ +\d+ +confirm #\d+ +[\d.,]+ ", result.output, re.M)      # the trial number is whole
