@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 from agent.guards import allowed_values, config_guard_reasons, effective_dtype
 from agent.trial import SearchContext
 from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
-from levers.configuration import Configuration
+from levers.configuration import Configuration, engine_only_values
 from levers.errors import InputError
 from levers.legality import effective_activation_dtype
 
@@ -77,6 +77,7 @@ def baseline(context: SearchContext) -> Configuration:
     group and attention data-parallel inside it (a frontier MoE on 8-GPU H200 nodes spans
     nodes by EP, with attention inside one domain)."""
     cluster = context.target.cluster
+    fixed = engine_only_values(context.target.engine)     # llama.cpp: no graph capture
     layouts = [(1, 1)] + ([("tp", a) for a in _values("attention_dp")] if context.target.card.is_moe else [])
     for ep, attention_dp in layouts:
         for weight, expert in _dtype_choices(context):
@@ -85,7 +86,8 @@ def baseline(context: SearchContext) -> Configuration:
                     if tp * pp > cluster.total_gpus or tp % attention_dp:
                         continue
                     config = Configuration(tp=tp, pp=pp, ep=tp if ep == "tp" else ep, attention_dp=attention_dp,
-                                           replicas=_fill(context, tp * pp), weight_dtype=weight, expert_dtype=expert)
+                                           replicas=_fill(context, tp * pp), weight_dtype=weight, expert_dtype=expert,
+                                           **fixed)
                     if is_legal(context, config):
                         return config
     raise InputError("--model", f"{context.target.card.name} does not fit on {cluster.spec} at any "

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Mapping
 
-from levers.catalog import SHARED_SUFFIX, LayoutOptions, get_lever, parse_layout, parse_layout_options
+from levers.catalog import LEVERS, SHARED_SUFFIX, Engine, LayoutOptions, get_lever, parse_layout, parse_layout_options
 from levers.errors import InputError
 from levers.inputs import parse_yaml, quote, read_text
 
@@ -148,6 +148,19 @@ class Configuration:
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Configuration))
+
+
+def engine_only_values(engine: Engine | str, given: Iterable[str] = ()) -> dict[str, Any]:
+    """The levers whose default the engine cannot run and which it allows one value for
+    (llama.cpp: no graph capture, one device): that value, unless ``given``."""
+    defaults, chosen = Configuration(), {}
+    for lever in LEVERS:
+        if lever.name in given or lever.values is None or lever.is_ranged or lever.optional:
+            continue
+        legal = lever.legal_values(engine)
+        if len(legal) == 1 and getattr(defaults, lever.name) not in legal:
+            chosen[lever.name] = legal[0]
+    return chosen
 
 
 def normalise(config: Configuration) -> Configuration:

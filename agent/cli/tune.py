@@ -43,7 +43,7 @@ def tune_command(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name or alias, e.g. kimi-k3."),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="GPU\\[xPER_NODE\\[xNODES]] (default mi355x)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e",
-                                         help="vllm, sglang, atom, trtllm (default: first with an anchor, else vllm)."),
+                                         help="vllm, sglang, atom, trtllm, llamacpp (default: first with an anchor, else vllm; llamacpp on --cluster cpu)."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="agentic (default), 1k/1k, 8k/1k, ISL/OSL."),
     objective: str = typer.Option(DEFAULT_OBJECTIVE, "--objective", "-o", help="One of the 24 objectives or an alias."),
     slo: Optional[list[str]] = typer.Option(None, "--slo", help="e.g. p90-itl=25, ttft<=2s (repeatable)."),

@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from levers.catalog import LEVERS, Engine
-from levers.configuration import Configuration, format_value, parse_config_text
+from levers.configuration import Configuration, engine_only_values, format_value, parse_config_text
 from levers.errors import InputError
 from levers.inputs import quote
 from levers.legality import structural_reasons
@@ -185,18 +185,6 @@ def _card_and_path(request: HarvestRequest, engine: Engine) -> tuple[ModelCard, 
     return card, request.model_path or card.hf_id, None
 
 
-def _engine_only_values(partial: dict, engine: Engine) -> dict[str, object]:
-    defaults = Configuration()
-    chosen = {}
-    for lever in LEVERS:
-        if lever.name in partial or lever.values is None or lever.is_ranged or lever.optional:
-            continue
-        legal = lever.legal_values(engine)
-        if len(legal) == 1 and getattr(defaults, lever.name) not in legal:
-            chosen[lever.name] = legal[0]
-    return chosen
-
-
 def _cluster(text: str | None, engine: Engine) -> Cluster:
     if is_cpu_cluster(text) or (text is None and engine == Engine.LLAMACPP):
         return cpu_cluster()
@@ -310,7 +298,7 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     card, model_path, eos = _card_and_path(request, engine)
     cluster = _cluster(request.cluster, engine)
     partial = parse_config_text(request.config_text)
-    engine_defaults = _engine_only_values(partial, engine)
+    engine_defaults = engine_only_values(engine, partial)
     config = Configuration().with_changes({**engine_defaults, **partial})
     reasons = structural_reasons(config, engine, card, cluster)
     if reasons:

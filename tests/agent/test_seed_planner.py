@@ -74,3 +74,10 @@ def test_a_frontier_moe_that_needs_expert_parallelism_across_nodes_gets_an_ep_ba
     assert start.ep == start.tp > 8 and start.tp // start.attention_dp <= 8 and is_legal(context, start)
     plain = make_context(DEFAULT_MODEL, cluster="mi355x", engine="vllm")
     assert baseline(plain).ep == 1 and baseline(plain).attention_dp == 1   # plain layouts stay first
+
+
+def test_a_cpu_engine_starts_from_the_values_it_can_run():
+    """llama.cpp has no graph capture: the baseline takes its one legal value rather than
+    calling the model too big for the machine."""
+    start = baseline(make_context("llama-3.1-8b", cluster="cpu", engine="llamacpp"))
+    assert start.graph_capture == "none" and start.tp == 1
