@@ -10,14 +10,14 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agent.cli.app import app, cli_errors, console, err_console, int_option, print_json
+from agent.cli.app import app, cli_errors, console, int_option, print_json
 from agent.cli.render import MISSING, number, objective_header, paragraph, say, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, parse_config_text, parse_partial
 from levers.inputs import read_text
 from levers.legality import structural_reasons
 from objectives.objectives import list_objectives
-from predictor.cards.registry import card_problems, list_cards
+from predictor.cards.registry import list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for
 from predictor.hardware import list_gpus
 from predictor.step.speculation import parse_acceptance
@@ -63,8 +63,6 @@ def _card_row(card) -> dict:
 def models(json_out: bool = JsonOpt) -> None:
     """The embedded (and user-added) model cards."""
     rows = [_card_row(card) for card in list_cards()]
-    for problem in card_problems():         # skipped, said: the other cards still serve
-        err_console.print(f"warning: skipped {problem}", markup=False, soft_wrap=True)
     if json_out:
         return print_json(rows)
     grid = table("Model cards", [("name", "left"), ("params\ntotal B", "right"), ("params\nactive B", "right"),

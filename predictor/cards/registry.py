@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from levers.errors import InputError, accepted_list, did_you_mean
-from levers.inputs import bounded, load_json, quote
+from levers.inputs import load_json, quote
 from predictor.cards.builder import card_aliases, card_from_hf_config
 from predictor.cards.model_card import (
     COMPONENTS,
@@ -53,11 +53,10 @@ def user_cards_dir() -> Path:
 
 def load_card(name: str) -> ModelCard:
     """The card for a name or alias (case-insensitive)."""
-    cards, index, problems = _catalog(str(user_cards_dir()))
+    cards, index = _catalog(str(user_cards_dir()))
     position = index.get(name.strip().lower())
     if position is None:
-        skipped = f" ({len(problems)} user card file(s) skipped as invalid: {problems[0]})" if problems else ""
-        raise InputError("--model", f"unknown model {quote(name)}" + did_you_mean(name, index) + skipped,
+        raise InputError("--model", f"unknown model {quote(name)}" + did_you_mean(name, index),
                          accepted_list(card.name for card in cards))
     return cards[position]
 
@@ -136,34 +135,21 @@ def _embedded_aliases() -> set[str]:
     return {alias for card in _embedded() for alias in (*card.aliases, card.name.lower())}
 
 
-def _user_cards(folder: Path) -> tuple[list[ModelCard], tuple[str, ...]]:
-    """The user's cards, and a line per file that is not one (skipped: one bad file must
-    not stop every command for every model)."""
+def _user_cards(folder: Path) -> list[ModelCard]:
     if not folder.is_dir():
-        return [], ()
-    cards, problems = [], []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            cards.append(_parse_card(_read_json(path), str(path)))
-        except InputError as error:
-            problems.append(bounded(str(error), 300))
-    return cards, tuple(problems)
+        return []
+    files = sorted(folder.glob("*.json"))
+    return [_parse_card(_read_json(path), str(path)) for path in files]
 
 
 @lru_cache(maxsize=8)
-def _catalog(user_folder: str) -> tuple[tuple[ModelCard, ...], dict[str, int], tuple[str, ...]]:
-    """(cards, alias -> position, user card files skipped); keyed by the user folder so a
-    changed home reloads."""
+def _catalog(user_folder: str) -> tuple[tuple[ModelCard, ...], dict[str, int]]:
+    """(cards, alias -> position); keyed by the user folder so a changed home reloads."""
     embedded = list(_embedded())
-    user, problems = _user_cards(Path(user_folder))
-    cards = tuple(embedded + sorted(user, key=lambda card: card.name.lower()))
+    user = sorted(_user_cards(Path(user_folder)), key=lambda card: card.name.lower())
+    cards = tuple(embedded + user)
     index: dict[str, int] = {}
     for position, card in enumerate(cards):
         for alias in (card.name.lower(), *card.aliases):
             index.setdefault(alias, position)
-    return cards, index, problems
-
-
-def card_problems() -> tuple[str, ...]:
-    """The user card files skipped as invalid (`inferasim models` names them)."""
-    return _catalog(str(user_cards_dir()))[2]
+    return cards, index

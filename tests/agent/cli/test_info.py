@@ -132,15 +132,3 @@ def test_cluster_help_shows_the_multi_node_grammar():
     for command in ("tune", "check", "memory", "predict"):
         assert "GPU[xPER_NODE[xNODES]]" in " ".join(runner.invoke(app, [command, "--help"], terminal_width=200)
                                                    .output.split()), command
-
-
-def test_a_bad_user_card_is_skipped_and_named_not_fatal(monkeypatch, tmp_path):
-    monkeypatch.setenv("INFERASIM_HOME", str(tmp_path))
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "broken.json").write_text('{"name": "broken"}')
-    listed = run("models")
-    assert listed.exit_code == 0 and "Kimi-K3" in listed.stdout
-    assert "warning: skipped" in listed.stderr and "broken.json: not a valid model card" in listed.stderr
-    assert run("check", "--model", "kimi-k3", "--config", "tp=8").exit_code == 0
-    unknown = run("check", "--model", "broken")
-    assert unknown.exit_code == 2 and "1 user card file(s) skipped as invalid" in unknown.stderr
