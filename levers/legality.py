@@ -58,6 +58,7 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     reasons = platform_reasons(engine, cluster)
     reasons += _engine_support(config, engine)
     reasons += _vendor_values(config, cluster)
+    reasons += _host_tier(config, cluster)
     reasons += _expert_parallel(config, engine)
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)
@@ -138,6 +139,15 @@ def _vendor_values(config: Configuration, cluster: ClusterShape) -> list[str]:
             reasons.append(f"{lever}={value} runs on {needed.upper()} GPUs only, not {vendor.upper()} "
                            f"({getattr(cluster.gpu, 'name', vendor)})")
     return reasons
+
+
+def _host_tier(config: Configuration, cluster: ClusterShape) -> list[str]:
+    """A host KV tier (private or shared) holds at most the host DRAM behind each GPU."""
+    dram = getattr(cluster.gpu, "host_dram_per_gpu_gb", None)
+    if dram and config.host_tier_gb_per_gpu > dram:
+        return [f"host_kv_tier_gb={config.host_tier_gb_per_gpu:g} exceeds the {dram:g} GB of host DRAM per GPU "
+                f"of {getattr(cluster.gpu, 'name', 'this GPU')}"]
+    return []
 
 
 def _expert_parallel(config: Configuration, engine: Engine) -> list[str]:

@@ -197,3 +197,11 @@ def test_vllm_expert_parallelism_spans_the_replica_or_nothing():
     assert reasons("tp=8,ep=2", engine="sglang") == []
     split = "disaggregated=true,prefill_layout=TP8/EP2,decode_layout=TP8/EP8"
     assert any(r.startswith("prefill_layout ep=2 cannot run on vllm") for r in reasons(split, engine="vllm"))
+
+
+def test_a_host_tier_holds_at_most_the_host_dram_behind_each_gpu():
+    dram = Cluster(Gpu(vendor="nvidia"))
+    dram.gpu.host_dram_per_gpu_gb = 240.0
+    assert reasons("host_kv_tier_gb=200", cluster=dram) == reasons("host_kv_tier_gb=200:shared", cluster=dram) == []
+    assert reasons("host_kv_tier_gb=4096", cluster=dram) == [
+        "host_kv_tier_gb=4096 exceeds the 240 GB of host DRAM per GPU of this GPU"]
