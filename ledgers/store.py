@@ -72,9 +72,13 @@ def _dumps(value: Any) -> str:
 def resolve_ledger(reference: str) -> Path:
     """A ledger path, a search id, or a unique prefix of one in the ledgers directory."""
     candidate = Path(reference).expanduser()
-    if candidate.is_file():
+    try:
+        is_file, is_dir = candidate.is_file(), candidate.is_dir()
+    except OSError:                     # e.g. a name too long to be a path: not a file, maybe an id
+        is_file = is_dir = False
+    if is_file:
         return candidate
-    if candidate.is_dir():
+    if is_dir:
         raise InputError(f"ledger {quote(reference)}", "is a directory", "a ledger file or search id")
     pattern = f"{glob.escape(reference)}*{SUFFIX}"
     try:

@@ -94,3 +94,9 @@ def test_a_ledger_whose_best_is_not_among_its_trials_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"trials\[0\] has index"):
         load_ledger(shuffled)
 
+
+
+def test_a_reference_too_long_for_a_path_is_an_unknown_ledger_not_an_os_error():
+    with pytest.raises(InputError) as raised:
+        resolve_ledger("a" * 300)
+    assert raised.value.what == "ledger" and "no ledger" in str(raised.value)
