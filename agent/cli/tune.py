@@ -10,6 +10,7 @@ bounded during the search, the best confirmed at full fidelity; agent.fidelity).
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from typing import Optional
@@ -25,8 +26,9 @@ from agent.cli.render import (MISSING, config_text, id_line, metric_header, numb
                               percent, say, table, with_interval)
 from agent.deploy.plan import DeployPlan, deploy_json, try_plan
 from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
-from agent.lm import DEFAULT_TIMEOUT_S
+from agent.lm import DEFAULT_TIMEOUT_S, LM_ENV
 from agent.trial import Trial
+from levers.errors import InputError
 from agent.tune import DEFAULT_OBJECTIVE, DEFAULT_TOP, MAX_BUDGET, SearchInterrupted, TuneRequest, TuneResult, tune
 from objectives.objectives import Objective
 
@@ -73,6 +75,7 @@ def tune_command(
     top: int = typer.Option(DEFAULT_TOP, "--top", parser=int_option("--top", 1, MAX_TOP), help="Configurations to show."),
 ) -> None:
     """Search for the best configuration (seed phase, then the LLM phase when an LM is configured)."""
+    _check_lm_options(lm, lm_base_url, lm_from_ledger, no_llm, resume)
     request = TuneRequest(
         model=model, cluster=cluster, engine=engine, workload=workload, objective=objective,
         slos=tuple(slo or ()), lm=lm, lm_base_url=lm_base_url, lm_json_schema=lm_json_schema,
@@ -193,6 +196,20 @@ def metric_columns(slo_keys: list[str]) -> list[tuple[str, str]]:
         if key not in (k for _, k in columns):
             columns.append((metric_header(key), key))
     return columns
+
+
+def _check_lm_options(lm: str | None, base_url: str | None, from_ledger: bool, no_llm: bool,
+                      resume: str | None) -> None:
+    """Options that contradict each other are refused, not silently resolved."""
+    if no_llm and (lm or from_ledger):
+        raise InputError("--no-llm", f"given with {'--lm' if lm else '--lm-from-ledger'}, which asks for an LM",
+                         "one of them")
+    if from_ledger and (resume is None or lm):
+        raise InputError("--lm-from-ledger", "needs --resume (the ledger whose LM it reuses) and no --lm",
+                         "--resume LEDGER --lm-from-ledger")
+    if base_url and not (lm or from_ledger or os.environ.get(LM_ENV)):
+        raise InputError("--lm-base-url", f"given without an LM (--lm, --lm-from-ledger or {LM_ENV})",
+                         "--lm MODEL --lm-base-url URL")
 
 
 def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_keys: list[str] = (),

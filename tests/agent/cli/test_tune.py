@@ -130,3 +130,14 @@ def test_the_trial_table_never_cuts_a_number():
                                  "--budget", "15", "--no-llm"], terminal_width=120)
     assert result.exit_code == 1 and "…" not in result.output
     assert re.search(r"^ +\d+ +confirm #\d+ +[\d.,]+ ", result.output, re.M)      # the trial number is whole
+
+
+@pytest.mark.parametrize("options, words", [
+    (("--lm", "openai/gpt-4o-mini", "--no-llm"), "--no-llm: given with --lm"),
+    (("--lm-from-ledger",), "--lm-from-ledger: needs --resume"),
+    (("--lm-base-url", "http://127.0.0.1:1/v1"), "--lm-base-url: given without an LM"),
+])
+def test_contradictory_lm_options_are_refused(monkeypatch, options, words):
+    monkeypatch.delenv("INFERASIM_LM", raising=False)
+    result = invoke(*QWEN, "--budget", "3", *options)
+    assert result.exit_code == 2 and words in result.stderr
