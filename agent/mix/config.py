@@ -160,6 +160,13 @@ class MixFile(BaseModel):
     models: list[ModelEntry] = Field(min_length=1)
     tiers: dict[str, TierFields | None] | list[str] = Field(default_factory=dict)
 
+    @field_validator("tiers", mode="before")
+    @classmethod
+    def _some_tiers(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:   # as a model's `tiers: []` is: no tier is not "every tier"
+            raise ValueError("an empty list selects no tier")
+        return value
+
 
 ACCEPTED_BY_FIELD = {
     "models": "a non-empty list of model entries",
@@ -182,6 +189,8 @@ def key_path(loc: tuple[Any, ...]) -> str:
     """``('models', 2, 'max_gpus')`` -> ``models[2].max_gpus``."""
     text = ""
     for part in loc:
+        if part == "[key]":             # pydantic's tag of a mapping's key: the key itself is named
+            continue
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
@@ -206,7 +215,8 @@ def _branch_errors(error: ValidationError, data: Any) -> list[dict[str, Any]]:
 
 def _shape_error(source: str, error: ValidationError, data: Any = None) -> InputError:
     errors = _branch_errors(error, data)
-    first = errors[0]
+    errors.sort(key=lambda item: item["type"] != "extra_forbidden")   # an unknown key first: it explains
+    first = errors[0]                                                   # the missing one beside it (modelz)
     loc = tuple(first["loc"])
     more = len(errors) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""

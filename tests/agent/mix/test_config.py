@@ -134,3 +134,13 @@ def test_bad_values_name_file_key_path_and_accepted(text, path, words):
 def test_missing_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="cannot be read"):
         load_mix_file(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize("text, path, words", [
+    ("modelz: [{name: kimi-k3}]\n", "models.yaml: modelz", "unknown key 'modelz'"),
+    ("models: [{name: kimi-k3}]\ntiers: {123: {interactivity: 5}}\n", "models.yaml: tiers[123]", "valid string"),
+    ("models: [{name: kimi-k3}]\ntiers: []\n", "models.yaml: tiers", "an empty list selects no tier"),
+])
+def test_file_level_mistakes_name_their_own_key(text, path, words):
+    message = rejected(text)
+    assert message.startswith(path + ":") and words in message and "[key]" not in message
