@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,22 +96,31 @@ def _progress_bar() -> Iterator:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+def entry_labels(report: MixReport) -> dict[int, str]:
+    """Each models.yaml entry's name, with ``#INDEX`` when the file lists its model twice
+    (as `deploy --slot MODEL/TIER#ENTRY` names it)."""
+    names = Counter(entry.name for entry in report.spec.models)
+    return {entry.index: entry.name + (f"#{entry.index}" if names[entry.name] > 1 else "")
+            for entry in report.spec.models}
+
+
 def render_report(report: MixReport, out: Path | None) -> None:
+    labels = entry_labels(report)
     for tier in report.spec.tiers.values():
         slots = [slot for slot in report.slots if slot.tier.name == tier.name]
         if not slots:
             continue
-        console.print(_tier_table(tier, slots))
+        console.print(_tier_table(tier, slots, labels))
         for slot in slots:
             if not slot.choice.met:
-                _say(f"{tier.name} / {slot.entry.name}: {_miss_text(slot)}")
+                _say(f"{tier.name} / {labels[slot.entry.index]}: {_miss_text(slot)}")
     for entry in report.spec.models:
         total, illegal, reasons = report.illegal_reasons(entry)
         if illegal:
             listed = "; ".join(f"{reason} ({count})" for reason, count in reasons[:MAX_REASONS])
             more = f"; +{len(reasons) - MAX_REASONS} more reasons" if len(reasons) > MAX_REASONS else ""
-            _say(f"{entry.name}: {illegal} of {total} candidates illegal: {listed}{more}")
-    rank_only = sorted({s.entry.name for s in report.slots if s.choice.pick and s.choice.pick.trial.mode == "rank-only"})
+            _say(f"{labels[entry.index]}: {illegal} of {total} candidates illegal: {listed}{more}")
+    rank_only = sorted({labels[s.entry.index] for s in report.slots if s.choice.pick and s.choice.pick.trial.mode == "rank-only"})
     if rank_only:
         _say(f"rank-only picks ({', '.join(rank_only)}): no covering anchor, so tier compliance is "
              "unverified; harvest an anchor at the pick's layout to verify it.")
@@ -144,10 +154,12 @@ def slot_deploys(report: MixReport) -> list[tuple[DeployPlan | None, str | None]
 def render_deploys(report: MixReport, deploys: list[tuple[DeployPlan | None, str | None]]) -> None:
     """The deploy line(s) of every slot's pick, whole (inferasim deploy --plan REPORT --slot MODEL/TIER
     writes the files and manifests)."""
+    labels = entry_labels(report)
     for slot, (plan, problem) in zip(report.slots, deploys):
         if plan is None and problem is None:
             continue
-        heading = f"Deploy {slot.entry.name}/{slot.tier.name}"
+        name, _, entry = labels[slot.entry.index].partition("#")
+        heading = f"Deploy {name}/{slot.tier.name}" + (f"#{entry}" if entry else "")
         if plan is None:
             _say(f"{heading}: not expressible on the engine's command line: {problem}")
             continue
@@ -162,7 +174,7 @@ def _say(text: str) -> None:
     say(console, text)
 
 
-def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
+def _tier_table(tier: Tier, slots: list[Slot], labels: dict[int, str]) -> Table:
     bounds = [f"interactivity {tier.interactivity_stat} >= {tier.interactivity_floor:g} tok/s"
               if tier.interactivity_floor is not None else "",
               f"TTFT {tier.ttft_stat} <= {tier.ttft_cap_s:g} s (qualify at half)" if tier.ttft_cap_s is not None else ""]
@@ -178,12 +190,13 @@ def _tier_table(tier: Tier, slots: list[Slot]) -> Table:
         choice = slot.choice
         if not choice.met:
             miss = choice.nearest_miss
-            row = _row(slot.entry.name, "miss", miss, tier) if miss else [MISSING, f"{slot.entry.name}\nno legal candidate"]
+            name = labels[slot.entry.index]
+            row = _row(name, "miss", miss, tier) if miss else [MISSING, f"{name}\nno legal candidate"]
             table.add_row(*row, style="red", end_section=True)
             continue
         for rank, scored in enumerate(choice.short_list, start=1):
             tie = rank > 1 and scored.ties(choice.pick)
-            table.add_row(*_row(slot.entry.name if rank == 1 else "", str(rank), scored, tier, tie),
+            table.add_row(*_row(labels[slot.entry.index] if rank == 1 else "", str(rank), scored, tier, tie),
                           style="bold" if rank == 1 else "dim", end_section=rank == len(choice.short_list))
     return table
 

@@ -137,3 +137,13 @@ def test_a_table_interval_held_at_zero_is_shown_as_it_is():
     from agent.cli.mix import _stacked
     assert _stacked(18.5, [0.0, 69.78]) == "18.5\n-100/+277%"      # not ±189%: no negative lower end
     assert _stacked(100.0, [98.0, 102.0]) == "100\n±2%" and _stacked(100.0, [99.5, 100.5]) == "100\n±0.5%"
+
+
+def test_a_model_listed_twice_is_told_apart_by_its_entry(fake_predictor, tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: gpt-oss-120b\n    tiers: [bulk]\n    candidates: [{tp: 8, concurrency: 4}]\n"
+                    "  - name: gpt-oss-120b\n    tiers: [bulk]\n    candidates: [{tp: 8, concurrency: 64}]\n")
+    result = runner.invoke(app, ["plan-mix", str(path), "--workers", "1"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "gpt-oss-120b#0" in result.stdout and "gpt-oss-120b#1" in result.stdout
+    assert "Deploy gpt-oss-120b/bulk#0" in result.stdout and "Deploy gpt-oss-120b/bulk#1" in result.stdout
