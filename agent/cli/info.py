@@ -4,7 +4,6 @@ need no prediction, `check` (structural legality + memory) and `memory` (METHOD 
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 from typing import Optional
 
 import typer
@@ -130,7 +129,8 @@ def levers(engine: Optional[str] = typer.Option(None, "--engine", "-e", help="vl
 @cli_errors
 def objectives(json_out: bool = JsonOpt) -> None:
     """The 24 objectives with their direction and metric."""
-    rows = [{"name": o.name, "group": o.group, "metric": o.metric, "direction": str(o.direction), "unit": o.unit,
+    rows = [{"name": o.name, "group": o.group, "metric": o.metric, "direction": str(o.direction),
+             "unit": objective_header(o).split("\n")[-1],     # tok/s/GPU, tok/s/user: as the tables say
              "aliases": list(o.aliases), "description": o.description} for o in list_objectives()]
     if json_out:
         return print_json(rows)
@@ -138,8 +138,7 @@ def objectives(json_out: bool = JsonOpt) -> None:
                                 ("what it is (aliases)", "left")], wrap_last=True)
     for row in rows:
         aliases = f" (alias {', '.join(row['aliases'])})" if row["aliases"] else ""
-        grid.add_row(row["name"], row["direction"], objective_header(SimpleNamespace(**row)).split("\n")[-1],
-                     f"{row['description']}; reads {row['metric']}{aliases}")
+        grid.add_row(row["name"], row["direction"], row["unit"], f"{row['description']}; reads {row['metric']}{aliases}")
     console.print(grid)
 
 

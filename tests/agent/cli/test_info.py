@@ -132,3 +132,9 @@ def test_cluster_help_shows_the_multi_node_grammar():
     for command in ("tune", "check", "memory", "predict"):
         assert "GPU[xPER_NODE[xNODES]]" in " ".join(runner.invoke(app, [command, "--help"], terminal_width=200)
                                                    .output.split()), command
+
+
+def test_objective_units_in_json_match_the_table():
+    units = {row["name"]: row["unit"] for row in run_json("objectives")}
+    assert units["output_throughput_per_gpu"] == "tok/s/GPU" and units["throughput_fleet"] == "tok/s"
+    assert units["interactivity"] == "tok/s/user" and units["ttft"] == "ms"
