@@ -46,14 +46,15 @@ ENGINE_VENDORS: dict[Engine, tuple[str, ...]] = {
 }
 # Kernel and transport values written for one GPU vendor's hardware (a lever value not
 # listed here runs on both): AITER and MoRI are ROCm's; FlashInfer, FlashMLA, FlashAttention
-# (vLLM's FLASH_ATTN, SGLang's fa3), DeepGEMM, CUTLASS, TensorRT-LLM's kernels, DeepEP and
-# pplx-kernels are CUDA's; QuickReduce is vLLM's ROCm all-reduce.
+# (vLLM's FLASH_ATTN, SGLang's fa3), DeepGEMM, CUTLASS, TensorRT-LLM's kernels and
+# pplx-kernels are CUDA's; QuickReduce is vLLM's ROCm all-reduce. DeepEP runs on both (vLLM
+# and SGLang carry ROCm ports).
 VENDOR_VALUES: dict[str, dict[str, str]] = {
     "attention_backend": {"aiter": "amd", "flashinfer": "nvidia", "flashmla": "nvidia", "flash_attn": "nvidia",
                           "fa3": "nvidia", "trtllm": "nvidia"},
     "moe_backend": {"aiter": "amd", "deepgemm": "nvidia", "cutlass": "nvidia", "flashinfer": "nvidia",
                     "trtllm": "nvidia"},
-    "all_to_all_backend": {"mori": "amd", "deepep": "nvidia", "pplx": "nvidia"},
+    "all_to_all_backend": {"mori": "amd", "pplx": "nvidia"},
     "kv_transfer_backend": {"mori": "amd"},
     "allreduce_algorithm": {"quick_reduce": "amd"},
 }

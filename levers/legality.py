@@ -155,7 +155,7 @@ def _expert_parallel(config: Configuration, engine: Engine) -> list[str]:
     replica: EP is 1 or the replica's width, nothing between (it would run at EP = tp)."""
     if engine not in (Engine.VLLM, Engine.ATOM):
         return []
-    layouts = [("", (config.tp, config.ep))]
+    layouts = [] if config.disaggregated else [("", (config.tp, config.ep))]   # a split: its pools' own
     if config.disaggregated:
         for name in ("prefill_layout", "decode_layout"):
             text = getattr(config, name)

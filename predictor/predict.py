@@ -72,8 +72,7 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     (predictor.sim.replications); ``stop_rules`` end a DES replay that has clearly missed a
     bound (predictor.sim.stop)."""
     started = time.perf_counter()
-    context = workload.isl + workload.osl / 2.0 if workload.is_fixed else float(workload.context_tokens)
-    anchoring = Anchoring.of(target, store, priors, context, workload.acceptance, workload.harness.name,
+    anchoring = Anchoring.of(target, store, priors, workload.priced_context_tokens, workload.acceptance, workload.harness.name,
                              split=config.disaggregated)
     config = anchoring.resolve(config)
     feasibility = check_configuration(target.card, target.cluster, target.engine, config,

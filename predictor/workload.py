@@ -88,6 +88,12 @@ class WorkloadSpec:
         return self.isl + self.osl if self.is_fixed else AGENTIC_CONTEXT_TOKENS
 
     @property
+    def priced_context_tokens(self) -> float:
+        """The mean context a prediction prices at and chooses its anchor by: a fixed
+        workload's prompt plus half its output, else the memory check's context."""
+        return self.isl + self.osl / 2.0 if self.is_fixed else float(self.context_tokens)
+
+    @property
     def name(self) -> str:
         return f"{_short(self.isl)}/{_short(self.osl)}" if self.is_fixed else self.kind
 

@@ -54,7 +54,7 @@ def deploy_command(
     pick = resolve_pick(ledger, trial, plan, slot, model, cluster, engine, config)
     target = pick.target
     folder = output_dir(out or Path(f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
-    deployed = build_plan(target, pick.config, DeployOptions(model_path, port, str(folder)))
+    deployed = build_plan(target, pick.config, DeployOptions(model_path, port, str(folder)), pick.priced_context)
     manifests, refused = manifests_for(deployed, image)
     data = {**deployed.to_json(), "pick": pick.to_json(), "manifests": refused}
     paths = write_files(folder, deployed, manifests, data)

@@ -150,11 +150,12 @@ def configuration_from_options(config: list[str] | None, concurrency: int | None
     return Configuration().with_changes(partial)
 
 
-def priced_configuration(target: Target, configuration: Configuration) -> tuple[Configuration, dict[str, str]]:
+def priced_configuration(target: Target, configuration: Configuration,
+                         context_tokens: float | None = None) -> tuple[Configuration, dict[str, str]]:
     """`predictor.anchors.anchoring.as_priced`, imported here only (the anchors are read
     by the commands that price)."""
     from predictor.anchors.anchoring import as_priced
-    return as_priced(target, configuration)
+    return as_priced(target, configuration, context_tokens=context_tokens)
 
 
 def recipe_text(taken: dict[str, str]) -> str:
@@ -205,7 +206,7 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
     """Per-GPU memory: weights by component, KV per token, pool, largest concurrency."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
-    configuration, taken = priced_configuration(target, configuration_from_options(config))
+    configuration, taken = priced_configuration(target, configuration_from_options(config), context)
     breakdown = memory_for(target.card, target.cluster, configuration, context)
     reasons = structural_reasons(configuration, target.engine, target.card, target.cluster)
     data = breakdown.to_json()

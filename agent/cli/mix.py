@@ -49,6 +49,7 @@ from agent.mix.report import MixReport, Slot
 from agent.mix.selection import Scored
 from ledgers.store import atomic_write_text
 from predictor.target import resolve_target
+from predictor.workload import parse_workload
 
 
 MAX_REASONS = 4
@@ -147,7 +148,8 @@ def slot_deploys(report: MixReport) -> list[tuple[DeployPlan | None, str | None]
             plans.append((None, None))
             continue
         task = pick.task
-        plans.append(try_plan(resolve_target(task.model, task.cluster, task.engine), task.config))
+        plans.append(try_plan(resolve_target(task.model, task.cluster, task.engine), task.config,
+                              parse_workload(task.workload).priced_context_tokens))
     return plans
 
 

@@ -90,7 +90,8 @@ def tune_command(
                           f"(status running): continue with `inferasim tune --resume {stop.path.stem}`",
                           markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    winner = try_plan(result.context.target, result.best.config) if result.best else (None, None)
+    winner = try_plan(result.context.target, result.best.config, result.context.workload.priced_context_tokens) \
+        if result.best else (None, None)
     if json_out:
         print_json({**result_json(result), "deploy": deploy_json(*winner)})
     else:
@@ -224,16 +225,16 @@ def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_key
     grid = table(title, columns, wrap=(1, len(columns) - 1))    # numbers are never cut: the words wrap
     for position, trial in enumerate(trials):
         metrics = trial.metrics or {}
-        values = [_stacked(metrics.get(key), trial.interval(key)) for _, key in metrics_shown]
+        values = [_over_interval(metrics.get(key), trial.interval(key)) for _, key in metrics_shown]
         rank = "best" if position == 0 and trial.slo_met else "tie" if trial.index in (tied or set()) else MISSING
         error = trial.error_interval(goal.metric)
-        grid.add_row(str(trial.index), _found_by(trial), _stacked(trial.objective_value, trial.interval(goal.metric)),
+        grid.add_row(str(trial.index), _found_by(trial), _over_interval(trial.objective_value, trial.interval(goal.metric)),
                      f"{number(error[0])}-{number(error[1])}" if error else MISSING, *values, _slo_text(trial), rank,
                      f"{trial.mode or MISSING}" + (f" ({trial.transfer})" if trial.transfer else ""))
     return grid
 
 
-def _stacked(value: float | None, interval) -> str:
+def _over_interval(value: float | None, interval) -> str:
     """``value`` over its ``[lo-hi]`` (`with_interval` on two lines: a confirm row's every
     metric has one, and side by side they overflowed 140 columns)."""
     return with_interval(value, interval).replace(" [", "\n[", 1)

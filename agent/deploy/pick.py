@@ -20,6 +20,7 @@ from levers.errors import InputError, accepted_list, did_you_mean
 from levers.inputs import load_json
 from predictor.cards.registry import load_card
 from predictor.target import Target, recorded_target
+from predictor.workload import parse_workload
 
 PLAN_EXPECTED = "the JSON report of inferasim plan-mix --out"
 
@@ -31,6 +32,7 @@ class Pick:
     origin: str                        # where the pick came from, for people
     mode: str | None = None            # anchored / rank-only, when it was priced
     metrics: dict[str, Any] | None = None
+    priced_context: float | None = None  # the workload's (`WorkloadSpec.priced_context_tokens`)
 
     def to_json(self) -> dict[str, Any]:
         return {"origin": self.origin, "mode": self.mode, "metrics": self.metrics}
@@ -58,7 +60,8 @@ def from_ledger(reference: str, trial: int | None = None) -> Pick:
     unfinished = "" if ledger.status == "finished" else \
         " of an unfinished search (interrupted or still running: its best is not re-priced at full fidelity)"
     return Pick(target, configuration_from_dict(record.configuration),
-                f"{ledger.search_id}: {which} #{record.index}{unfinished}", record.mode, record.metrics)
+                f"{ledger.search_id}: {which} #{record.index}{unfinished}", record.mode, record.metrics,
+                parse_workload(ledger.workload).priced_context_tokens)
 
 
 def from_plan(path: str, slot: str | None) -> Pick:
@@ -95,8 +98,10 @@ def from_plan(path: str, slot: str | None) -> Pick:
                              f"{PLAN_EXPECTED} ({key}: {'a mapping of lever: value' if kind is dict else 'text'})")
     target = recorded_target(chosen["model"], pick.get("cluster"), pick.get("engine"), f"--plan {path}: {wanted}")
     metrics = {key: pick.get(key) for key in ("output_throughput_per_gpu", "interactivity", "ttft_s")}
+    workload = pick.get("workload")           # the context its price chose the anchor at (older reports: none)
+    context = parse_workload(workload).priced_context_tokens if isinstance(workload, str) else None
     return Pick(target, configuration_from_dict(pick.get("configuration") or {}), f"{path}: {wanted}", pick.get("mode"),
-                metrics)
+                metrics, context)
 
 
 def from_config(target: Target, texts: list[str] | None) -> Pick:

@@ -109,13 +109,15 @@ class DeployPlan:
                 "pools": [pool.to_json() for pool in self.pools]}
 
 
-def build_plan(target: Target, config: Configuration, options: DeployOptions = DeployOptions()) -> DeployPlan:
+def build_plan(target: Target, config: Configuration, options: DeployOptions = DeployOptions(),
+               priced_context: float | None = None) -> DeployPlan:
     """The launch command of every pool of ``config`` on ``target`` (module docstring),
-    its unset levers as `predict` priced them (the calibrating anchor's recipe)."""
+    its unset levers as `predict` priced them (the calibrating anchor's recipe, chosen at
+    the workload's ``priced_context`` as the price was: `WorkloadSpec.priced_context_tokens`)."""
     if target.engine not in DEPLOYABLE:
         raise InputError("--engine", f"{target.engine} is a harvest-only engine here",
                          ", ".join(str(e) for e in DEPLOYABLE))
-    config, taken = as_priced(target, config)
+    config, taken = as_priced(target, config, context_tokens=priced_context)
     feasibility = check_configuration(target.card, target.cluster, target.engine, config)
     if not feasibility.legal:
         raise InputError("configuration", f"{config.describe()} cannot run: " + "; ".join(feasibility.reasons),
@@ -152,17 +154,22 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
             return _pool(target, role, replace(config, activation_dtype=None), options, backend, port_offset, {})
         precision = any(name in error.what for name in PRECISION_LEVERS)
         accepted = error.accepted.removesuffix(ENDPOINT_HINT) + (CHECKPOINT_HINT if precision else "")
-        if lever is not None:       # the price came from an anchor of that precision
-            accepted += f"; or set {lever} in --config ({taken[lever]}: the calibrating anchor's recipe, as priced)"
-        raise InputError(error.what, error.problem, accepted) from None
+        if lever is None:
+            raise InputError(error.what, error.problem, accepted) from None
+        native = native_dtypes(card).get(lever)     # the price came from an anchor of that precision
+        if native:
+            accepted += f"; or --config {lever}={native} to price and launch the checkpoint's own {native}"
+        raise InputError(f"{lever} (unset: the calibrating anchor's recipe, as priced)", error.problem,
+                         accepted) from None
     return PoolLaunch(role, config.replicas, config.replica_gpus, config, request, command)
 
 
-def try_plan(target: Target, config: Configuration) -> tuple[DeployPlan | None, str | None]:
+def try_plan(target: Target, config: Configuration,
+             priced_context: float | None = None) -> tuple[DeployPlan | None, str | None]:
     """The plan, or why there is none (for `tune` and `plan-mix`, which print the
     winner's deploy line but must not fail on a pick an engine cannot express)."""
     try:
-        return build_plan(target, config), None
+        return build_plan(target, config, priced_context=priced_context), None
     except InputError as error:
         return None, error.message
 

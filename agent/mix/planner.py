@@ -107,11 +107,22 @@ def _auto(source: str, entry: ModelPlan, target: Target) -> list[Configuration]:
     try:
         return auto_candidates(target, entry.workload, entry.max_gpus)
     except InputError as error:  # e.g. the model fits nowhere on the cluster (or in its GPU budget)
-        if entry.max_gpus is not None and entry.max_gpus < target.cluster.total_gpus:
+        budgeted = entry.max_gpus is not None and entry.max_gpus < target.cluster.total_gpus
+        whole = _whole_cluster_error(target, entry) if budgeted else error
+        if whole is None:       # it fits the cluster: the budget is to blame
             raise InputError(f"{source}: models[{entry.index}].max_gpus", f"{error.problem} (its {entry.max_gpus} "
                              f"GPUs of {target.cluster.spec})", "a larger max_gpus, or none (the whole cluster)") from None
-        raise InputError(f"{source}: models[{entry.index}]", error.problem,
+        raise InputError(f"{source}: models[{entry.index}]", whole.problem,
                          "a larger cluster: for this model (more GPUs per node or more nodes)") from None
+
+
+def _whole_cluster_error(target: Target, entry: ModelPlan) -> InputError | None:
+    """Why the model has no legal layout on the whole cluster, or None when it has one."""
+    try:
+        auto_candidates(target, entry.workload)
+    except InputError as error:
+        return error
+    return None
 
 
 def evaluate_all(tasks: Sequence[CandidateTask], settings: EvalSettings, workers: int,

@@ -87,4 +87,4 @@ class MixReport:
 
 def _staged(stage: str, reason: str) -> str:
     """``stage: reason``, once: a memory refusal already reads ``memory: ...``."""
-    return reason if reason.startswith(stage) else f"{stage}: {reason}"
+    return reason if reason.startswith(f"{stage}:") or reason.startswith(f"{stage} (") else f"{stage}: {reason}"

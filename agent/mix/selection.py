@@ -68,7 +68,7 @@ class Scored:
         config = self.task.config
         return {
             "model": self.task.model, "engine": self.task.engine, "cluster": self.task.cluster,
-            "origin": self.task.origin, "configuration": config.to_dict(), "configuration_text": config.describe(),
+            "origin": self.task.origin, "workload": self.task.workload, "configuration": config.to_dict(), "configuration_text": config.describe(),
             "total_gpus": config.total_gpus, "disaggregated": config.disaggregated,
             "output_throughput_per_gpu": metrics.get(THROUGHPUT_KEY),
             "total_throughput_per_gpu": metrics.get(TOTAL_THROUGHPUT_KEY),

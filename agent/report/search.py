@@ -32,6 +32,7 @@ from predictor.step.cost import Mode
 from predictor.sweep.frontier import Bound, FrontierRule, pareto_indices
 from predictor.sweep.run import INTERACTIVITY_KEY, THROUGHPUT_KEY, SweepPoint
 from predictor.target import Target, recorded_target
+from predictor.workload import parse_workload
 
 TOP = 15
 METRIC_KEYS = ("ttft_ms_mean", "tpot_ms_p50", "interactivity_p50")
@@ -125,7 +126,8 @@ def _slo_text(record: TrialRecord) -> str:
 def _deploy(ledger: Ledger, target: Target) -> str:
     if ledger.best is None:
         return paragraph("No best trial, so nothing to deploy (inferasim deploy LEDGER --trial N deploys any trial).")
-    plan, problem = try_plan(target, configuration_from_dict(ledger.best.configuration))
+    plan, problem = try_plan(target, configuration_from_dict(ledger.best.configuration),
+                             parse_workload(ledger.workload).priced_context_tokens)
     if plan is None:
         return paragraph(f"Not expressible on the {ledger.engine} command line: {problem}")
     return ("".join(paragraph(line, "note") for line in plan.recipe_lines()) + pre(plan.lines()) + paragraph(f"inferasim deploy {ledger.search_id} writes these with the engine's "

@@ -188,7 +188,7 @@ def _card_and_path(request: HarvestRequest, engine: Engine) -> tuple[ModelCard, 
 def _cluster(text: str | None, engine: Engine) -> Cluster:
     if is_cpu_cluster(text) or (text is None and engine == Engine.LLAMACPP):
         return cpu_cluster()
-    return parse_cluster(text or DEFAULT_CLUSTER)
+    return parse_cluster(DEFAULT_CLUSTER if text is None else text)   # "" is an error, not the default
 
 
 def _positive(name: str, values: tuple[int, ...]) -> tuple[int, ...]:

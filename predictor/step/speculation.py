@@ -284,8 +284,12 @@ def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None,
         else:
             lengths = tuple(float(p) for p in parts)
     except ValueError:
-        raise InputError(what, f"cannot read '{raw[:80]}' (each depth once, from 1 to 16)",
+        pairs_given = bool(parts) and all(":" in p for p in parts)
+        raise InputError(what, f"cannot read '{raw[:80]}'" + (" (each depth once, from 1 to 16)" if pairs_given else ""),
                          ACCEPTANCE_ACCEPTED) from None
+    if pairs is None and len(lengths) > MAX_FORCED_DEPTH:
+        raise InputError(what, f"'{raw[:80]}' lists {len(lengths)} depths, more than {MAX_FORCED_DEPTH}",
+                         ACCEPTANCE_ACCEPTED)
     if pairs is not None:
         if any(not math.isfinite(v) or v < 1.0 for v in pairs.values()):
             raise InputError(what, f"'{raw[:80]}' is not a list of L(k) >= 1", ACCEPTANCE_ACCEPTED)
@@ -298,12 +302,16 @@ def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None,
 
 
 def _check_committed(lengths: dict[int, float], raw: str, what: str) -> None:
-    """``L(k) <= k + 1``: a verify step commits the accepted drafts and one token of its own."""
-    over = next(((k, v) for k, v in sorted(lengths.items()) if v > k + 1.0 + 1e-9), None)
-    if over is not None:
-        k, v = over
-        raise InputError(what, f"'{raw[:80]}' gives L({k}) = {v:g}, above the {k + 1} tokens a verify step "
-                               f"after {k} drafted can commit", ACCEPTANCE_ACCEPTED)
+    """A verify step commits the accepted drafts and one token of its own, so each drafted
+    token adds at most one: ``L(k) - L(j) <= k - j`` (``L(0) = 1``) between any two depths."""
+    previous_depth, previous = 0, 1.0
+    for depth, length in sorted(lengths.items()):
+        if length - previous > depth - previous_depth + 1e-9:
+            low = f"L({previous_depth}) = {previous:g}" if previous_depth else "1 (no draft)"
+            raise InputError(what, f"'{raw[:80]}' gives L({depth}) = {length:g}, more than one token per drafted "
+                                   f"token above {low}: a verify step after {depth} drafted commits at most "
+                                   f"{depth + 1}", ACCEPTANCE_ACCEPTED)
+        previous_depth, previous = depth, length
 
 
 def _is_number(text: str) -> bool:

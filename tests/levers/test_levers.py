@@ -116,7 +116,7 @@ def test_gpu_count_and_scale_up_domain():
     big = Cluster(Gpu(), total_gpus=16, domain=8)
     assert any("scale-up domain" in r for r in reasons("tp=16", cluster=big))
     # A cross-domain EP with attention inside one domain is allowed (PRODUCT.md §3).
-    assert reasons("tp=16,ep=16,attention_dp=2,all_to_all_backend=mori", cluster=big) == []
+    assert reasons("tp=16,ep=16,attention_dp=2,all_to_all_backend=deepep", cluster=big) == []
     assert reasons("tp=8,pp=2", model=Model(num_layers=60), cluster=big) == []
 
 
@@ -181,8 +181,9 @@ def test_config_files_are_read_through_the_input_layer(tmp_path):
 
 def test_a_kernel_of_one_vendor_is_illegal_on_the_other():
     nvidia = Cluster(Gpu(vendor="nvidia"))
-    assert reasons("tp=8,ep=8,all_to_all_backend=deepep") == [
-        "all_to_all_backend=deepep runs on NVIDIA GPUs only, not AMD (amd)"]
+    assert reasons("tp=8,ep=8,all_to_all_backend=pplx", engine="vllm") == [
+        "all_to_all_backend=pplx runs on NVIDIA GPUs only, not AMD (amd)"]
+    assert reasons("tp=8,ep=8,all_to_all_backend=deepep") == []         # DeepEP has ROCm ports
     assert reasons("moe_backend=aiter", cluster=nvidia) == ["moe_backend=aiter runs on AMD GPUs only, not NVIDIA (nvidia)"]
     assert reasons("attention_backend=flashinfer") and not reasons("attention_backend=flashinfer", cluster=nvidia)
     assert reasons("moe_backend=triton") == reasons("moe_backend=triton", cluster=nvidia) == []

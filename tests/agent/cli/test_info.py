@@ -138,3 +138,13 @@ def test_objective_units_in_json_match_the_table():
     units = {row["name"]: row["unit"] for row in run_json("objectives")}
     assert units["output_throughput_per_gpu"] == "tok/s/GPU" and units["throughput_fleet"] == "tok/s"
     assert units["interactivity"] == "tok/s/user" and units["ttft"] == "ms"
+
+
+def test_memory_takes_the_recipe_of_the_anchor_predict_chose_at_that_context():
+    """GLM-5 on B200 under SGLang has FP8 and FP4 anchors at TP8: a 1k/1k prediction (mean
+    context 1,536) is calibrated by the FP8 one, and memory at that context sizes FP8 too."""
+    args = ("--model", "glm-5", "--cluster", "b200", "--engine", "sglang", "--config", "tp=8")
+    priced = run_json("predict", *args, "--workload", "1k/1k")
+    memory = run_json("memory", *args, "--context", "1536")
+    assert "fp8" in priced["anchor_id"] and memory["recipe"]["weight_dtype"] == "fp8"
+    assert memory["weights_per_gpu_gb"] == pytest.approx(priced["memory"]["weights_per_gpu_gb"])

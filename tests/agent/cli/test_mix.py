@@ -147,3 +147,11 @@ def test_a_model_listed_twice_is_told_apart_by_its_entry(fake_predictor, tmp_pat
     assert result.exit_code == 0, result.output
     assert "gpt-oss-120b#0" in result.stdout and "gpt-oss-120b#1" in result.stdout
     assert "Deploy gpt-oss-120b/bulk#0" in result.stdout and "Deploy gpt-oss-120b/bulk#1" in result.stdout
+
+
+def test_a_model_too_big_for_the_whole_cluster_blames_the_cluster_not_max_gpus(tmp_path, isolated_home):
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: kimi-k3\n    cluster: h100\n    max_gpus: 4\n")
+    result = runner.invoke(app, ["plan-mix", str(path), "--workers", "1"])
+    assert result.exit_code == 2
+    assert "models[0]: Kimi-K3 does not fit on h100 " in result.stderr and "max_gpus" not in result.stderr

@@ -70,9 +70,11 @@ def test_acceptance_is_an_input():
     for bad in ("", "x", "0.5,2", "2,1.5", "0:2", "3:nan", "3:2.4,3:2.5"):
         with pytest.raises(InputError, match="--acceptance"):
             parse_acceptance(bad)
-    for impossible in ("3:5", "2.5,3", "1.8,3.2"):    # a verify step after k drafts commits at most k + 1
-        with pytest.raises(InputError, match=r"above the \d+ tokens a verify step"):
+    for impossible in ("3:5", "2.5,3", "1.8,3.2", "1.1,3.0", "1:1.0,3:4.0"):   # each draft commits at most one more
+        with pytest.raises(InputError, match=r"more than one token per drafted token"):
             parse_acceptance(impossible)
+    with pytest.raises(InputError, match="lists 17 depths"):
+        parse_acceptance(",".join(["1.5"] * 17))
 
 
 @pytest.mark.parametrize("content, problem", [
