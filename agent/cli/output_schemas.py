@@ -90,7 +90,10 @@ POOL = {"type": "object", "required": ["role", "replicas", "gpus_per_replica", "
         "properties": {"role": {"enum": ["serve", "prefill", "decode"]}, "replicas": INT, "gpus_per_replica": INT,
                        "argv": arr(STR), "env": {"type": "object", "additionalProperties": STR}, "display": STR,
                        "launch_files": QUANTITIES["launch_files"], "max_model_len_tokens": INT,
-                       "prefix_caching": BOOL}, "additionalProperties": False}
+                       "prefix_caching": BOOL,
+                       "nodes": arr({"type": "object", "required": ["rank", "argv", "display"], "additionalProperties": False,
+                                     "properties": {"rank": INT, "argv": arr(STR), "display": STR}})},
+        "additionalProperties": False}
 SWEEP_POINT = {"type": "object", "properties": {
     **_v("configuration", "configuration_text", "mode", "source", "metrics"), "eligible": BOOL,
     "throughput_per_gpu": nullable(NUM), "interactivity": nullable(NUM)}, "additionalProperties": False}

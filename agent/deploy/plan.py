@@ -55,6 +55,11 @@ class DeployOptions:
     context_tokens: int | None = None  # default: the model's, as the KV cache allows
 
 
+HEAD_NODE = "HEAD_NODE"             # placeholder: the address of a replica's first node
+VLLM_DP_RPC_PORT = 13345            # vLLM's data-parallel coordination port (its default)
+SGLANG_DIST_PORT = 5000             # SGLang's --dist-init-addr port, as its multi-node examples use
+
+
 @dataclass(frozen=True, slots=True)
 class PoolLaunch:
     role: str                 # SERVE, PREFILL or DECODE
@@ -63,12 +68,15 @@ class PoolLaunch:
     config: Configuration     # the pool's replica configuration
     request: LaunchRequest
     command: LaunchCommand
+    nodes: tuple[LaunchCommand, ...] = ()   # a replica wider than a node: one command per node, rank order
 
     def to_json(self) -> dict[str, Any]:
         return {"role": self.role, "replicas": self.replicas, "gpus_per_replica": self.gpus_per_replica,
                 "argv": list(self.command.argv), "env": dict(self.command.env), "display": self.command.display(),
                 "launch_files": {path: text for path, text in self.command.files},
-                "max_model_len_tokens": self.request.context_tokens, "prefix_caching": self.request.prefix_caching}
+                "max_model_len_tokens": self.request.context_tokens, "prefix_caching": self.request.prefix_caching,
+                "nodes": [{"rank": rank, "argv": list(node.argv), "display": node.display()}
+                          for rank, node in enumerate(self.nodes)]}
 
 
 @dataclass(frozen=True)
@@ -92,8 +100,14 @@ class DeployPlan:
         """Per pool: a heading, then the command (whole, to copy)."""
         out = []
         for pool in self.pools:
-            out.append(f"{pool.role}: {pool.replicas} replica(s) x {pool.gpus_per_replica} GPU(s), each:")
-            out.append(f"  {pool.command.display()}")
+            if not pool.nodes:
+                out.append(f"{pool.role}: {pool.replicas} replica(s) x {pool.gpus_per_replica} GPU(s), each:")
+                out.append(f"  {pool.command.display()}")
+                continue
+            out.append(f"{pool.role}: {pool.replicas} replica(s) x {pool.gpus_per_replica} GPU(s) over "
+                       f"{len(pool.nodes)} nodes, each replica ({HEAD_NODE}: the address of its node 0):")
+            for rank, node in enumerate(pool.nodes):
+                out.append(f"  node {rank}: {node.display()}")
         return out
 
     def recipe_lines(self) -> list[str]:
@@ -161,7 +175,40 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
             accepted += f"; or --config {lever}={native} to price and launch the checkpoint's own {native}"
         raise InputError(f"{lever} (unset: the calibrating anchor's recipe, as priced)", error.problem,
                          accepted) from None
-    return PoolLaunch(role, config.replicas, config.replica_gpus, config, request, command)
+    nodes = _node_commands(target, config, command)
+    return PoolLaunch(role, config.replicas, config.replica_gpus, config, request, command, nodes)
+
+
+def _node_commands(target: Target, config: Configuration, command: LaunchCommand) -> tuple[LaunchCommand, ...]:
+    """A replica wider than one node, as each node launches it: vLLM spreads its attention
+    data-parallel ranks over the nodes (``--data-parallel-size-local``, the first node the
+    API server, the others ``--headless`` from their start rank), or a tensor-parallel group
+    over them (``--nnodes``/``--node-rank``); SGLang runs one ``--nnodes`` group. Other
+    engines' multi-node launchers (MPI) are not written here: an error."""
+    per_node = target.cluster.gpus_per_node
+    gpus = config.replica_gpus
+    if gpus <= per_node:
+        return ()
+    count = -(-gpus // per_node)
+    engine = target.engine
+    if engine == Engine.VLLM:
+        dp_spread = config.attention_dp % count == 0 and config.tp // config.attention_dp <= per_node
+        local = config.attention_dp // count
+        flags = [(["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD_NODE,
+                   "--data-parallel-rpc-port", str(VLLM_DP_RPC_PORT)]
+                  + (["--data-parallel-start-rank", str(rank * local), "--headless"] if rank else []))
+                 if dp_spread else
+                 (["--nnodes", str(count), "--node-rank", str(rank), "--master-addr", HEAD_NODE]
+                  + (["--headless"] if rank else []))
+                 for rank in range(count)]
+    elif engine == Engine.SGLANG:
+        flags = [["--nnodes", str(count), "--node-rank", str(rank), "--dist-init-addr", f"{HEAD_NODE}:{SGLANG_DIST_PORT}"]
+                 for rank in range(count)]
+    else:
+        raise InputError("configuration", f"a replica of {gpus} GPUs spans {count} nodes of {per_node}: "
+                         f"{engine}'s multi-node launch (MPI) is not written here",
+                         "a replica within one node, or launch it with the engine's multi-node launcher")
+    return tuple(replace(command, argv=command.argv + tuple(extra)) for extra in flags)
 
 
 def try_plan(target: Target, config: Configuration,

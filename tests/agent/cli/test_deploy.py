@@ -174,3 +174,28 @@ def test_a_deploy_launches_the_precisions_it_was_priced_at(tmp_path):
     assert atom.exit_code == 0, atom.output
     notes = json.loads(atom.stdout)["notes"]
     assert len(notes) == 1 and notes[0].startswith("activation_dtype=fp4 as priced is not on atom's command line")
+
+
+def test_a_replica_wider_than_a_node_gets_one_command_per_node(tmp_path):
+    """Kimi-K3 as DEP16 over two 8-GPU H200 nodes: vLLM spreads its two attention-DP ranks
+    (node 1 headless from start rank 1), SGLang runs one two-node group; every node's
+    command passes the engine's own argument check. TensorRT-LLM's MPI launch is refused."""
+    args = ("--model", "kimi-k3", "--cluster", "h200x8x4", "--config", "tp=16,ep=16,attention_dp=2,weight_dtype=fp8")
+    vllm = deploy(*args, "--engine", "vllm", "--out", str(tmp_path / "v"), "--json")
+    assert vllm.exit_code == 0, vllm.output
+    nodes = json.loads(vllm.stdout)["pools"][0]["nodes"]
+    assert [n["rank"] for n in nodes] == [0, 1]
+    assert "--data-parallel-size-local" in nodes[0]["argv"] and "--headless" not in nodes[0]["argv"]
+    assert nodes[1]["argv"][-3:] == ["--data-parallel-start-rank", "1", "--headless"]
+    assert_valid([{"argv": n["argv"], "display": n["display"]} for n in nodes])
+    sglang = deploy(*args, "--engine", "sglang", "--out", str(tmp_path / "s"), "--json")
+    assert sglang.exit_code == 0, sglang.output
+    nodes = json.loads(sglang.stdout)["pools"][0]["nodes"]
+    assert [n["argv"][-6:-2] for n in nodes] == [["--nnodes", "2", "--node-rank", "0"], ["--nnodes", "2", "--node-rank", "1"]]
+    assert_valid([{"argv": n["argv"], "display": n["display"]} for n in nodes], engine="sglang")
+    single = deploy("--model", "deepseek-r1", "--cluster", "h200x8x2", "--engine", "vllm", "--config", "tp=8",
+                    "--out", str(tmp_path / "one"), "--json")
+    assert json.loads(single.stdout)["pools"][0]["nodes"] == []
+    trt = deploy("--model", "kimi-k3", "--cluster", "h200x8x4", "--engine", "trtllm", "--model-path", "/ckpt", "--config",
+                 "tp=32,ep=32,attention_dp=32,weight_dtype=fp8", "--out", str(tmp_path / "t"))
+    assert trt.exit_code == 2 and "spans 4 nodes of 8" in trt.stderr
