@@ -97,7 +97,7 @@ def predict_command(
         print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
                     "configuration_text": configuration.describe(), **prediction_json(result)})
     else:
-        render_prediction(target, configuration, spec.name, result)
+        render_prediction(target, configuration, spec.name, result, single_token=spec.is_fixed and spec.osl == 1)
     if result.metrics is None:
         raise typer.Exit(1)
 
@@ -110,7 +110,11 @@ def prediction_json(result: Prediction) -> dict:
     return data
 
 
-def render_prediction(target: Target, configuration: Configuration, workload: str, result: Prediction) -> None:
+DECODE_KEYS = ("tpot_", "itl_", "interactivity_", "e2e_")   # undefined (E2E: the TTFT) at one token
+
+
+def render_prediction(target: Target, configuration: Configuration, workload: str, result: Prediction,
+                      single_token: bool = False) -> None:
     title = (f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: "
              f"{configuration.describe()}")
     if result.metrics is None:
@@ -122,12 +126,16 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
     grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
                         ("80% interval", "right"), ("unit", "left")], wrap=(1,))
     for label, stat, key, unit in SHOWN_METRICS:
+        if single_token and key.startswith(DECODE_KEYS):
+            continue
         if result.metrics.get(key) is not None:
             value, seeds, interval = _shown(result, key, unit)
             grid.add_row(label, stat, with_interval(value, seeds),
                          f"{number(interval[0])}-{number(interval[1])}" if interval else MISSING, unit)
     paragraph(console, title, indent=0)
     console.print(grid)
+    if single_token:
+        say(console, "one output token per request: no decode step, so no TPOT, ITL or tok/s/user, and E2E is the TTFT")
     hits = result.breakdown.get("des", {}).get("hit_rate")
     if hits:
         say(console, "prefix hit rate: " + _hits(hits))

@@ -28,3 +28,14 @@ def test_des_replications_are_bracketed_and_said_so():
                   "--replications", "2"])
     assert BRACKETS in text
     assert "[" in text.split("80% interval:")[0]
+
+
+def test_one_output_token_shows_no_decode_speed():
+    from typer.testing import CliRunner
+    from agent.cli.main import app
+    result = CliRunner().invoke(app, ["predict", "--model", "gpt-oss-120b", "--config", "tp=8", "--workload", "1k/1"],
+                                terminal_width=200)
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[0] for line in result.output.splitlines() if line.strip()]
+    assert "TTFT" in rows and not {"TPOT", "ITL", "E2E", "tok/s/user"} & set(rows)
+    assert "no decode step, so no TPOT, ITL or tok/s/user, and E2E is the TTFT" in " ".join(result.output.split())
