@@ -124,6 +124,10 @@ def _tokens(text: str, spec: str) -> int:
     return int(value)
 
 
+PREDICT_WORKLOAD = "1k/1k"      # `predict`'s default: the one `check`, `memory` and `deploy --config` choose
+                                #   a configuration's calibrating anchor (and its recipe) at
+
+
 def parse_workload(text: str | None) -> WorkloadSpec:
     """Parse a workload name; default (None) is agentic (PRODUCT.md §2)."""
     if text is None or text.strip().lower() == "agentic":

@@ -16,7 +16,7 @@ prediction resolved it (unset precisions from the anchor's recipe).
 from __future__ import annotations
 
 from levers.configuration import Configuration
-from predictor.anchors.anchoring import Anchoring
+from predictor.anchors.anchoring import as_priced
 from predictor.feasibility import memory_for, pool_configs
 from predictor.memory import MemoryBreakdown
 from predictor.target import Target
@@ -30,12 +30,13 @@ LABELS = {"attention": "attention projections", "dense_mlp": "dense MLP", "share
           "drafter": "drafter", "dwdp_staging": "DWDP staging buffers (2)"}
 
 
-def memory_pools(target: Target, configuration: Configuration,
-                 memory: MemoryBreakdown) -> list[tuple[str, MemoryBreakdown, int]]:
-    """(label, breakdown, replicas of that pool) per pool; ``memory`` is the prediction's."""
+def memory_pools(target: Target, configuration: Configuration, memory: MemoryBreakdown,
+                 priced_context: float | None = None) -> list[tuple[str, MemoryBreakdown, int]]:
+    """(label, breakdown, replicas of that pool) per pool; ``memory`` is the prediction's,
+    ``priced_context`` the context it chose its anchor at (`WorkloadSpec.priced_context_tokens`)."""
     pools = pool_configs(configuration)
     if pools is not None:     # the prefill pool's unset precisions as the prediction took them
-        pools = pool_configs(Anchoring.of(target, context_tokens=memory.context_tokens).resolve(configuration))
+        pools = pool_configs(as_priced(target, configuration, context_tokens=priced_context)[0])
     if pools is None:
         return [("per GPU of a replica", memory, max(1, configuration.replicas))]
     prefill, decode = pools

@@ -208,7 +208,8 @@ DEFS: dict[str, dict] = {
                                       "total_gpus", "disaggregated", "interactivity", "ttft_s", "mode", "flags",
                                       "source", "intervals")},
         "output_throughput_per_gpu": nullable(NUM), "total_throughput_per_gpu": nullable(NUM),
-        "headroom": nullable(NUM), "qualifies": BOOL, "ties_pick": BOOL}, "required": ["configuration", "mode"]},
+        "headroom": nullable(NUM), "qualifies": BOOL, "ties_pick": BOOL, "workload": STR},
+        "required": ["configuration", "mode"]},
 }
 
 

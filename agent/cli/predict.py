@@ -32,7 +32,7 @@ from predictor.predict import predict
 from predictor.prediction import Prediction
 from predictor.target import Target, check_workload_context
 from predictor.units import MS_PER_S, US_PER_MS
-from predictor.workload import parse_workload
+from predictor.workload import PREDICT_WORKLOAD, WorkloadSpec, parse_workload
 
 # Shown in this order when predicted. TPOT and tok/s/user sit at the same statistic (the
 # median over requests) so tok/s/user = 1000 / TPOT; the mean of 1/TPOT is in --json.
@@ -74,7 +74,7 @@ def _shown(result: Prediction, key: str, unit: str) -> tuple[float, tuple | None
 def predict_command(
     model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt,
     config: Optional[list[str]] = ConfigOpt,
-    workload: str = typer.Option("1k/1k", "--workload", "-w", help="1k/1k, 8k/1k, ISL/OSL or agentic."),
+    workload: str = typer.Option(PREDICT_WORKLOAD, "--workload", "-w", help="1k/1k, 8k/1k, ISL/OSL or agentic."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", parser=int_option("--concurrency", 1, 65536),
                                                 help="Overrides the concurrency lever."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs."),
@@ -97,7 +97,7 @@ def predict_command(
         print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
                     "configuration_text": configuration.describe(), **prediction_json(result)})
     else:
-        render_prediction(target, configuration, spec.name, result, single_token=spec.is_fixed and spec.osl == 1)
+        render_prediction(target, configuration, spec, result)
     if result.metrics is None:
         raise typer.Exit(1)
 
@@ -113,8 +113,9 @@ def prediction_json(result: Prediction) -> dict:
 DECODE_KEYS = ("tpot_", "itl_", "interactivity_", "e2e_")   # undefined (E2E: the TTFT) at one token
 
 
-def render_prediction(target: Target, configuration: Configuration, workload: str, result: Prediction,
-                      single_token: bool = False) -> None:
+def render_prediction(target: Target, configuration: Configuration, spec: WorkloadSpec, result: Prediction) -> None:
+    workload, priced_context = spec.name, spec.priced_context_tokens
+    single_token = spec.is_fixed and spec.osl == 1
     title = (f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: "
              f"{configuration.describe()}")
     if result.metrics is None:
@@ -149,7 +150,7 @@ def render_prediction(target: Target, configuration: Configuration, workload: st
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
     if result.memory is not None:
-        console.print(memory_table(memory_pools(target, configuration, result.memory)))
+        console.print(memory_table(memory_pools(target, configuration, result.memory, priced_context)))
     step = result.breakdown.get("decode_step")
     if step:
         terms = ", ".join(f"{k.removesuffix('_us')} {number(v / US_PER_MS)}" for k, v in step.items()

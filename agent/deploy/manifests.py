@@ -41,6 +41,18 @@ CONFIG_MOUNT = "/config"
 FRONTEND_ARGS = ("--host", "--port")   # vLLM frontend options a Dynamo worker does not take
 
 
+def _one_node_pools(plan: DeployPlan, kind: str) -> None:
+    """A pool whose replica spans nodes needs a multi-node worker (a LeaderWorkerSet, a
+    Dynamo multinode service) these manifests do not write: refused, not written as one pod
+    of more GPUs than a node holds (it would never be scheduled)."""
+    wide = [pool for pool in plan.pools if pool.nodes]
+    if wide:
+        pool = wide[0]
+        raise InputError(kind, f"the {pool.role} pool's replica of {pool.gpus_per_replica} GPUs spans "
+                         f"{len(pool.nodes)} nodes: multi-node workers are not written here",
+                         "pools within one node, or the per-node commands (deploy.json)")
+
+
 def slug(plan: DeployPlan) -> str:
     return "".join(c if c.isalnum() else "-" for c in plan.target.card.name.lower()).strip("-")
 
@@ -57,6 +69,7 @@ def dynamo_graph(plan: DeployPlan, image: str | None = None) -> str:
     engine = plan.target.engine
     if engine not in DYNAMO_MODULES:
         raise InputError("dynamo", f"Dynamo has no {engine} worker", "vllm, sglang or trtllm for a Dynamo graph")
+    _one_node_pools(plan, "dynamo")
     name = f"{slug(plan)}-disagg"
     image = image or f"nvcr.io/nvidia/ai-dynamo/{DYNAMO_IMAGES[engine]}:{DYNAMO_VERSION}"
     frontend = {"componentType": "frontend", "replicas": 1, "extraPodSpec": {"mainContainer": {
@@ -130,6 +143,7 @@ def llmd_manifests(plan: DeployPlan, image: str | None = None) -> dict[str, str]
     if engine not in ENGINE_IMAGES:
         raise InputError("llm-d", f"llm-d's prefill/decode path has no {engine} model server",
                          "vllm or sglang for llm-d manifests")
+    _one_node_pools(plan, "llm-d")
     if plan.kv_transfer_backend not in LLMD_BACKENDS:
         raise InputError("llm-d", f"llm-d's routing sidecar does not speak {plan.kv_transfer_backend}",
                          "kv_transfer_backend nixl or mori for llm-d manifests")

@@ -56,7 +56,7 @@ class DeployOptions:
 
 
 HEAD_NODE = "HEAD_NODE"             # placeholder: the address of a replica's first node
-VLLM_DP_RPC_PORT = 13345            # vLLM's data-parallel coordination port (its default)
+VLLM_DP_RPC_PORT = 13345            # vLLM's data-parallel coordination port (as its multi-node docs use)
 SGLANG_DIST_PORT = 5000             # SGLang's --dist-init-addr port, as its multi-node examples use
 
 

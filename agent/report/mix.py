@@ -102,13 +102,17 @@ def _deploys(slots: list[dict]) -> str:
         deploy = slot.get("deploy")
         if not deploy:
             continue
-        lines.append(f"# {slot['model']}/{slot['tier']}")
+        repeated = sum(1 for other in slots if other.get("model") == slot.get("model")
+                       and other.get("tier") == slot.get("tier")) > 1
+        lines.append(f"# {slot['model']}/{slot['tier']}" + (f"#{slot.get('entry')}" if repeated else ""))
         if "error" in deploy:
             lines.append(f"#   not expressible: {deploy['error']}")
             continue
         for pool in deploy.get("pools") or []:
-            lines += [f"# {pool['role']}: {pool['replicas']} replica(s) x {pool['gpus_per_replica']} GPU(s)",
-                      pool["display"]]
+            nodes = pool.get("nodes") or []
+            lines.append(f"# {pool['role']}: {pool['replicas']} replica(s) x {pool['gpus_per_replica']} GPU(s)"
+                         + (f" over {len(nodes)} nodes (HEAD_NODE: the address of node 0)" if nodes else ""))
+            lines += [f"# node {n['rank']}:\n{n['display']}" for n in nodes] if nodes else [pool["display"]]
     if not lines:
         return paragraph("No slot has a pick to deploy.")
     return pre(lines) + paragraph("inferasim deploy --plan REPORT --slot MODEL/TIER writes the files and, for a "

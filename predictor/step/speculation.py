@@ -306,11 +306,11 @@ def _check_committed(lengths: dict[int, float], raw: str, what: str) -> None:
     token adds at most one: ``L(k) - L(j) <= k - j`` (``L(0) = 1``) between any two depths."""
     previous_depth, previous = 0, 1.0
     for depth, length in sorted(lengths.items()):
-        if length - previous > depth - previous_depth + 1e-9:
-            low = f"L({previous_depth}) = {previous:g}" if previous_depth else "1 (no draft)"
-            raise InputError(what, f"'{raw[:80]}' gives L({depth}) = {length:g}, more than one token per drafted "
-                                   f"token above {low}: a verify step after {depth} drafted commits at most "
-                                   f"{depth + 1}", ACCEPTANCE_ACCEPTED)
+        bound = previous + depth - previous_depth
+        if length > bound + 1e-9:
+            since = f"with L({previous_depth}) = {previous:g}" if previous_depth else "from none drafted"
+            raise InputError(what, f"'{raw[:80]}' gives L({depth}) = {length:g}, above the {bound:g} it can reach "
+                                   f"{since}: more than one token per drafted token", ACCEPTANCE_ACCEPTED)
         previous_depth, previous = depth, length
 
 

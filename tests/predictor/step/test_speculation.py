@@ -73,6 +73,8 @@ def test_acceptance_is_an_input():
     for impossible in ("3:5", "2.5,3", "1.8,3.2", "1.1,3.0", "1:1.0,3:4.0"):   # each draft commits at most one more
         with pytest.raises(InputError, match=r"more than one token per drafted token"):
             parse_acceptance(impossible)
+    with pytest.raises(InputError, match=r"above the 2.1 it can reach with L\(1\) = 1.1"):
+        parse_acceptance("1.1,3.0")
     with pytest.raises(InputError, match="lists 17 depths"):
         parse_acceptance(",".join(["1.5"] * 17))
 
