@@ -22,7 +22,7 @@ from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, target_wit
 from agent.cli.render import config_text, id_line, number, paragraph, say
 from agent.deploy.manifests import dynamo_graph, llmd_manifests
 from agent.deploy.pick import Pick, from_config, from_ledger, from_plan
-from agent.deploy.plan import DEFAULT_PORT, DeployOptions, DeployPlan, build_plan
+from agent.deploy.plan import DEFAULT_PORT, DRAFT_PLACEHOLDER, DeployOptions, DeployPlan, build_plan
 from levers.errors import InputError
 from predictor.files import atomic_write_text
 
@@ -41,6 +41,9 @@ def deploy_command(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Deploy --config on this model."),
     cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt, config: Optional[list[str]] = ConfigOpt,
     model_path: Optional[str] = typer.Option(None, "--model-path", help="Checkpoint to serve (default: the HF id)."),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model",
+                                              help="Draft checkpoint of EAGLE-3 / DSpark speculation (default: the "
+                                                   "placeholder DRAFT_CHECKPOINT, to replace)."),
     port: int = typer.Option(DEFAULT_PORT, "--port", parser=PORT, help="Port of the first pool (decode: +1)."),
     image: Optional[str] = typer.Option(None, "--image", help="Container image for the manifests."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the files (default ./deploy-MODEL-CLUSTER-ENGINE)."),
@@ -54,7 +57,8 @@ def deploy_command(
     pick = resolve_pick(ledger, trial, plan, slot, model, cluster, engine, config)
     target = pick.target
     folder = output_dir(out or Path(f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
-    deployed = build_plan(target, pick.config, DeployOptions(model_path, port, str(folder)), pick.priced_context)
+    options = DeployOptions(model_path, port, str(folder), draft_model=draft_model or DRAFT_PLACEHOLDER)
+    deployed = build_plan(target, pick.config, options, pick.priced_context)
     manifests, refused = manifests_for(deployed, image)
     data = {**deployed.to_json(), "pick": pick.to_json(), "manifests": refused}
     paths = write_files(folder, deployed, manifests, data)

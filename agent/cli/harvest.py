@@ -90,6 +90,8 @@ def harvest(
     config: str | None = typer.Option(None, "--config", help="Anchor configuration k=v,... (widths, dtypes, ...)."),
     endpoint: str | None = typer.Option(None, "--endpoint", help="Harvest an engine already running at URL."),
     model_path: str | None = typer.Option(None, "--model-path", help="Checkpoint to serve (default: the HF id)."),
+    draft_model: str | None = typer.Option(None, "--draft-model",
+                                           help="Draft checkpoint of EAGLE-3 / DSpark speculation (required for them)."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", parser=int_option("--prompt-tokens", 1, MAX_PROMPT_TOKENS),
                                              help="Decode sweep prompt length."),
     second_prompt_tokens: int | None = typer.Option(None, "--second-prompt-tokens",
@@ -122,6 +124,7 @@ def harvest(
     output_file(record, "--record")
     request = HarvestRequest(
         engine=engine, model=model, cluster=cluster, config_text=config, endpoint=endpoint, model_path=model_path,
+        draft_model=draft_model,
         prompt_tokens=prompt_tokens, second_prompt_tokens=second_prompt_tokens, decode_tokens=decode_tokens,
         waves_per_batch=waves,
         prefill_lengths=_ints(prefill_lengths, "--prefill-lengths", MAX_PROMPT_TOKENS),

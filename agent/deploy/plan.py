@@ -25,6 +25,8 @@ from predictor.feasibility import check_configuration, engine_memory_flag, memor
 from predictor.harvest.adapters import adapter_for
 from predictor.harvest.launch import (
     DECODE,
+    DRAFT_CHECKPOINT,
+    DRAFT_METHODS,
     ENDPOINT_HINT,
     PREFILL,
     LaunchCommand,
@@ -44,6 +46,9 @@ PRECISION_LEVERS = ("weight_dtype", "expert_dtype", "activation_dtype")
 CHECKPOINT_HINT = "; or --model-path CHECKPOINT that holds these precisions (the engine loads them as they are)"
 
 
+DRAFT_PLACEHOLDER = DRAFT_CHECKPOINT      # where EAGLE-3 / DSpark's draft checkpoint goes
+
+
 @dataclass(frozen=True, slots=True)
 class DeployOptions:
     """What a launch needs beyond the pick: where the weights are, the port, where the
@@ -53,6 +58,7 @@ class DeployOptions:
     port: int = DEFAULT_PORT
     files_dir: str = "."
     context_tokens: int | None = None  # default: the model's, as the KV cache allows
+    draft_model: str = DRAFT_PLACEHOLDER  # EAGLE-3 / DSpark's draft checkpoint (a placeholder to replace)
 
 
 HEAD_NODE = "HEAD_NODE"             # placeholder: the address of a replica's first node
@@ -86,7 +92,7 @@ class DeployPlan:
     pools: tuple[PoolLaunch, ...]
     kv_transfer_backend: str | None
     recipe: dict[str, str] = field(default_factory=dict)    # unset levers launched as priced (`as_priced`)
-    notes: tuple[str, ...] = ()                             # recipe activations the engine picks itself
+    notes: tuple[str, ...] = ()                             # recipe activations the engine picks itself; placeholders
 
     @property
     def is_disaggregated(self) -> bool:
@@ -145,6 +151,9 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
     followed = tuple(dict.fromkeys(lever for pool in pools for lever in taken if getattr(pool.config, lever) is None))
     notes = tuple(f"{lever}={taken[lever]} as priced is not on {target.engine}'s command line: the engine picks "
                   "activations from the checkpoint's weights, as the anchor's run did" for lever in followed)
+    if config.spec_method in DRAFT_METHODS and options.draft_model == DRAFT_PLACEHOLDER:
+        notes += (f"{DRAFT_PLACEHOLDER}: the {config.spec_method} draft checkpoint of {target.card.name} "
+                  "(deploy --draft-model PATH writes it in)",)
     return DeployPlan(target, config, pools, backend, {k: v for k, v in taken.items() if k not in followed}, notes)
 
 
@@ -157,7 +166,7 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
         python=DEPLOY_PYTHON,
         files_dir=options.files_dir, checkpoint_given=options.model_path is not None,
         prefix_caching=config.prefix_cache == "on",
-        pool=None if role == SERVE else PoolRole(role, backend))
+        pool=None if role == SERVE else PoolRole(role, backend), draft_model=options.draft_model)
     request = replace(request, memory_fraction=engine_memory_flag(card, target.cluster, target.engine, config,
                                                                   request.context_tokens))
     try:

@@ -67,6 +67,7 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
     LaunchRequest,
     PoolRole,
     changed_dtype,
+    draft_for,
     ladder,
     native_dtypes,
     refuse,
@@ -115,11 +116,15 @@ class VllmAdapter(GpuAdapter):
         env: dict[str, str] = {}
         if config.ep > 1:
             argv.append(expert_parallel_flag(self.engine, config))
+        if config.dcp > 1:
+            argv += ["--decode-context-parallel-size", str(config.dcp)]
         if config.graph_capture == "none":
             argv.append("--enforce-eager")
-        else:
+        else:       # vLLM captures by tokens: a verify step of b requests carries b * (1 + depth)
+            tokens = 1 + (config.spec_depth if config.spec_method != "none" else 0)
             argv += ["--compilation-config", json.dumps({"cudagraph_mode": self._CAPTURE[config.graph_capture],
-                                                         "cudagraph_capture_sizes": list(self.captured_sizes(config))})]
+                                                         "cudagraph_capture_sizes": [size * tokens for size in
+                                                                                     self.captured_sizes(config)]})]
         argv += quantization
         if config.kv_cache_dtype == "fp8":
             argv += ["--kv-cache-dtype", "fp8"]
@@ -133,8 +138,10 @@ class VllmAdapter(GpuAdapter):
         if config.kv_block_size:
             argv += ["--block-size", str(config.kv_block_size)]
         if config.spec_method != "none":
+            draft = draft_for(self.engine, config, request)
             argv += ["--speculative-config", json.dumps({"method": config.spec_method,
-                                                         "num_speculative_tokens": config.spec_depth})]
+                                                         "num_speculative_tokens": config.spec_depth,
+                                                         **({"model": draft} if draft else {})})]
         if request.pool is not None:
             argv += ["--kv-transfer-config", json.dumps({
                 "kv_connector": self._CONNECTORS[request.pool.kv_transfer_backend],
@@ -156,13 +163,16 @@ class SglangAdapter(GpuAdapter):
                 "--tp-size", str(config.tp), "--ep-size", str(config.ep), "--pp-size", str(config.pp),
                 *(() if request.prefix_caching else ("--disable-radix-cache",)),
                 "--context-length", str(request.context_tokens),
-                "--max-running-requests", str(config.max_running_requests),
+                # SGLang splits its running cap over the attention-DP ranks; the lever is per rank
+                "--max-running-requests", str(config.max_running_requests * config.attention_dp),
                 "--max-prefill-tokens", str(config.max_batched_tokens),
                 "--chunked-prefill-size", str(config.chunked_prefill_size),
                 "--mem-fraction-static", request.memory_flag(config)]
         env: dict[str, str] = {}
         if config.attention_dp > 1:
             argv += ["--attn-dp-size", str(config.attention_dp)]
+        if config.dcp > 1:
+            argv += ["--dcp-size", str(config.dcp)]
         sizes = self.captured_sizes(config)
         if config.graph_capture == "none":
             argv += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
@@ -184,9 +194,11 @@ class SglangAdapter(GpuAdapter):
         if config.kv_block_size:
             argv += ["--page-size", str(config.kv_block_size)]
         if config.spec_method != "none":
+            draft = draft_for(self.engine, config, request)
             argv += ["--speculative-algorithm", self._SPEC[config.spec_method],
                      "--speculative-num-steps", str(config.spec_depth), "--speculative-eagle-topk", "1",
-                     "--speculative-num-draft-tokens", str(config.spec_depth + 1)]
+                     "--speculative-num-draft-tokens", str(config.spec_depth + 1),
+                     *(("--speculative-draft-model-path", draft) if draft else ())]
         if request.pool is not None:
             argv += ["--disaggregation-mode", request.pool.role,
                      "--disaggregation-transfer-backend", request.pool.kv_transfer_backend]

@@ -57,6 +57,7 @@ class LaunchRequest:
     pool: PoolRole | None = None    # one pool of a disaggregated deployment (inferasim deploy)
     memory_fraction: float | None = None  # the engine's own memory flag for the lever's KV pool
                                           # (`predictor.memory.engine_memory_fraction`); None: the lever
+    draft_model: str | None = None  # the draft checkpoint of EAGLE-3 / DSpark speculation (none: refused)
 
     def memory_share(self, config: Configuration) -> float:
         """The value the engine's memory flag gets (`memory_fraction`, else the lever's)."""
@@ -98,6 +99,19 @@ class EngineAdapter(Protocol):
 
 
 ENDPOINT_HINT = "; or launch the engine yourself and pass --endpoint"   # a harvest's way out
+DRAFT_METHODS = frozenset({"eagle3", "dspark"})   # speculation that runs a separate draft checkpoint
+DRAFT_CHECKPOINT = "DRAFT_CHECKPOINT"             # its place in a printed command, to replace
+
+
+def draft_for(engine: Engine, config: Configuration, request: LaunchRequest) -> str | None:
+    """The draft checkpoint a drafting method needs, or an error naming it (the engine would
+    refuse to start without one)."""
+    if config.spec_method not in DRAFT_METHODS:
+        return None
+    if request.draft_model is None:
+        raise refuse(engine, "spec_method", config.spec_method,
+                     f"mtp or ngram, or {config.spec_method} with its draft checkpoint (--draft-model PATH)")
+    return request.draft_model
 
 
 def refuse(engine: Engine, lever: str, value: object, accepted: str) -> InputError:

@@ -88,6 +88,7 @@ class HarvestRequest:
     config_text: str | None = None
     endpoint: str | None = None
     model_path: str | None = None                # checkpoint to serve (default: the card's HF id / the GGUF)
+    draft_model: str | None = None               # EAGLE-3 / DSpark's draft checkpoint (required for them)
     prompt_tokens: int | None = None
     second_prompt_tokens: int | None = None
     decode_tokens: int | None = None
@@ -202,10 +203,12 @@ def _sweep(request: HarvestRequest, adapter: EngineAdapter, config: Configuratio
     batches = tuple(sorted(set(request.batches))) if request.batches else adapter.sweep_batches(config)
     if any(b < 1 for b in batches):
         raise InputError("--batches", f"{list(batches)} must be positive", "e.g. 1,2,4")
-    if request.batches and batches[-1] > config.max_running_requests:   # the adapters' own ladders are cut there
-        raise InputError("--batches", f"{batches[-1]} is above max_running_requests={config.max_running_requests}: "
-                                      "such a wave would queue, not decode as one batch",
-                         f"batches up to {config.max_running_requests}, or a larger max_running_requests in --config")
+    cap = config.max_running_requests * config.attention_dp     # the cap is each scheduler's (one per DP rank)
+    if request.batches and batches[-1] > cap:   # the adapters' own ladders are cut there
+        raise InputError("--batches", f"{batches[-1]} is above the replica's {cap} running requests "
+                                      f"(max_running_requests={config.max_running_requests} x attention_dp="
+                                      f"{config.attention_dp}): such a wave would queue, not decode as one batch",
+                         f"batches up to {cap}, or a larger max_running_requests in --config")
     lengths = _positive("--prefill-lengths", request.prefill_lengths or base.prefill_lengths)
     prompt = request.prompt_tokens or base.prompt_tokens
     second = request.second_prompt_tokens if request.second_prompt_tokens is not None else base.second_prompt_tokens
@@ -264,6 +267,8 @@ def check_endpoint(url: str) -> None:
         raise InputError("--endpoint", f"{quote(url)} is not an http(s) URL with a host", ENDPOINT_FORMS)
     if port == 0:
         raise InputError("--endpoint", f"{quote(url)} names port 0", ENDPOINT_FORMS)
+    if parts.path not in ("", "/") or parts.query:   # the client adds /v1/...: a path would double it
+        raise InputError("--endpoint", f"{quote(url)} has a path; the harvester adds the API paths", ENDPOINT_FORMS)
 
 
 def _check_extra_args(extra: tuple[str, ...], argv: tuple[str, ...]) -> None:
@@ -307,15 +312,22 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     defaults = CPU_DEFAULTS if cluster.gpu.vendor == "cpu" else GPU_DEFAULTS
     sweep = _sweep(request, adapter, config, defaults)
     native = native_dtypes(card)
-    context = request.context_tokens or max(defaults.context_tokens,
-                                            2 * max(sweep.prefill_lengths + (sweep.prompt_tokens,)))
+    longest = max(sweep.prefill_lengths + (sweep.prompt_tokens, sweep.second_prompt_tokens or 0)) + sweep.decode_tokens
+    limit = getattr(card, "max_context", None) or longest
+    if longest > limit:
+        raise InputError("--prefill-lengths" if max(sweep.prefill_lengths) + sweep.decode_tokens > limit
+                         else "--prompt-tokens", f"a {longest:,}-token sequence exceeds {card.name}'s context of "
+                         f"{limit:,}", f"prompts up to {limit - sweep.decode_tokens:,} tokens")
+    context = request.context_tokens or min(limit, max(defaults.context_tokens,
+                                                       2 * max(sweep.prefill_lengths + (sweep.prompt_tokens,))))
     served = card.name
     launch_request = launch = None
     if request.endpoint is None:
         launch_request = LaunchRequest(model_path=model_path, served_name=served, port=request.port or free_port(),
                                        context_tokens=context, threads=request.threads, python=request.python,
                                        checkpoint_given=request.model_path is not None,
-                                       memory_fraction=engine_memory_flag(card, cluster, engine, config, context))
+                                       memory_fraction=engine_memory_flag(card, cluster, engine, config, context),
+                                       draft_model=request.draft_model)
         launch = adapter.launch(config, launch_request, native)
         _check_extra_args(request.extra_args, launch.argv)
         launch = replace(launch, argv=launch.argv + tuple(request.extra_args))

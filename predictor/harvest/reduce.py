@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from levers.catalog import LEVERS, LeverKind
 from levers.configuration import Configuration, format_value
+from predictor.harvest.launch import DRAFT_CHECKPOINT, DRAFT_METHODS
 
 WIDTH_LEVERS = ("tp", "pp", "ep", "attention_dp")
 ANCHOR_LEVERS = tuple(lever.name for lever in LEVERS if lever.kind == LeverKind.ANCHOR_DEFINING)
@@ -108,7 +109,10 @@ def harvest_config_text(config: Configuration) -> str:
 
 
 def harvest_command(engine: str, model: str, cluster: str, config: Configuration, *extra: str) -> str:
-    """The `inferasim harvest` line for one anchor layout."""
+    """The `inferasim harvest` line for one anchor layout (a drafting method names its draft
+    checkpoint's place: ``--draft-model DRAFT_CHECKPOINT``, to replace)."""
+    if config.spec_method in DRAFT_METHODS:
+        extra = ("--draft-model", DRAFT_CHECKPOINT, *extra)
     tail = "".join(f" {item}" for item in extra)
     return (f"inferasim harvest --engine {engine} --model {model} --cluster {cluster} "
             f"--config {harvest_config_text(config)}{tail}")

@@ -52,7 +52,8 @@ def test_colocated_commands_are_valid_and_carry_the_picks_levers(model, cluster,
     assert pool.role == "serve" and pool.gpus_per_replica == chosen.replica_gpus
     limit = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests", "atom": "--max-num-seqs",
              "trtllm": "--max_batch_size"}[engine]
-    assert argv[argv.index(limit) + 1] == str(chosen.max_running_requests)
+    per_scheduler = chosen.attention_dp if engine == "sglang" else 1     # SGLang splits its cap over DP ranks
+    assert argv[argv.index(limit) + 1] == str(chosen.max_running_requests * per_scheduler)
     caching = {"vllm": "--enable-prefix-caching" in argv, "sglang": "--disable-radix-cache" not in argv,
                "atom": "--enable_prefix_caching" in argv}
     if engine == "trtllm":

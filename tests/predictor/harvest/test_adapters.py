@@ -13,7 +13,7 @@ from predictor.harvest.adapters import ADAPTERS, LaunchRequest, adapter_for
 from tests.agent.deploy.flags import argv_problems, env_problems
 
 REQUEST = LaunchRequest(model_path="deepseek-ai/DeepSeek-R1", served_name="DeepSeek-R1", port=8000,
-                        context_tokens=16384, python="python")
+                        context_tokens=16384, python="python", draft_model="/ckpt/draft")
 FLAGS_START = 3   # after `vllm serve MODEL`, `python -m MODULE`, `trtllm-serve serve MODEL`
 FP8 = {"weight_dtype": "fp8", "expert_dtype": "fp8", "activation_dtype": None, "kv_cache_dtype": "bf16"}
 
@@ -62,6 +62,8 @@ def test_sglang_flags():
     assert args[start:start + 5] == ["1", "2", "4", "8", "16"]
     assert value(args, "--moe-runner-backend") == "deep_gemm" and value(args, "--attention-backend") == "flashmla"
     assert value(args, "--speculative-algorithm") == "EAGLE3" and value(args, "--speculative-num-draft-tokens") == "3"
+    assert value(args, "--speculative-draft-model-path") == "/ckpt/draft"
+    assert value(args, "--max-running-requests") == str(256 * 8)       # SGLang splits its cap over the 8 DP ranks
     assert value(args, "--page-size") == "64"
     eager, _ = argv("sglang", tp=8, graph_capture="none")
     assert value(eager, "--cuda-graph-backend-decode") == "disabled" and "--cuda-graph-bs-decode" not in eager
@@ -206,3 +208,17 @@ def test_harvest_commands_pass_the_engines_own_argument_definitions(engine, leve
     assert argv_problems(command.argv, engine, FLAGS_START) == []
     if engine in ("vllm", "sglang"):
         assert env_problems(command.env, engine) == []
+
+
+def test_a_drafting_method_needs_its_draft_and_vllm_captures_verify_tokens():
+    """EAGLE-3 runs a separate draft checkpoint: without one the launch is refused (the
+    engine would not start). vLLM captures graphs by tokens: a verify step of b requests at
+    depth k is b * (1 + k) tokens, so the captured sizes scale with it. DCP reaches both."""
+    bare = LaunchRequest(model_path="m", served_name="m", port=8000, context_tokens=16384, python="python")
+    for engine in ("vllm", "sglang"):
+        with pytest.raises(InputError, match="draft checkpoint"):
+            adapter_for(engine).launch(Configuration(tp=8, spec_method="eagle3", spec_depth=2), bare, FP8)
+    args, _ = argv("vllm", tp=8, spec_method="eagle3", spec_depth=3, max_captured_batch=16)
+    assert json.loads(value(args, "--speculative-config"))["model"] == "/ckpt/draft"
+    assert json.loads(value(args, "--compilation-config"))["cudagraph_capture_sizes"] == [4, 8, 16, 32, 64]
+    assert value(argv("vllm", tp=8, dcp=2)[0], "--decode-context-parallel-size") == "2"
