@@ -2,10 +2,14 @@
 anchor-defining, so the anchor must be measured with the kernels the target runs).
 
 vLLM quantizes a BF16 checkpoint while it loads (docs/features/quantization/online.md):
-`--quantization SHORTHAND` picks the scheme and `--quantization-config JSON` sets each
-layer kind apart, `{"linear": {"weight": K, "activation": K}, "moe": {...}}`, with keys
-from `QUANT_KEY_NAMES` (vllm/config/quantization.py): `fp8_per_block_static`,
-`fp8_per_block_dynamic`, `mxfp8`, `mxfp4`; `null` leaves a slot as the checkpoint has it.
+`--quantization online` with `--quantization-config JSON` sets each layer kind apart,
+`{"linear": SHORTHAND, "moe": {...}}` (checked against the vLLM 0.33.0 wheel,
+vllm/config/quantization.py and quantization/online/base.py): a slot quantized online
+names the method's shorthand (`fp8_per_block`: W8A8 with dynamic fp8 activations,
+`mxfp4`: W4A4), whose activations vLLM picks and refuses to override; an activation-only
+override of a checkpoint's quantized slot is `{"weight": null, "activation": K}` with K
+from `QUANT_KEY_NAMES` (`fp8_per_block_dynamic`, `mxfp8`, `mxfp4`); `null` leaves a slot as
+the checkpoint has it.
 For a checkpoint already quantized in part (Kimi-K3's fp4 experts) only the config is
 passed: the checkpoint's method stays, its other slots are overridden (vLLM documents
 this for activations of MXFP4 MoE checkpoints).
@@ -28,7 +32,8 @@ import json
 from levers.errors import InputError
 from levers.precision import gemm_activation
 
-WEIGHT_KEYS = {"bf16": None, "fp8": "fp8_per_block_static", "fp4": "mxfp4"}
+ONLINE_SHORTHANDS = {"fp8": "fp8_per_block", "fp4": "mxfp4"}   # vLLM's online methods, per weight dtype
+ONLINE_ACTIVATION = {"fp8": "fp8", "fp4": "fp4"}     # ... and the activations each runs (W8A8, W4A4)
 ACTIVATION_KEYS = {"bf16": None, "fp8": "fp8_per_block_dynamic", "fp4": "mxfp4"}
 FP4_MOE_FP8_ACTIVATION = "mxfp8"          # vLLM's W4A8 MoE path (MXFP4 weights, MXFP8 activations)
 
@@ -37,20 +42,32 @@ def _effective_activation(weight: str, activation: str | None) -> str:
     return activation or ("fp8" if weight == "fp8" else "bf16")
 
 
-def _slot(kind: str, weight: str, native_weight: str | None, activation: str, native_activation: str) -> dict | None:
-    """One layer kind's {weight, activation}, or None when it stays as the checkpoint has it."""
+def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
+          native_activation: str) -> dict | str | None:
+    """One layer kind's entry: an online method's shorthand (a new weight precision: vLLM
+    0.33 picks its activations itself and refuses an override, so the asked activations must
+    be the method's), an activation-only override of a checkpoint's quantized slot, or None
+    when it stays as the checkpoint has it."""
+    lever = f"--config {'weight' if kind == 'linear' else 'expert'}_dtype"
     activation = gemm_activation(activation, weight)
     if weight == native_weight and activation == native_activation:
         return None
     if native_weight not in (None, "bf16") and weight != native_weight:
-        raise InputError(f"--config {'weight' if kind == 'linear' else 'expert'}_dtype",
-                         f"{weight} {kind} weights: the checkpoint holds them in {native_weight} and vLLM "
+        raise InputError(lever, f"{weight} {kind} weights: the checkpoint holds them in {native_weight} and vLLM "
                          "quantizes only BF16 weights online",
                          f"{native_weight}, or --model-path to a checkpoint that holds {weight}")
+    if weight != native_weight:
+        runs = ONLINE_ACTIVATION[weight]
+        if activation != runs:
+            raise InputError(lever, f"{weight} {kind} weights with {activation} activations: vLLM's online "
+                             f"{ONLINE_SHORTHANDS[weight]} runs {runs} activations", f"activation_dtype={runs}, or "
+                             f"--model-path to a checkpoint that holds W{weight[2:] if weight != 'bf16' else 16}"
+                             f"A{activation[2:] if activation != 'bf16' else 16} weights")
+        return ONLINE_SHORTHANDS[weight]
     activation_key = ACTIVATION_KEYS[activation]
     if kind == "moe" and weight == "fp4" and activation == "fp8":
         activation_key = FP4_MOE_FP8_ACTIVATION
-    return {"weight": WEIGHT_KEYS[weight] if weight != native_weight else None, "activation": activation_key}
+    return {"weight": None, "activation": activation_key}
 
 
 def vllm_quantization_args(weight: str | None, expert: str | None, activation: str | None,
@@ -78,8 +95,7 @@ def vllm_quantization_args(weight: str | None, expert: str | None, activation: s
     args = []
     prequantized = native_weight != "bf16" or (native_expert not in (None, "bf16"))
     if not prequantized:
-        uses_fp4 = any(slot.get("weight") == "mxfp4" for slot in config.values())
-        args += ["--quantization", "mxfp4" if uses_fp4 else "fp8_per_block"]
+        args += ["--quantization", "online"]        # the per-slot config decides (vLLM's `online` name)
         for kind in ("linear", "moe"):
             if kind not in config and (kind == "linear" or native_expert is not None):
                 config[kind] = {"weight": None, "activation": None}     # leave it unquantized

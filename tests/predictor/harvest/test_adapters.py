@@ -108,30 +108,33 @@ def quantization(native, **levers):
 
 
 def test_vllm_online_quantization_of_a_bf16_checkpoint():
-    """BF16 checkpoints: the shorthand plus every slot spelt out (vLLM online.md)."""
+    """BF16 checkpoints: `--quantization online` and each slot's method shorthand. vLLM
+    0.33.0's online methods pick their own activations (fp8_per_block: W8A8, mxfp4: W4A4)
+    and refuse an activation override (quantization/online/base.py), and its "mxfp4" key
+    is the dynamic activation format, which no online weight table holds: a shorthand."""
     assert quantization(DENSE_BF16) == (None, None)
     shorthand, config = quantization(DENSE_BF16, weight_dtype="fp8")
-    assert shorthand == "fp8_per_block"
-    assert config == {"linear": {"weight": "fp8_per_block_static", "activation": "fp8_per_block_dynamic"}}
-    shorthand, config = quantization(DENSE_BF16, weight_dtype="fp4")
-    assert shorthand == "mxfp4" and config == {"linear": {"weight": "mxfp4", "activation": None}}
+    assert shorthand == "online" and config == {"linear": "fp8_per_block"}
+    shorthand, config = quantization(DENSE_BF16, weight_dtype="fp4", activation_dtype="fp4")
+    assert shorthand == "online" and config == {"linear": "mxfp4"}
+    with pytest.raises(InputError, match="online mxfp4 runs fp4 activations"):
+        quantization(DENSE_BF16, weight_dtype="fp4")                     # W4A16: not an online method
 
 
 def test_vllm_fp4_on_a_partly_quantized_checkpoint():
     """Kimi-K3 keeps its own fp4 experts: only the override is passed, never --quantization."""
-    shorthand, config = quantization(KIMI, weight_dtype="fp4")
-    assert shorthand is None and config == {"linear": {"weight": "mxfp4", "activation": None}}
+    shorthand, config = quantization(KIMI, weight_dtype="fp4", activation_dtype="fp4")
+    assert shorthand is None and config == {"linear": "mxfp4", "moe": {"weight": None, "activation": "mxfp4"}}
     shorthand, config = quantization(KIMI, weight_dtype="fp8", activation_dtype="fp8")
     assert shorthand is None and config["moe"] == {"weight": None, "activation": "mxfp8"}   # W4A8 experts
-    assert config["linear"] == {"weight": "fp8_per_block_static", "activation": "fp8_per_block_dynamic"}
+    assert config["linear"] == "fp8_per_block"
     # fp8 activations: no GEMM runs W16A8, so the bf16 linear layers keep bf16 (as priced) and only
     # the fp4 experts take them (W4A8)
     shorthand, config = quantization(KIMI, activation_dtype="fp8")
     assert shorthand is None and config == {"moe": {"weight": None, "activation": "mxfp8"}}
-    # fp4 activations on fp8 linear weights: W8A8 linear layers, W4A4 experts (no W8A4 GEMM)
+    # fp4 activations on fp8 linear weights: no W8A4 GEMM, so W8A8 linear layers, W4A4 experts
     shorthand, config = quantization(KIMI, weight_dtype="fp8", activation_dtype="fp4")
-    assert config == {"linear": {"weight": "fp8_per_block_static", "activation": "fp8_per_block_dynamic"},
-                      "moe": {"weight": None, "activation": "mxfp4"}}
+    assert config == {"linear": "fp8_per_block", "moe": {"weight": None, "activation": "mxfp4"}}
     with pytest.raises(InputError, match="holds them in fp4"):
         quantization(KIMI, expert_dtype="fp8")
 
