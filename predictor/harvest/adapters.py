@@ -156,6 +156,18 @@ class SglangAdapter(GpuAdapter):
                              "flashinfer": "flashinfer_cutlass"})
     _SPEC = MappingProxyType({"mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"})
 
+    def _check_fp8(self, config: Configuration, native: dict[str, str]) -> None:
+        """SGLang's online ``--quantization fp8`` quantizes every linear and MoE layer of a
+        BF16 checkpoint, and refuses a checkpoint quantized by another method: fp8 weights
+        with bf16 experts, or on a partly quantized checkpoint, cannot be launched so."""
+        experts = native.get("expert_dtype")
+        if native.get("weight_dtype") not in (None, "bf16") or experts not in (None, "bf16"):
+            raise refuse(self.engine, "weight_dtype", "fp8", "the checkpoint's own (it is quantized already; SGLang "
+                         "refuses a second method), or --model-path to an fp8 checkpoint")
+        if experts == "bf16":
+            raise refuse(self.engine, "weight_dtype", "fp8", "the checkpoint's bf16 on this MoE model (SGLang's "
+                         "online fp8 would quantize its bf16 experts too), or --model-path to an fp8 checkpoint")
+
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         weight = self._check_dtypes(config, request, native)
         argv = [request.python, "-m", "sglang.launch_server", "--model-path", request.model_path,
@@ -179,6 +191,7 @@ class SglangAdapter(GpuAdapter):
         else:
             argv += ["--cuda-graph-max-bs-decode", str(sizes[-1]), "--cuda-graph-bs-decode", *map(str, sizes)]
         if weight == "fp8":
+            self._check_fp8(config, native)
             argv += ["--quantization", "fp8"]
         if config.kv_cache_dtype == "fp8":
             argv += ["--kv-cache-dtype", "fp8_e4m3"]

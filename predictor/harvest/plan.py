@@ -275,12 +275,33 @@ def _check_extra_args(extra: tuple[str, ...], argv: tuple[str, ...]) -> None:
     """An ``--engine-arg`` may add what the launch does not set, never restate a flag it
     sets: the engine would take the later value and measure a layout (or limit) other
     than the one the anchor is labelled with."""
-    own = {arg.split("=", 1)[0] for arg in argv if arg.startswith("-")}
+    own = {_flag_name(arg) for arg in argv if arg.startswith("-")}
     for arg in extra:
-        flag = arg.split("=", 1)[0]
-        if arg.startswith("-") and flag in own:
-            raise InputError("--engine-arg", f"{quote(flag)} is set by the launch from the configuration",
-                             "an engine flag the launch does not set (change the lever in --config instead)")
+        flag = _flag_name(arg)
+        if arg.startswith("-") and (flag in own or flag in LEVER_FLAGS):
+            raise InputError("--engine-arg", f"{quote(arg.split('=', 1)[0])} sets what the configuration decides "
+                             "(a width, precision, cache, graph or prefix-caching flag)",
+                             "an engine flag no lever decides (change the lever in --config instead)")
+
+
+# Flags (dashes for underscores, no `--no-` prefix) that express a lever even when the
+# launch leaves them out: their aliases and the switches a default relies on (prefix
+# caching off for a harvest, graphs, expert parallelism, quantization, KV dtype).
+LEVER_FLAGS = frozenset({
+    "-tp", "-pp", "-dp", "-ep", "--enable-prefix-caching", "--disable-radix-cache", "--enable-radix-cache",
+    "--enforce-eager", "--enable-expert-parallel", "--quantization", "--quantization-config", "--kv-cache-dtype",
+    "--cuda-graph-max-bs", "--disable-cuda-graph", "--compilation-config", "--speculative-config",
+    "--speculative-algorithm", "--enable-dp-attention",
+})
+
+
+def _flag_name(arg: str) -> str:
+    """``--enable_prefix_caching=1`` and ``--no-enable-prefix-caching`` name one flag."""
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+        name = "--" + name[len("--no-"):] if name.startswith("--no-") else name
+    return name
 
 
 def _memory_note(card: ModelCard, cluster: Cluster, config: Configuration, context: int) -> tuple[str, ...]:

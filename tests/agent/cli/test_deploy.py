@@ -188,7 +188,8 @@ def test_a_replica_wider_than_a_node_gets_one_command_per_node(tmp_path):
     assert "--data-parallel-size-local" in nodes[0]["argv"] and "--headless" not in nodes[0]["argv"]
     assert nodes[1]["argv"][-3:] == ["--data-parallel-start-rank", "1", "--headless"]
     assert_valid([{"argv": n["argv"], "display": n["display"]} for n in nodes])
-    sglang = deploy(*args, "--engine", "sglang", "--out", str(tmp_path / "s"), "--json")
+    sglang = deploy("--model", "deepseek-r1", "--cluster", "h100x8x2", "--config", "tp=16,ep=16,attention_dp=2",
+                    "--engine", "sglang", "--out", str(tmp_path / "s"), "--json")
     assert sglang.exit_code == 0, sglang.output
     nodes = json.loads(sglang.stdout)["pools"][0]["nodes"]
     assert [n["argv"][-6:-2] for n in nodes] == [["--nnodes", "2", "--node-rank", "0"], ["--nnodes", "2", "--node-rank", "1"]]

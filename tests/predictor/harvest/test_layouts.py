@@ -112,3 +112,33 @@ def test_a_launch_the_memory_model_prices_as_not_fitting_says_so_before_it_runs(
     assert "note: memory" not in runner.invoke(app, base + ["--model", "qwen3-32b"]).output
     endpoint = runner.invoke(app, base + ["--model", "kimi-k3", "--endpoint", "http://10.0.0.1:8000"])
     assert endpoint.exit_code == 0 and "note: memory" not in endpoint.output
+
+
+@pytest.mark.parametrize("args, what, words", [
+    (["--engine", "vllm", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=--enforce-eager"],
+     "--engine-arg", "sets what the configuration decides"),
+    (["--engine", "vllm", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=--enable_prefix_caching"],
+     "--engine-arg", "sets what the configuration decides"),
+    (["--engine", "vllm", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=-tp=1"],
+     "--engine-arg", "sets what the configuration decides"),
+    (["--engine", "sglang", "--model", "qwen3-30b-a3b", "--config", "tp=2,ep=2,weight_dtype=fp8"],
+     "--config weight_dtype", "would quantize its bf16 experts too"),
+    (["--engine", "sglang", "--model", "gpt-oss-120b", "--config", "tp=8,weight_dtype=fp8"],
+     "--config weight_dtype", "SGLang refuses a second method"),
+    (["--engine", "vllm", "--model", "llama-3.1-70b", "--config", "tp=4", "--prefill-lengths", "200000"],
+     "--prefill-lengths", "exceeds Llama-3.1-70B's context of 131,072"),
+    (["--engine", "vllm", "--model", "llama-3.1-70b", "--config", "tp=4", "--endpoint", "http://10.0.0.1:8000/v1"],
+     "--endpoint", "has a path"),
+    (["--engine", "vllm", "--model", "deepseek-r1", "--config", "tp=8,ep=8,attention_dp=8", "--batches", "4096"],
+     "--batches", "above the replica's 2048 running requests"),
+])
+def test_a_harvest_the_engine_would_not_run_as_labelled_is_refused(args, what, words):
+    result = runner.invoke(app, ["harvest", "--cluster", "b200", *args, "--dry-run"])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"error: {what}" in output and words in output, output
+
+
+def test_the_replica_cap_under_attention_dp_admits_a_wide_wave():
+    result = runner.invoke(app, ["harvest", "--engine", "vllm", "--model", "deepseek-r1", "--cluster", "b200",
+                                 "--config", "tp=8,ep=8,attention_dp=8", "--batches", "512", "--dry-run"])
+    assert result.exit_code == 0, result.output
