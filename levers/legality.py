@@ -59,6 +59,8 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     reasons += _engine_support(config, engine)
     reasons += _vendor_values(config, cluster)
     reasons += _host_tier(config, cluster)
+    if config.attention_backend == "flashmla" and getattr(model, "uses_mla", True) is False:
+        reasons.append(f"attention_backend=flashmla runs MLA attention only; {model.name} has MHA/GQA attention")
     reasons += _expert_parallel(config, engine)
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)

@@ -156,6 +156,11 @@ class ModelCard(_Frozen):
 
     # -- shape shortcuts ---------------------------------------------------------------
     @property
+    def uses_mla(self) -> bool:
+        """Whether its attention is MLA (latent KV): the engines' MLA kernels, not MHA/GQA ones."""
+        return any(group.kind == AttentionKind.MLA for group in self.attention)
+
+    @property
     def is_moe(self) -> bool:
         return self.moe_layers > 0 and self.num_experts > 0
 

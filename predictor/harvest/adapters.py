@@ -90,8 +90,10 @@ def expert_parallel_flag(engine: Engine, config: Configuration) -> str:
 class VllmAdapter(GpuAdapter):
     engine = Engine.VLLM
     package = "vllm"
-    _ATTENTION = MappingProxyType({"triton": "TRITON_ATTN", "flashinfer": "FLASHINFER", "flashmla": "FLASHMLA",
-                  "flash_attn": "FLASH_ATTN", "aiter": "ROCM_AITER_FA"})
+    _ATTENTION = MappingProxyType({"triton": "TRITON_ATTN", "flashinfer": "FLASHINFER",
+                                   "flash_attn": "FLASH_ATTN", "aiter": "ROCM_AITER_FA"})
+    _MLA_ATTENTION = MappingProxyType({"triton": "TRITON_MLA", "flashinfer": "FLASHINFER_MLA", "flashmla": "FLASHMLA",
+                                       "flash_attn": "FLASH_ATTN_MLA", "aiter": "ROCM_AITER_MLA"})
     _CAPTURE = MappingProxyType({"piecewise": "PIECEWISE", "full": "FULL_AND_PIECEWISE"})
     _A2A = MappingProxyType({"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori_low_latency"})
     _MOE = MappingProxyType({"triton": "triton", "aiter": "aiter", "deepgemm": "deep_gemm", "cutlass": "cutlass",
@@ -128,8 +130,12 @@ class VllmAdapter(GpuAdapter):
         argv += quantization
         if config.kv_cache_dtype == "fp8":
             argv += ["--kv-cache-dtype", "fp8"]
-        if config.attention_backend:
-            argv += ["--attention-backend", self._ATTENTION[config.attention_backend]]
+        if config.attention_backend:      # vLLM's backends are per attention kind (MLA or not)
+            names = self._MLA_ATTENTION if request.mla else self._ATTENTION
+            if config.attention_backend not in names:
+                raise refuse(self.engine, "attention_backend", config.attention_backend,
+                             ", ".join(names) + (" (MLA kernels)" if request.mla else " (MHA/GQA kernels)"))
+            argv += ["--attention-backend", names[config.attention_backend]]
         if config.moe_backend:
             argv += ["--moe-backend", self._MOE[config.moe_backend]]
             env.update(self._MOE_ENV.get(config.moe_backend, {}))
@@ -196,8 +202,10 @@ class SglangAdapter(GpuAdapter):
         if config.kv_cache_dtype == "fp8":
             argv += ["--kv-cache-dtype", "fp8_e4m3"]
         if config.attention_backend:
-            argv += ["--attention-backend", {"trtllm": "trtllm_mha"}.get(config.attention_backend,
-                                                                        config.attention_backend)]
+            if config.attention_backend == "flashmla" and not request.mla:
+                raise refuse(self.engine, "attention_backend", "flashmla", "a backend of MHA/GQA attention")
+            trtllm = "trtllm_mla" if request.mla else "trtllm_mha"
+            argv += ["--attention-backend", {"trtllm": trtllm}.get(config.attention_backend, config.attention_backend)]
         if config.moe_backend == "aiter":
             env["SGLANG_USE_AITER"] = "1"
         elif config.moe_backend:

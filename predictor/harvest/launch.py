@@ -58,6 +58,7 @@ class LaunchRequest:
     memory_fraction: float | None = None  # the engine's own memory flag for the lever's KV pool
                                           # (`predictor.memory.engine_memory_fraction`); None: the lever
     draft_model: str | None = None  # the draft checkpoint of EAGLE-3 / DSpark speculation (none: refused)
+    mla: bool = False               # the model's attention is MLA: the engines name other kernels for it
 
     def memory_share(self, config: Configuration) -> float:
         """The value the engine's memory flag gets (`memory_fraction`, else the lever's)."""

@@ -348,7 +348,7 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
                                        context_tokens=context, threads=request.threads, python=request.python,
                                        checkpoint_given=request.model_path is not None,
                                        memory_fraction=engine_memory_flag(card, cluster, engine, config, context),
-                                       draft_model=request.draft_model)
+                                       draft_model=request.draft_model, mla=card.uses_mla)
         launch = adapter.launch(config, launch_request, native)
         _check_extra_args(request.extra_args, launch.argv)
         launch = replace(launch, argv=launch.argv + tuple(request.extra_args))

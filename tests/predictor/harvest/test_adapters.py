@@ -2,6 +2,7 @@
 PRODUCT.md §6); levers an engine cannot express are refused, not dropped."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -13,7 +14,7 @@ from predictor.harvest.adapters import ADAPTERS, LaunchRequest, adapter_for
 from tests.agent.deploy.flags import argv_problems, env_problems
 
 REQUEST = LaunchRequest(model_path="deepseek-ai/DeepSeek-R1", served_name="DeepSeek-R1", port=8000,
-                        context_tokens=16384, python="python", draft_model="/ckpt/draft")
+                        context_tokens=16384, python="python", draft_model="/ckpt/draft", mla=True)
 FLAGS_START = 3   # after `vllm serve MODEL`, `python -m MODULE`, `trtllm-serve serve MODEL`
 FP8 = {"weight_dtype": "fp8", "expert_dtype": "fp8", "activation_dtype": None, "kv_cache_dtype": "bf16"}
 
@@ -225,3 +226,15 @@ def test_a_drafting_method_needs_its_draft_and_vllm_captures_verify_tokens():
     assert json.loads(value(args, "--speculative-config"))["model"] == "/ckpt/draft"
     assert json.loads(value(args, "--compilation-config"))["cudagraph_capture_sizes"] == [4, 8, 16, 32, 64]
     assert value(argv("vllm", tp=8, dcp=2)[0], "--decode-context-parallel-size") == "2"
+
+
+def test_attention_kernels_are_named_for_the_models_attention():
+    """vLLM and SGLang name MLA kernels apart (an MHA backend on an MLA model does not start)."""
+    gqa = replace(REQUEST, mla=False)
+    mla_args, _ = argv("vllm", tp=8, attention_backend="aiter")
+    assert value(mla_args, "--attention-backend") == "ROCM_AITER_MLA"
+    gqa_args = adapter_for("vllm").launch(Configuration(tp=8, attention_backend="aiter"), gqa, FP8).argv
+    assert value(list(gqa_args), "--attention-backend") == "ROCM_AITER_FA"
+    with pytest.raises(InputError, match="MHA/GQA"):
+        adapter_for("vllm").launch(Configuration(tp=8, attention_backend="flashmla"), gqa, FP8)
+    assert value(argv("sglang", tp=8, attention_backend="trtllm")[0], "--attention-backend") == "trtllm_mla"
