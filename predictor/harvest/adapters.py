@@ -120,6 +120,8 @@ class VllmAdapter(GpuAdapter):
             argv.append(expert_parallel_flag(self.engine, config))
         if config.dcp > 1:
             argv += ["--decode-context-parallel-size", str(config.dcp)]
+        if config.eplb_replicas:            # redundant hot-expert copies (Eq. 3)
+            argv += ["--enable-eplb", "--eplb-config", json.dumps({"num_redundant_experts": config.eplb_replicas})]
         if config.graph_capture == "none":
             argv.append("--enforce-eager")
         else:       # vLLM captures by tokens: a verify step of b requests carries b * (1 + depth)
@@ -191,6 +193,8 @@ class SglangAdapter(GpuAdapter):
             argv += ["--attn-dp-size", str(config.attention_dp)]
         if config.dcp > 1:
             argv += ["--dcp-size", str(config.dcp)]
+        if config.eplb_replicas:
+            argv += ["--enable-eplb", "--ep-num-redundant-experts", str(config.eplb_replicas)]
         sizes = self.captured_sizes(config)
         if config.graph_capture == "none":
             argv += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
@@ -234,6 +238,9 @@ class AtomAdapter(GpuAdapter):
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         if config.pp > 1:
             raise refuse(self.engine, "pp", config.pp, "1")
+        if config.eplb_replicas:
+            raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (no redundant-expert flag in the "
+                         "release checked)")
         if request.pool is not None:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")

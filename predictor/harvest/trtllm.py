@@ -54,6 +54,9 @@ class TrtllmAdapter(GpuAdapter):
             raise refuse(self.engine, "attention_dp", config.attention_dp, f"1 or tp={config.tp}")
         if config.spec_method == "eagle3":
             raise refuse(self.engine, "spec_method", "eagle3", "mtp or ngram (EAGLE3 needs its draft checkpoint)")
+        if config.eplb_replicas:
+            raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (its MoE load balancer's slots "
+                         "are not written here)")
         path = os.path.join(request.files_dir or tempfile.gettempdir(),
                             f"inferasim-trtllm-{request.served_name}-{request.port}.yaml")
         argv = ("trtllm-serve", "serve", request.model_path, "--host", request.host, "--port", str(request.port),

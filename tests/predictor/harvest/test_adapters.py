@@ -238,3 +238,12 @@ def test_attention_kernels_are_named_for_the_models_attention():
     with pytest.raises(InputError, match="MHA/GQA"):
         adapter_for("vllm").launch(Configuration(tp=8, attention_backend="flashmla"), gqa, FP8)
     assert value(argv("sglang", tp=8, attention_backend="trtllm")[0], "--attention-backend") == "trtllm_mla"
+
+
+def test_redundant_experts_reach_the_engines_that_have_them():
+    args, _ = argv("vllm", tp=8, ep=8, eplb_replicas=32)
+    assert "--enable-eplb" in args and json.loads(value(args, "--eplb-config")) == {"num_redundant_experts": 32}
+    assert value(argv("sglang", tp=8, ep=8, eplb_replicas=32)[0], "--ep-num-redundant-experts") == "32"
+    for engine in ("atom", "trtllm"):
+        with pytest.raises(InputError, match="eplb_replicas"):
+            argv(engine, tp=8, ep=8, eplb_replicas=32)
