@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from levers.errors import InputError
+from levers.inputs import quote
 from predictor.cards.registry import (
     CardSource,
     Dtype,
@@ -196,6 +197,9 @@ def hf_config_from_gguf(header: GgufHeader, origin: str = "gguf") -> dict:
     vocab = int(header.arch_key("vocab_size") or 0) or _count(header.metadata.get("tokenizer.ggml.tokens"))
     if not vocab:
         vocab = next((t.shape[-1] for t in header.tensors if t.name == "token_embd.weight"), 0)
+    if not vocab:
+        raise InputError(f"GGUF file {quote(origin)}", "names no vocabulary (no vocab_size, tokenizer tokens or "
+                         "token_embd.weight)", "a GGUF of a decoder-only transformer")
     has_output = any(t.name == "output.weight" for t in header.tensors)
     config = {
         "model_type": header.architecture,

@@ -59,3 +59,10 @@ def test_card_name_drops_the_quantisation():
     assert card_name_for("/m/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct"
     assert card_name_for("llama-3-8b-f16.gguf") == "llama-3-8b"
     assert card_name_for("model.gguf") == "model"
+
+
+def test_a_gguf_with_no_vocabulary_is_named_not_an_internal_error(tmp_path, gguf_writer):
+    from predictor.harvest.gguf import card_from_gguf
+    path = gguf_writer(tmp_path / "novocab.gguf", vocab=0)
+    with pytest.raises(InputError, match="names no vocabulary"):
+        card_from_gguf(path)
