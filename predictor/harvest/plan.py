@@ -319,6 +319,11 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     """Validate the request and decide everything a harvest will do (module docstring)."""
     if request.endpoint is not None:
         check_endpoint(request.endpoint)
+        unused = [flag for flag, given in (("--engine-arg", request.extra_args), ("--threads", request.threads))
+                  if given]
+        if unused:      # they shape a launch; an endpoint's engine was launched by someone else
+            raise InputError(unused[0], "has no effect with --endpoint (the engine is already running)",
+                             "--endpoint alone, or a launch without --endpoint")
     adapter = adapter_for(request.engine)
     engine = adapter.engine
     card, model_path, eos = _card_and_path(request, engine)
