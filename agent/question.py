@@ -57,6 +57,23 @@ class TuneRequest:
 
 
 
+DECODE_METRICS = ("tpot", "itl", "interactivity", "generation_rate")   # undefined at one output token
+
+
+def _check_decodes(workload, objective, slos) -> None:
+    """A workload of one output token has no decode step: an objective or SLO on decode
+    speed could never be computed (every trial would miss it)."""
+    if not (workload.is_fixed and workload.osl <= 1):
+        return
+    if objective.metric.startswith(DECODE_METRICS):
+        raise InputError("--objective", f"{objective.name} reads decode speed, which {workload.name} (one output "
+                         "token) does not have", "a throughput or TTFT objective, or a workload with more output")
+    for slo in slos:
+        if slo.metric.startswith(DECODE_METRICS):
+            raise InputError("--slo", f"{slo} bounds decode speed, which {workload.name} (one output token) does "
+                             "not have", "a TTFT or E2E bound, or a workload with more output")
+
+
 def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
                   check_fn: CheckFn | None = None, store=None) -> SearchContext:
     """Validate the question and bind it to the predictor."""
@@ -70,6 +87,7 @@ def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
     has_anchor = store.has_anchor if store is not None and hasattr(store, "has_anchor") else None
     target = resolve_target(request.model, request.cluster, request.engine, has_anchor=has_anchor)
     check_workload_context(target.card, workload.context_tokens, workload.name)
+    _check_decodes(workload, objective, slos)
     return SearchContext(
         target=target, workload=workload, objective=objective, predict_fn=predict_fn or predict,
         check_fn=check_fn or check_configuration, slos=slos, seed=request.seed,

@@ -81,7 +81,7 @@ class SteadyState:
         ttft = self.ttft_ms + host_ms
         e2e = self.e2e_ms + host_ms
         tokens_per_s = MS_PER_S / self.tpot_ms
-        return {
+        metrics = {
             "ttft_ms_mean": ttft, "ttft_ms_p50": ttft,
             "ttft_admission_ms_mean": self.ttft_admission_ms + host_ms,
             "tpot_ms_mean": self.tpot_ms, "tpot_ms_p50": self.tpot_ms,
@@ -99,6 +99,14 @@ class SteadyState:
             "mixed_decode_step_ms": self.mixed_step_ms,
             "tpot_pollution": self.step_ms / self.decode_step_ms if self.decode_step_ms else 1.0,
         }
+        if load.osl <= 1:       # one output token: no decode step, so no TPOT, ITL or per-user speed
+            for key in SINGLE_TOKEN_UNDEFINED:
+                metrics.pop(key)
+        return metrics
+
+
+SINGLE_TOKEN_UNDEFINED = ("tpot_ms_mean", "tpot_ms_p50", "itl_ms_mean", "itl_ms_p50", "interactivity_mean",
+                          "interactivity_p50", "generation_rate")
 
 
 def chunks(isl: int, chunk_tokens: int) -> list[tuple[int, int]]:

@@ -39,3 +39,18 @@ def test_one_output_token_shows_no_decode_speed():
     rows = [line.split()[0] for line in result.output.splitlines() if line.strip()]
     assert "TTFT" in rows and not {"TPOT", "ITL", "E2E", "tok/s/user"} & set(rows)
     assert "no decode step, so no TPOT, ITL or tok/s/user, and E2E is the TTFT" in " ".join(result.output.split())
+
+
+def test_one_output_token_carries_no_decode_metrics_and_no_search_can_aim_at_them():
+    import json
+    from typer.testing import CliRunner
+    from agent.cli.main import app
+    runner = CliRunner()
+    data = json.loads(runner.invoke(app, ["predict", "--model", "gpt-oss-120b", "--config", "tp=8", "--workload", "1k/1",
+                                          "--json"]).stdout)
+    assert all(data["metrics"].get(key) is None for key in ("tpot_ms", "itl_ms", "interactivity"))
+    assert data["metrics"]["ttft_ms"] > 0 and data["metrics"]["output_throughput_per_gpu"] > 0
+    for option, value, what in (("--objective", "interactivity", "--objective"), ("--slo", "p90-itl=25", "--slo")):
+        result = runner.invoke(app, ["tune", "--model", "gpt-oss-120b", "--workload", "1k/1", "--budget", "3",
+                                     "--no-llm", option, value])
+        assert result.exit_code == 2 and f"error: {what}:" in result.stderr and "one output token" in result.stderr
