@@ -113,11 +113,16 @@ def parse_number(text: Any, what: str, *, integer: bool = False, low: float | No
     return check_number(value, what, integer=integer, low=low, high=high)
 
 
+def is_number(value: Any) -> bool:
+    """A number as JSON or YAML gives it (a boolean is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_number(value: Any, what: str, *, integer: bool = False, low: float | None = None,
                  high: float | None = None) -> int | float:
     """``value`` if it is a finite (whole, for ``integer``) number in ``[low, high]``."""
     accepted = _range_text(low, high, integer)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise InputError(what, f"{quote(value)} is not a number", accepted)
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(what, f"{value} is not a finite number", accepted)

@@ -57,7 +57,11 @@ def engine_memory_flag(card: ModelCard, cluster: Cluster, engine: Engine | str, 
     the flag counts what the lever counts (vLLM, ATOM), the engine has none, or the memory
     model prices no pool at all: a harvest measures such a layout rather than trust the
     model, and a flag asking for no pool would only stop the engine from starting."""
-    memory = memory_for(card, cluster, config, context_tokens)
+    return memory_flag(engine, memory_for(card, cluster, config, context_tokens))
+
+
+def memory_flag(engine: Engine | str, memory: MemoryBreakdown) -> float | None:
+    """`engine_memory_flag` of a breakdown already computed."""
     return engine_memory_fraction(engine, memory) if memory.kv_pool_bytes > 0 else None
 
 

@@ -137,3 +137,7 @@ def parse_workload(text: str | None) -> WorkloadSpec:
                          ACCEPTED)
     isl, _, osl = text.partition("/")
     return WorkloadSpec("fixed", _tokens(isl, text), _tokens(osl, text))
+
+
+# ... as the context the anchor is chosen at (`WorkloadSpec.priced_context_tokens`)
+PREDICT_CONTEXT_TOKENS = parse_workload(PREDICT_WORKLOAD).priced_context_tokens

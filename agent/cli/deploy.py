@@ -22,9 +22,10 @@ from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, target_wit
 from agent.cli.render import config_text, id_line, number, paragraph, say
 from agent.deploy.manifests import dynamo_graph, llmd_manifests
 from agent.deploy.pick import Pick, from_config, from_ledger, from_plan
-from agent.deploy.plan import DEFAULT_PORT, DRAFT_PLACEHOLDER, DeployOptions, DeployPlan, build_plan
+from agent.deploy.plan import DEFAULT_PORT, DeployOptions, DeployPlan, build_plan
 from levers.errors import InputError
 from predictor.files import atomic_write_text
+from predictor.harvest.launch import DRAFT_CHECKPOINT
 
 PORT = int_option("--port", 1, 65535)
 TRIAL = int_option("--trial", 0)
@@ -57,7 +58,7 @@ def deploy_command(
     pick = resolve_pick(ledger, trial, plan, slot, model, cluster, engine, config)
     target = pick.target
     folder = output_dir(out or Path(f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
-    options = DeployOptions(model_path, port, str(folder), draft_model=draft_model or DRAFT_PLACEHOLDER)
+    options = DeployOptions(model_path, port, str(folder), draft_model=draft_model or DRAFT_CHECKPOINT)
     deployed = build_plan(target, pick.config, options, pick.priced_context)
     manifests, refused = manifests_for(deployed, image)
     data = {**deployed.to_json(), "pick": pick.to_json(), "manifests": refused}

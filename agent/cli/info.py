@@ -21,7 +21,7 @@ from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, m
 from predictor.hardware import list_gpus
 from predictor.step.speculation import parse_acceptance
 from predictor.target import Target, check_workload_context, resolve_target
-from predictor.workload import PREDICT_WORKLOAD, WorkloadSpec, parse_workload
+from predictor.workload import PREDICT_CONTEXT_TOKENS, WorkloadSpec
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 WideOpt = typer.Option(False, "--wide", help="One table with the ids in it (lines wider than the terminal).")
@@ -150,9 +150,6 @@ def configuration_from_options(config: list[str] | None, concurrency: int | None
     return Configuration().with_changes(partial)
 
 
-PREDICT_CONTEXT = parse_workload(PREDICT_WORKLOAD).priced_context_tokens   # predict's default workload's
-
-
 def priced_configuration(target: Target, configuration: Configuration,
                          context_tokens: float | None = None) -> tuple[Configuration, dict[str, str]]:
     """`predictor.anchors.anchoring.as_priced`, imported here only (the anchors are read
@@ -179,7 +176,7 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
           config: Optional[list[str]] = ConfigOpt, json_out: bool = JsonOpt) -> None:
     """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not."""
     target = target_with_default_engine(model, cluster, engine)
-    configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT)
+    configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT_TOKENS)
     result = check_configuration(target.card, target.cluster, target.engine, configuration)
     if json_out:
         print_json({**target.to_json(), "configuration": configuration.to_dict(),
@@ -209,7 +206,7 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
     """Per-GPU memory: weights by component, KV per token, pool, largest concurrency."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
-    configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT)
+    configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT_TOKENS)
     breakdown = memory_for(target.card, target.cluster, configuration, context)
     reasons = structural_reasons(configuration, target.engine, target.card, target.cluster)
     data = breakdown.to_json()

@@ -20,7 +20,7 @@ from levers.errors import InputError, accepted_list, did_you_mean
 from levers.inputs import load_json
 from predictor.cards.registry import load_card
 from predictor.target import Target, recorded_target
-from predictor.workload import PREDICT_WORKLOAD, parse_workload
+from predictor.workload import PREDICT_CONTEXT_TOKENS, parse_workload
 
 PLAN_EXPECTED = "the JSON report of inferasim plan-mix --out"
 
@@ -107,4 +107,4 @@ def from_plan(path: str, slot: str | None) -> Pick:
 def from_config(target: Target, texts: list[str] | None) -> Pick:
     """``--config`` pairs over the lever defaults on a resolved target."""
     config = Configuration().with_changes(parse_config_text(texts))    # its recipe as `predict` prices it
-    return Pick(target, config, "--config", priced_context=parse_workload(PREDICT_WORKLOAD).priced_context_tokens)
+    return Pick(target, config, "--config", priced_context=PREDICT_CONTEXT_TOKENS)

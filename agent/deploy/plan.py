@@ -46,9 +46,6 @@ PRECISION_LEVERS = ("weight_dtype", "expert_dtype", "activation_dtype")
 CHECKPOINT_HINT = "; or --model-path CHECKPOINT that holds these precisions (the engine loads them as they are)"
 
 
-DRAFT_PLACEHOLDER = DRAFT_CHECKPOINT      # where EAGLE-3 / DSpark's draft checkpoint goes
-
-
 @dataclass(frozen=True, slots=True)
 class DeployOptions:
     """What a launch needs beyond the pick: where the weights are, the port, where the
@@ -58,7 +55,7 @@ class DeployOptions:
     port: int = DEFAULT_PORT
     files_dir: str = "."
     context_tokens: int | None = None  # default: the model's, as the KV cache allows
-    draft_model: str = DRAFT_PLACEHOLDER  # EAGLE-3 / DSpark's draft checkpoint (a placeholder to replace)
+    draft_model: str = DRAFT_CHECKPOINT  # EAGLE-3 / DSpark's draft checkpoint (a placeholder to replace)
 
 
 HEAD_NODE = "HEAD_NODE"             # placeholder: the address of a replica's first node
@@ -151,8 +148,8 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
     followed = tuple(dict.fromkeys(lever for pool in pools for lever in taken if getattr(pool.config, lever) is None))
     notes = tuple(f"{lever}={taken[lever]} as priced is not on {target.engine}'s command line: the engine picks "
                   "activations from the checkpoint's weights, as the anchor's run did" for lever in followed)
-    if config.spec_method in DRAFT_METHODS and options.draft_model == DRAFT_PLACEHOLDER:
-        notes += (f"{DRAFT_PLACEHOLDER}: the {config.spec_method} draft checkpoint of {target.card.name} "
+    if config.spec_method in DRAFT_METHODS and options.draft_model == DRAFT_CHECKPOINT:
+        notes += (f"{DRAFT_CHECKPOINT}: the {config.spec_method} draft checkpoint of {target.card.name} "
                   "(deploy --draft-model PATH writes it in)",)
     return DeployPlan(target, config, pools, backend, {k: v for k, v in taken.items() if k not in followed}, notes)
 

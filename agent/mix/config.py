@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from levers.catalog import ENGINES, parse_engine
 from levers.configuration import Configuration, parse_partial
 from levers.errors import InputError, accepted_list
-from levers.inputs import parse_yaml, quote, read_text
+from levers.inputs import is_number, parse_yaml, quote, read_text
 from objectives.objectives import LATENCY_STATS
 from objectives.slo import SLO
 from predictor.cards.registry import load_card
@@ -135,12 +135,11 @@ class ModelEntry(BaseModel):
     @classmethod
     def _acceptance_text(cls, value: Any) -> Any:
         """Numbers and lists of numbers as `--acceptance` text; anything else but text refused."""
-        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)   # noqa: E731
         if value is None or isinstance(value, str):
             return value
-        if number(value):
+        if is_number(value):
             return str(value)
-        if isinstance(value, list) and value and all(number(v) for v in value):
+        if isinstance(value, list) and value and all(is_number(v) for v in value):
             return ",".join(str(v) for v in value)
         raise ValueError("expected acceptance text, a number or a list of numbers")
 

@@ -86,9 +86,13 @@ class Anchoring:
         return self.store.select(t.card, t.cluster, t.engine, config, config.concurrency,
                                  context_tokens=self.context_tokens, disaggregated=self.split)
 
+    def recipe(self, config: Configuration) -> dict[str, str]:
+        """The unset levers ``config`` takes from the anchor of its (decode) layout."""
+        return dict(self._select(config).recipe)
+
     def resolve(self, config: Configuration) -> Configuration:
         """``config`` with its unset levers taken from the anchor of its (decode) layout."""
-        taken = self._select(config).recipe
+        taken = self.recipe(config)
         return replace(config, **taken) if taken else config
 
     def model(self, config: Configuration) -> StepModel:
@@ -151,8 +155,8 @@ def as_priced(target: Target, config: Configuration, store: AnchorStore | None =
     """``config`` with its unset levers as `predict` takes them (the recipe of the anchor
     that calibrates it), and the levers so taken: what `deploy` launches and `check` /
     `memory` size, so a command serves and sizes the precisions it was priced at."""
-    taken = Anchoring.of(target, store, context_tokens=context_tokens, split=config.disaggregated)._select(config).recipe
-    return (replace(config, **taken) if taken else config), dict(taken)
+    anchoring = Anchoring.of(target, store, context_tokens=context_tokens, split=config.disaggregated)
+    return anchoring.resolve(config), anchoring.recipe(config)
 
 
 def recipe_text(taken: dict[str, str]) -> str:

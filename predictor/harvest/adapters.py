@@ -206,8 +206,6 @@ class SglangAdapter(GpuAdapter):
         if config.kv_cache_dtype == "fp8":
             argv += ["--kv-cache-dtype", "fp8_e4m3"]
         if config.attention_backend:
-            if config.attention_backend == "flashmla" and not request.mla:
-                raise refuse(self.engine, "attention_backend", "flashmla", "a backend of MHA/GQA attention")
             trtllm = "trtllm_mla" if request.mla else "trtllm_mha"
             argv += ["--attention-backend", {"trtllm": trtllm}.get(config.attention_backend, config.attention_backend)]
         if config.moe_backend == "aiter":

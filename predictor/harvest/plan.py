@@ -32,8 +32,9 @@ from levers.legality import structural_reasons
 from predictor.anchors.anchor import Signature
 from predictor.anchors.store import signature_for
 from predictor.cards.registry import ModelCard, load_card
-from predictor.feasibility import engine_memory_flag, memory_for
+from predictor.feasibility import memory_flag, memory_for
 from predictor.hardware import DEFAULT_CLUSTER, Cluster, parse_cluster
+from predictor.memory import MemoryBreakdown
 from predictor.harvest.adapters import (
     EngineAdapter,
     LaunchCommand,
@@ -304,11 +305,10 @@ def _flag_name(arg: str) -> str:
     return name
 
 
-def _memory_note(card: ModelCard, cluster: Cluster, config: Configuration, context: int) -> tuple[str, ...]:
+def _memory_note(memory: MemoryBreakdown, context: int) -> tuple[str, ...]:
     """A launch the memory model prices as not fitting is still run (a harvest measures
     rather than trust the model), but the plan says so before the GPUs are taken: the
     engine will likely fail to start or to hold the sweep's largest wave."""
-    memory = memory_for(card, cluster, config, context)
     if memory.fits:
         return ()
     return (f"memory: the memory model prices this layout as not fitting at {context:,}-token context "
@@ -348,11 +348,12 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
                                                        2 * max(sweep.prefill_lengths + (sweep.prompt_tokens,))))
     served = card.name
     launch_request = launch = None
+    memory = memory_for(card, cluster, config, context)
     if request.endpoint is None:
         launch_request = LaunchRequest(model_path=model_path, served_name=served, port=request.port or free_port(),
                                        context_tokens=context, threads=request.threads, python=request.python,
                                        checkpoint_given=request.model_path is not None,
-                                       memory_fraction=engine_memory_flag(card, cluster, engine, config, context),
+                                       memory_fraction=memory_flag(engine, memory),
                                        draft_model=request.draft_model, mla=card.uses_mla)
         launch = adapter.launch(config, launch_request, native)
         _check_extra_args(request.extra_args, launch.argv)
@@ -367,7 +368,7 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
         update={"captured_sizes": adapter.captured_sizes(config)})
     notes = tuple(f"{k}={format_value(v)}: the only value {engine} accepts" for k, v in engine_defaults.items())
     if launch is not None:
-        notes += _memory_note(card, cluster, config, context)
+        notes += _memory_note(memory, context)
     if request.model_path and any(getattr(config, name) for name in PRECISION_LEVERS):
         notes += (f"precisions as asked, from the checkpoint {request.model_path} (no online quantization "
                   "flags); the harvester cannot verify them",)

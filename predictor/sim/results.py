@@ -231,11 +231,10 @@ def latency_distributions(requests: list[Request], recorder: Recorder,
         a bound ``interactivity pN >= X`` holds for N% of users, as a latency quantile does."""
         values = tpot()
         speeds = MS_PER_S / values[values > 0]
-        out = _stats(speeds)
-        if speeds.size:
-            tails = {name: q for name, q in QUANTILES.items() if q > 50}
-            out.update(zip(tails, (float(v) for v in np.percentile(speeds, [100 - q for q in tails.values()]))))
-        return out
+        if not speeds.size:
+            return _stats(speeds)
+        points = np.percentile(speeds, [q if q <= 50 else 100 - q for q in QUANTILES.values()])
+        return {"mean": float(speeds.mean()), **{name: float(v) for name, v in zip(QUANTILES, points)}}
 
     build = {"ttft_ms": lambda: between("arrival_us", "first_token_us"),
              "ttft_admission_ms": lambda: between("admit_us", "first_token_us"),

@@ -51,6 +51,7 @@ from importlib import resources
 from typing import Protocol
 
 from levers.errors import InputError, accepted_list
+from levers.inputs import is_number
 from predictor.cards.model_card import ModelCard
 
 
@@ -294,10 +295,11 @@ def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None,
         if any(not math.isfinite(v) or v < 1.0 for v in pairs.values()):
             raise InputError(what, f"'{raw[:80]}' is not a list of L(k) >= 1", ACCEPTANCE_ACCEPTED)
         _check_committed(pairs, raw, what)
-        lengths = lengths_from_pairs(pairs)
+        lengths = lengths_from_pairs(pairs)     # feasible points: the interpolation steps at most one too
     if not lengths or any(not math.isfinite(v) or v < 1.0 for v in lengths) or list(lengths) != sorted(lengths):
         raise InputError(what, f"'{raw[:80]}' is not a non-decreasing list of L(k) >= 1", ACCEPTANCE_ACCEPTED)
-    _check_committed(dict(enumerate(lengths, start=1)), raw, what)
+    if pairs is None:
+        _check_committed(dict(enumerate(lengths, start=1)), raw, what)
     return lengths
 
 
@@ -331,22 +333,17 @@ def _from_file(path: str, content: str) -> tuple[float, ...]:
         except json.JSONDecodeError as error:
             raise InputError(what, f"not JSON (line {error.lineno})", ACCEPTANCE_ACCEPTED) from None
         lengths = data.get("lengths") if isinstance(data, dict) and "lengths" in data else data
-        if isinstance(data, dict) and set(data) == {"al"} and _is_scalar(data["al"]):
+        if isinstance(data, dict) and set(data) == {"al"} and is_number(data["al"]):
             return forced_acceptance(f"{FORCED_PREFIX}{data['al']}")
-        if isinstance(lengths, dict) and "lengths" not in lengths and all(_is_scalar(v) for v in lengths.values()):
+        if isinstance(lengths, dict) and "lengths" not in lengths and all(is_number(v) for v in lengths.values()):
             return parse_acceptance(",".join(f"{k}:{v}" for k, v in lengths.items()), what=what)
-        if isinstance(lengths, list) and lengths and all(_is_scalar(v) for v in lengths):
+        if isinstance(lengths, list) and lengths and all(is_number(v) for v in lengths):
             return parse_acceptance(",".join(str(v) for v in lengths), what=what)
         raise InputError(what, "holds no acceptance curve", ACCEPTANCE_ACCEPTED)
     rows = [line.split(",") for line in body.splitlines() if line.strip() and not line.lower().startswith("k")]
     if not rows or any(len(r) < 2 for r in rows):
         raise InputError(what, "is not CSV rows k,AL" if rows else "is empty", ACCEPTANCE_ACCEPTED)
     return parse_acceptance(",".join(f"{r[0].strip()}:{r[1].strip()}" for r in rows), what=what)
-
-
-def _is_scalar(value: object) -> bool:
-    """A number as JSON gives it (a boolean is not one)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def curve_from_positions(acceptance: Sequence[float], source: str = "override") -> AcceptanceCurve:
