@@ -3,9 +3,11 @@
 Tier size: the DRAM handed to the engine per GPU (``config.host_kv_tier_gb``), counted
 in prefix-cache blocks of the rank's per-GPU KV bytes (every GPU of a rank holds its
 shard of the same tokens, so per-GPU bytes give per-rank tokens). A request whose prefix
-is DRAM-resident has it loaded before it is scheduled: the load is queued on its rank's
-host link (``gpu.host_link_gbps``, GB/s host-to-device), adds to that request's TTFT
-only and does not stall the others; loads that arrive together queue.
+is DRAM-resident has it loaded when the scheduler reaches it in its queue, as far ahead
+as the HBM its running requests leave (SGLang HiCache's load-back; loading at arrival
+let a long queue evict the blocks again before admission): the load is queued on its
+rank's host link (``gpu.host_link_gbps``, GB/s host-to-device), adds to that request's
+TTFT only and does not stall the others; loads started together queue.
 """
 
 from __future__ import annotations

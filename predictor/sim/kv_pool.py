@@ -47,6 +47,9 @@ class KvPool:
         self.cache = cache
         self.holds_output = holds_output    # False on a disaggregated prefill pool (its requests leave)
         self.shared = shared                # the deployment's shared host pool: written through
+        # Admission fetches a prefix from a host tier first: the shared pool, or this rank's
+        # own DRAM tier (METHOD §3.10; `predictor.sim.scheduler.fill_prefill`).
+        self.fetches = shared is not None or bool(getattr(cache, "dram_capacity_blocks", 0))
         self.private_tokens = 0
         self.peak_tokens = 0                # the most tokens any check compared with the capacity
 
@@ -112,6 +115,9 @@ class KvPool:
         self.private_tokens += need
         request.private_tokens = need
         request.pinned_blocks = hit
+        if request.landed_blocks:           # its own pin on the hit replaces the landing's
+            cache.unpin(request.block_ids, request.landed_blocks)
+            request.landed_blocks = 0
         if not request.is_kv_ready:
             request.hit_blocks = hit
             request.cached_tokens = hit_tokens
@@ -158,11 +164,29 @@ class KvPool:
 
     # -- host tiers -------------------------------------------------------------------
     def fetchable(self, request: Request) -> int:
-        """Leading blocks the shared host pool would add to what HBM holds (0: none)."""
-        if self.shared is None:
-            return 0
-        stored = self.shared.usable_blocks(request)
-        return stored if stored > self.match(request)[0] else 0
+        """Leading blocks a fetch from a host tier would make HBM-resident, beyond what HBM
+        holds (0: none): what the shared host pool stores, or what this rank's DRAM tier
+        holds past its HBM blocks."""
+        hbm, resident = self.match(request)
+        if self.shared is not None:
+            resident = self.shared.usable_blocks(request)
+        return resident if resident > hbm else 0
+
+    def land(self, request: Request, stop: int) -> int:
+        """A fetch of ids[:stop] has arrived: make those blocks HBM-resident, making room,
+        and hold them pinned until the request is admitted (`try_admit`), as an engine
+        locks a loaded prefix for its request: another landing fetch evicted them before
+        the next step boundary admitted it (half of the queued requests missed). Returns
+        how many blocks were added (from the shared pool: those not resident any more or
+        yet; from the DRAM tier: those it still holds)."""
+        if self.shared is not None:
+            added = self.load_from_host(request, stop)
+        else:
+            added = self.promote(request, self.match(request)[0], stop)
+        if self.cache is not None:
+            request.landed_blocks = self.match(request)[0]
+            self.cache.pin(request.block_ids, request.landed_blocks)
+        return added
 
     def load_from_host(self, request: Request, stop: int) -> int:
         """Blocks ids[:stop] fetched from the shared host pool into HBM (those not resident

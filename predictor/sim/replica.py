@@ -106,7 +106,7 @@ class Replica:
         self.pricer = pricer
         self.merges_runs = not pricer.exact     # ReplicaView: merge repeated prefill/mixed steps
         self.admits_for_decode = False          # a disaggregated prefill replica (set by the deployment)
-        self.fetches_shared = any(rank.pool.shared is not None for rank in ranks)
+        self.fetches = any(rank.pool.fetches for rank in ranks)   # a host tier: fetch at admission
         self.limits = limits
         self.recorder = recorder
         self.dp = len(ranks)

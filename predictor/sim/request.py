@@ -65,6 +65,7 @@ class Request:
         "is_prefilled",
         "is_reserved",
         "is_warmup",
+        "landed_blocks",
         "load_target",
         "loaded_blocks",
         "local_index",
@@ -126,8 +127,9 @@ class Request:
         self.reserved_tokens = 0     # ... that many (held apart from the prefill rank's pages)
         self.is_prefilled = False    # ... and its prompt is computed (the hand-off waits for both)
         self.prefill_work = 0        # tokens to compute, as routed (the prefill router's load)
-        self.load_target = 0         # leading blocks a fetch from the shared host pool brings
-        self.is_fetched = False      # the scheduler has checked (and fetched) its shared-pool prefix
+        self.load_target = 0         # leading blocks a fetch from a host tier brings
+        self.is_fetched = False      # the scheduler has checked (and fetched) its host-tier prefix
+        self.landed_blocks = 0       # ... fetched blocks it holds pinned in HBM until admitted
 
     def __repr__(self) -> str:
         return f"Request({self.rid}, isl={self.prompt_tokens}, osl={self.output_tokens})"
