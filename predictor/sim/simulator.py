@@ -162,7 +162,6 @@ class Simulation:
         self._check_fits(request, rank, pool)
         self._assign(request, rank)
         request.entry_unit = rank.index
-        out: list[tuple[float, Event]] = []
         hbm, resident = rank.pool.match(request)
         request.route_hbm_blocks = hbm
         stored = deployment.shared_pool.usable_blocks(request) if deployment.shared_pool is not None else 0
@@ -177,8 +176,9 @@ class Simulation:
         share its link in order). Loading at arrival would see a long queue evict the
         blocks again before admission: fetching one at a time kept a prefill-bound rank
         to one loaded prompt per step (deployment B's DWDP ranks: 6,200 prefill tokens per
-        step, 50 s mean TTFT), and a private DRAM tier loading at arrival fell from a 0.94
-        hit rate at 32 agentic sessions to 0.02 at 64 (Kimi-K3 TP8 on GB300)."""
+        step, 50 s mean TTFT), and a private DRAM tier loading at arrival held a 0.94 hit
+        rate at 32 agentic sessions but 0.49 at 64 (Kimi-K3 TP8, SGLang, two GB300 trays,
+        200 GB per GPU; 0.94 fetched here)."""
         out: list[tuple[float, Event]] = []
         for rank in replica.ranks:
             for request in rank.fetching:
