@@ -61,13 +61,6 @@ class KvPool:
     def free_tokens(self) -> int:
         return self.shape.capacity_tokens - self.used_tokens
 
-    def can_fetch(self, tokens: int) -> bool:
-        """Whether ``tokens`` of prefix fit beside running requests' own KV (in free room or
-        in prefix cache it may evict)."""
-        demand = self.private_tokens + tokens
-        self.peak_tokens = max(self.peak_tokens, demand)
-        return demand <= self.shape.capacity_tokens
-
     def fits_alone(self, tokens: int) -> bool:
         """Whether one request's ``tokens`` fit in the empty pool."""
         self.peak_tokens = max(self.peak_tokens, tokens)
@@ -172,20 +165,50 @@ class KvPool:
             resident = self.shared.usable_blocks(request)
         return resident if resident > hbm else 0
 
+    def reserve_fetch(self, request: Request, stop: int) -> bool:
+        """Make room in HBM for a fetch of ids[:stop] (the blocks HBM lacks) by evicting
+        unpinned cache, and hold it apart like a request's own pages until the fetch lands
+        (`land`): an engine allocates a load's device pages before it starts it. False:
+        running requests' KV and the prefixes they and landed fetches hold leave no room
+        now. Counting only running requests' own pages let fetch-ahead land prefixes over
+        HBM that running prompts held, up to 1.96x the pool (Kimi-K3 TP8 at 128 agentic
+        sessions, shared pool: decode batch 9.3, 50.8 output tok/s/GPU)."""
+        cache, block_tokens = self.cache, self.shape.block_tokens
+        hbm = self.match(request)[0]
+        tokens = max(0, stop - hbm) * block_tokens
+        if cache is not None:
+            cache.pin(request.block_ids, hbm)        # its own HBM prefix stays while it loads
+        shortfall = self._overflow(tokens)
+        if shortfall > 0 and cache is not None:
+            cache.evict(-(-shortfall // block_tokens))
+            shortfall = tokens - self.free_tokens()
+        if shortfall > 0:
+            if cache is not None:
+                cache.unpin(request.block_ids, hbm)
+            return False
+        self.private_tokens += tokens
+        request.fetch_tokens = tokens
+        request.landed_blocks = hbm
+        return True
+
     def land(self, request: Request, stop: int) -> int:
-        """A fetch of ids[:stop] has arrived: make those blocks HBM-resident, making room,
-        and hold them pinned until the request is admitted (`try_admit`), as an engine
-        locks a loaded prefix for its request: another landing fetch evicted them before
-        the next step boundary admitted it (half of the queued requests missed). Returns
-        how many blocks were added (from the shared pool: those not resident any more or
-        yet; from the DRAM tier: those it still holds)."""
+        """A fetch of ids[:stop] has arrived: its reserved room becomes those blocks, in
+        HBM, held pinned until the request is admitted (`try_admit`), as an engine locks a
+        loaded prefix for its request: another landing fetch evicted them before the next
+        step boundary admitted it (half of the queued requests missed). Returns how many
+        blocks were added (from the shared pool: those not resident any more or yet; from
+        the DRAM tier: those it still holds)."""
+        self.private_tokens -= request.fetch_tokens
+        request.fetch_tokens = 0
         if self.shared is not None:
             added = self.load_from_host(request, stop)
         else:
             added = self.promote(request, self.match(request)[0], stop)
-        if self.cache is not None:
-            request.landed_blocks = self.match(request)[0]
-            self.cache.pin(request.block_ids, request.landed_blocks)
+        cache = self.cache
+        if cache is not None:
+            held, request.landed_blocks = request.landed_blocks, self.match(request)[0]
+            cache.pin(request.block_ids, request.landed_blocks)
+            cache.unpin(request.block_ids, held)
         return added
 
     def load_from_host(self, request: Request, stop: int) -> int:

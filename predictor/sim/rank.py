@@ -45,7 +45,6 @@ class Rank:
         self.reserving: deque[Request] = deque()   # decode rank: requests waiting for a KV reservation
         self.admitted: list[Request] = []   # prefill rank: admitted since the simulator last looked
         self.fetching: list[Request] = []   # ... to fetch from a host tier (not yet started)
-        self.fetching_tokens = 0            # ... prefix tokens fetched (or landed) for requests not yet admitted
         self.num_reserved = 0               # ... reserved, KV not arrived yet
         self.prompt_tokens = 0              # admitted prompt tokens (hit-rate denominator)
         self.cached_tokens = 0

@@ -55,6 +55,7 @@ class Request:
         "decodes_here",
         "dram_tokens",
         "entry_unit",
+        "fetch_tokens",
         "finish_step",
         "finish_us",
         "first_token_us",
@@ -129,7 +130,8 @@ class Request:
         self.prefill_work = 0        # tokens to compute, as routed (the prefill router's load)
         self.load_target = 0         # leading blocks a fetch from a host tier brings
         self.is_fetched = False      # the scheduler has checked (and fetched) its host-tier prefix
-        self.landed_blocks = 0       # ... fetched blocks it holds pinned in HBM until admitted
+        self.fetch_tokens = 0        # ... HBM room its fetch holds until it lands
+        self.landed_blocks = 0       # ... prefix blocks it holds pinned in HBM from its fetch to its admission
 
     def __repr__(self) -> str:
         return f"Request({self.rid}, isl={self.prompt_tokens}, osl={self.output_tokens})"

@@ -192,11 +192,9 @@ def fill_prefill(rank: Rank, profile: EngineProfile, limits: Limits, budget: int
         if not request.is_kv_ready and not request.is_fetched and rank.pool.fetches:
             target = rank.pool.fetchable(request)
             if target:                      # fetch its prefix first; skip it while it loads
-                tokens = target * rank.pool.shape.block_tokens
-                if rank.fetching_tokens and not rank.pool.can_fetch(rank.fetching_tokens + tokens):
-                    break                   # no HBM room to fetch further ahead: the queue waits
+                if not rank.pool.reserve_fetch(request, target):
+                    break                   # no HBM room to fetch into: the queue waits
                 request.is_fetched, request.load_target = True, target
-                rank.fetching_tokens += tokens
                 rank.waiting.remove(request)
                 rank.fetching.append(request)
                 continue
@@ -222,9 +220,6 @@ def admit(rank: Rank, request: Request, now_us: float) -> None:
         return
     request.admit_us = now_us
     block_tokens = rank.pool.shape.block_tokens
-    if request.load_target:                 # its fetched prefix is its hit now, no longer ahead
-        rank.fetching_tokens -= request.load_target * block_tokens
-        request.load_target = 0
     loaded_hit = max(0, min(request.loaded_blocks, request.hit_blocks - request.route_hbm_blocks))
     request.dram_tokens = min(request.cached_tokens, loaded_hit * block_tokens)
     rank.record_admission(request)

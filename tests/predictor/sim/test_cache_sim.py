@@ -17,6 +17,7 @@ from predictor.sim import (
     load_trace,
     simulate,
 )
+from predictor.sim.kv_pool import KvPool
 from predictor.sim.request import RequestSpec
 from tests.predictor.sim.sim_fakes import (
     KV_BYTES_PER_TOKEN,
@@ -105,6 +106,28 @@ def test_a_host_tier_keeps_its_hits_when_requests_queue(target, shared):
     assert alone.hit_rate["per_tier"]["dram"] > 0.3
     assert queued.hit_rate["overall"] > 0.9 * alone.hit_rate["overall"]
     assert queued.hit_rate["per_tier"]["dram"] > 0.3
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_fetching_ahead_never_fills_hbm_past_its_pool(target, shared, monkeypatch):
+    """A fetch reserves its HBM room before it starts (evicting unpinned cache), with the
+    prompts running requests hold counted: fetch-ahead counted running requests' own pages
+    only and landed prefixes over the pool, up to 1.96x (Kimi-K3 TP8, 128 agentic sessions)."""
+    fullest = []
+    land = KvPool.land
+
+    def measured_land(pool, request, stop):
+        added = land(pool, request, stop)
+        fullest.append(pool.used_tokens / pool.shape.capacity_tokens)
+        return added
+
+    monkeypatch.setattr(KvPool, "land", measured_land)
+    gb = 4 * HEADS_TOKENS * KV_BYTES_PER_TOKEN / 1e9
+    result = simulate(target, Configuration(concurrency=8, host_kv_tier_gb=f"{gb}:shared" if shared else gb),
+                      CyclingContexts(), step_model_factory=fake_factory(), capacity_model=fixed_capacity(HEADS_TOKENS // 4),
+                      num_requests=6 * CONTEXTS)
+    assert fullest and result.hit_rate["per_tier"]["dram"] > 0.3
+    assert max(fullest) <= 1.0
 
 
 @dataclass(frozen=True)

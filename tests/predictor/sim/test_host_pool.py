@@ -164,7 +164,7 @@ def test_a_rank_fetches_ahead_and_batches_the_prompts_whose_prefixes_arrived(tar
     lands (the queue does not wait): a prefill rank with a 200 ms step floor under 48
     sessions admits several prompts loaded from the shared pool in one step. Fetching one
     prefix at a time (the queue waiting for its head) admitted one per step. How far a rank
-    fetches ahead is bounded by the HBM its running requests leave (`KvPool.can_fetch`)."""
+    fetches ahead is bounded by the HBM it can free for the loads (`KvPool.reserve_fetch`)."""
     models: dict = {}
     result = simulate(target, Configuration(**{**FOUR_PREFILL, "prefill_replicas": 1, "decode_replicas": 1,
                                                "concurrency": 48, "host_kv_tier_gb": "4096:shared"}),
