@@ -31,8 +31,13 @@ from levers.errors import InputError, accepted_list
 from predictor.sim.rank import Rank
 from predictor.sim.request import Request
 
-HASH_MULTIPLIER = 0x9E3779B97F4A7C15   # Fibonacci hashing spreads consecutive ids
-HASH_MASK = (1 << 64) - 1
+# Fibonacci hashing spreads consecutive ids: the product's *high* bits pick the unit (its
+# low bits follow the key's low bits alone, and an agentic block id's low bits are the
+# block's position, the same in every session: taken modulo 2 or 4 units, they sent every
+# session to one replica).
+HASH_MULTIPLIER = 0x9E3779B97F4A7C15
+HASH_BITS = 64
+HASH_MASK = (1 << HASH_BITS) - 1
 PREFIX_HASH_TOKENS = 4096              # the prefix prefix_hash routes on (8 Mooncake blocks, 64 agentic ones)
 
 
@@ -90,7 +95,7 @@ class Router:
             key = int(request.block_ids[min(depth, request.num_blocks) - 1])
         else:
             key = request.session
-        return ((key * HASH_MULTIPLIER) & HASH_MASK) % len(units)
+        return ((key * HASH_MULTIPLIER) & HASH_MASK) * len(units) >> HASH_BITS
 
     def _round_robin(self, request: Request, units: Sequence[Rank]) -> int:
         index = self._next % len(units)

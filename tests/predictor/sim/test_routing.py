@@ -64,6 +64,18 @@ def test_prefix_hash_colocates_requests_that_share_the_hashed_prefix(target):
     assert len({u for units in by_prefix.values() for u in units}) == 4
 
 
+@pytest.mark.parametrize("replicas", [2, 3, 4, 8])
+def test_prefix_hash_spreads_agentic_sessions_over_any_number_of_replicas(target, replicas):
+    """Agentic block ids differ between sessions in their high bits only (the session and
+    stream), so the hash must pick the unit from the product's high bits: the low bits sent
+    every Kimi-K3 session to one of 2 or 4 replicas (hit 0, TTFT 967 s)."""
+    result = run(target, Configuration(replicas=replicas, concurrency=8 * replicas, router="prefix_hash"),
+                 WorkloadSpec("agentic", 0, 0), num_requests=40 * replicas)
+    units = [row["unit"] for row in result.rows]
+    assert set(units) == set(range(replicas))
+    assert max(units.count(u) for u in range(replicas)) < 2.5 * len(units) / replicas
+
+
 def test_round_robin_cycles_over_the_replicas(target):
     result = run(target, Configuration(replicas=3, router="round_robin"), WorkloadSpec("fixed", 256, 16),
                  num_requests=30)
