@@ -27,7 +27,7 @@ from objectives.slo import parse_slos
 from predictor.sweep.executors import POINT_METRICS, ProgressFn, make_executor
 from predictor.sweep.frontier import DEFAULT_TTFT_MAX_MS, Bound, FrontierRule
 from predictor.sweep.output import sweep_json, write_sweep
-from predictor.sweep.run import SweepResult, parse_modes, run_sweep
+from predictor.sweep.run import ALL_MODES, SweepResult, parse_modes, run_sweep
 from predictor.sweep.space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions, spread
 from predictor.target import check_workload_context
 from predictor.units import MS_PER_S
@@ -43,7 +43,8 @@ MIN_TTFT_MAX_S = 0.001
 def pareto_command(
     model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt,
     workload: str = typer.Option("1k/1k", "--workload", "-w", help="1k/1k, 8k/1k, ISL/OSL or agentic (DES per point)."),
-    modes: str = typer.Option("anchored,simulate", "--modes", help="Step-model modes kept: anchored, simulate."),
+    modes: str = typer.Option("anchored,rank-only", "--modes",
+                              help="Step-model modes kept: anchored, rank-only (simulate mode; 'simulate' is an alias)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default ./pareto-MODEL-CLUSTER-ENGINE)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: 'auto' (Ray's default instance) or ADDRESS."),
     workers: Optional[int] = typer.Option(None, "--workers", parser=WORKERS, help="Local processes (default: every core)."),
@@ -159,9 +160,12 @@ def _render_empty(result: SweepResult) -> None:
     target = result.target
     where = f"{target['model']} on {target['cluster']} ({target['engine']})"
     if result.num_excluded_by_mode:
+        others = ", ".join(sorted({str(mode) for mode in ALL_MODES} - set(result.modes)))
+        sampled = (f"; --max-points left {number(result.num_sampled_out)} predictions out before the mode "
+                   f"filter: raise it to reach more" if result.num_sampled_out else "")
         console.print(f"[red]no point in modes {', '.join(result.modes)}[/red] for {where}: "
-                      f"{result.num_excluded_by_mode:,} points excluded by --modes "
-                      f"(the others are rank-only or anchored: see --modes)", highlight=False)
+                      f"{result.num_excluded_by_mode:,} points excluded by --modes (they are {others}; "
+                      f"see --modes){sampled}", highlight=False)
         return
     if result.points:
         say(console, f"no point meets the frontier rule ({result.rule.describe()}) for {where}: "

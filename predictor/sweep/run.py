@@ -126,13 +126,14 @@ class SweepResult:
 
 
 def parse_modes(text: str | None) -> frozenset[Mode]:
-    """`anchored,simulate` (default both); `rank-only` is an alias of `simulate`."""
+    """`anchored,rank-only` (default both); `simulate` is an alias of `rank-only`, the label
+    every table and file gives a simulate-mode point."""
     if text is None or not text.strip():
         return ALL_MODES
     modes = set()
     for item in (part.strip().lower() for part in text.split(",") if part.strip()):
         if item not in MODE_NAMES:
-            raise InputError("--modes", f"unknown mode '{item}'", accepted_list(("anchored", "simulate")))
+            raise InputError("--modes", f"unknown mode '{item}'", accepted_list(("anchored", "rank-only", "simulate")))
         modes.add(MODE_NAMES[item])
     return frozenset(modes)
 

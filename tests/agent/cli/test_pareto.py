@@ -83,7 +83,17 @@ def test_nothing_fits(runner, tmp_path):
 def test_only_anchored_without_anchors_says_why(runner, tmp_path):
     result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--modes", "anchored", "--no-plot"])
     assert result.exit_code == 1
-    assert "rank-only" in result.stdout and "excluded by --modes" in result.stdout
+    assert "excluded by --modes (they are rank-only" in result.stdout
+
+
+def test_only_anchored_after_sampling_says_to_raise_max_points(runner, tmp_path):
+    """The mode filter runs on what --max-points kept: the message names both (it once said
+    'the others are rank-only or anchored' to a user who asked for anchored points)."""
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--modes", "anchored", "--max-points", "3",
+                                 "--no-plot"])
+    assert result.exit_code == 1
+    assert "(they are rank-only" in result.stdout and "raise it to reach more" in result.stdout
+    assert "rank-only or anchored" not in result.stdout
 
 
 @pytest.mark.parametrize("args, needle", [
