@@ -4,20 +4,33 @@ vs interactivity frontier (PRODUCT.md §2, METHOD §8).
 Default workload `1k/1k` (analytical); `--workload agentic` runs the DES per point.
 Runs on every local core, or on Ray with `--ray auto|ADDRESS`. Writes `points.csv`,
 `frontier.csv`, `sweep.json` and `pareto.png` into `--out`, prints the frontier as a
-text chart and a table (or `--json`), and shows a progress bar only on a terminal.
+text chart and a table (or `--json`), and shows its progress and ETA: a bar on a terminal, a line
+on stderr at every tenth of the groups otherwise.
 The frontier is taken among points with a mean TTFT under `--ttft-max` (default 10 s;
 `none` lifts the cap) that meet every `--slo` (`predictor.sweep.frontier`).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from agent.cli.app import MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, int_option, output_dir, print_json
+from agent.cli.app import (
+    MAX_DES_REQUESTS,
+    SEED,
+    WORKERS,
+    app,
+    cli_errors,
+    console,
+    err_console,
+    int_option,
+    output_dir,
+    print_json,
+)
 from agent.cli.chart import frontier_chart, key_of
 from agent.cli.info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt, target_with_default_engine
 from agent.cli.render import config_text, number, paragraph, say, table
@@ -104,16 +117,17 @@ def frontier_rule(ttft_max: str, slos: list[str] | None) -> FrontierRule:
 
 class _progress:
     """A rich progress bar over groups, with the time remaining at the rate so far (an
-    agentic sweep runs the DES per point: minutes), when enabled; a no-op callback otherwise."""
+    agentic sweep runs the DES per point: minutes), on a terminal; otherwise (a log, CI,
+    nohup) a line on stderr at every tenth of the groups with the same figures."""
 
     def __init__(self, enabled: bool) -> None:
         self.bar = Progress(TextColumn("pricing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True) \
             if enabled else None
 
-    def __enter__(self) -> ProgressFn | None:
+    def __enter__(self) -> ProgressFn:
         if self.bar is None:
-            return None
+            return _progress_lines(time.perf_counter())
         self.bar.start()
         task = self.bar.add_task("pricing", total=None)
         return lambda done, total: self.bar.update(task, completed=done, total=total)
@@ -174,3 +188,24 @@ def _render_empty(result: SweepResult) -> None:
     console.print(f"[red]no legal point[/red] for {where}")
     for reason, count in result.illegal_reasons:
         paragraph(console, reason, first=f"  - {count} x ")
+
+
+PROGRESS_LINES = 10     # lines a sweep's progress prints off a terminal
+
+
+def _progress_lines(started: float) -> ProgressFn:
+    """Progress off a terminal: ``pricing: done/total groups, elapsed, ETA`` on stderr each
+    time another tenth of the groups is done."""
+    printed = [-1]
+
+    def report(done: int, total: int) -> None:
+        tenth = done * PROGRESS_LINES // total if total else 0
+        if not total or tenth == printed[0]:
+            return
+        printed[0] = tenth
+        elapsed = time.perf_counter() - started
+        eta = f"{elapsed / done * (total - done):.1f} s" if done else "-"
+        err_console.print(f"pricing: {done:,}/{total:,} groups, {elapsed:.1f} s elapsed, ETA {eta}",
+                          markup=False, highlight=False)
+
+    return report

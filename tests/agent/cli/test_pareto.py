@@ -149,3 +149,16 @@ def test_terminal_chart_uses_the_table_keys(runner, tmp_path):
     collisions = sum(body.count("+") for body in bodies)
     assert len(keys) >= 3 and len(drawn) >= 3 and len(keys) - len(drawn) >= 2 * collisions
     assert (len(drawn) == len(keys)) == (collisions == 0)
+
+
+def test_off_a_terminal_progress_is_a_line_per_tenth_on_stderr(runner, tmp_path):
+    """A sweep logged to a file (CI, nohup) still shows its progress and ETA: on stderr,
+    where it leaves --json's stdout parseable."""
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--no-plot", "--json"])
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("pricing: ")]
+    assert 2 <= len(lines) <= 11
+    assert "groups" in lines[-1] and "ETA" in lines[-1]
+    done, total = lines[-1].split()[1].split("/")
+    assert done == total
