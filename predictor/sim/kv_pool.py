@@ -94,18 +94,10 @@ class KvPool:
         hit = 0
         if cache is not None and request.num_blocks and not request.is_kv_ready:
             hit = cache.match(request.block_ids, request.num_blocks)[0]
-            cache.pin(request.block_ids, hit)
         hit_tokens = min(hit * shape.block_tokens, max(0, request.prompt_tokens - 1))
         need = self._private_need(request, hit * shape.block_tokens)
-        shortfall = self._overflow(need)
-        if shortfall > 0 and cache is not None:
-            cache.evict(-(-shortfall // shape.block_tokens))
-            shortfall = need - self.free_tokens()
-        if shortfall > 0:
-            if cache is not None:
-                cache.unpin(request.block_ids, hit)
+        if not self._hold(request, hit, need):
             return False
-        self.private_tokens += need
         request.private_tokens = need
         request.pinned_blocks = hit
         if request.landed_blocks:           # its own pin on the hit replaces the landing's
@@ -173,22 +165,30 @@ class KvPool:
         now. Counting only running requests' own pages let fetch-ahead land prefixes over
         HBM that running prompts held, up to 1.96x the pool (Kimi-K3 TP8 at 128 agentic
         sessions, shared pool: decode batch 9.3, 50.8 output tok/s/GPU)."""
-        cache, block_tokens = self.cache, self.shape.block_tokens
         hbm = self.match(request)[0]
-        tokens = max(0, stop - hbm) * block_tokens
+        tokens = max(0, stop - hbm) * self.shape.block_tokens
+        if not self._hold(request, hbm, tokens):   # its own HBM prefix stays while it loads
+            return False
+        request.fetch_tokens = tokens
+        request.landed_blocks = hbm
+        return True
+
+    def _hold(self, request: Request, pinned: int, tokens: int) -> bool:
+        """Hold ``tokens`` of pages with the request's first ``pinned`` cached blocks pinned
+        (making room cannot evict them): evict cached leaves until they fit, or unpin and
+        give up (False: no room now)."""
+        cache = self.cache
         if cache is not None:
-            cache.pin(request.block_ids, hbm)        # its own HBM prefix stays while it loads
+            cache.pin(request.block_ids, pinned)
         shortfall = self._overflow(tokens)
         if shortfall > 0 and cache is not None:
-            cache.evict(-(-shortfall // block_tokens))
+            cache.evict(-(-shortfall // self.shape.block_tokens))
             shortfall = tokens - self.free_tokens()
         if shortfall > 0:
             if cache is not None:
-                cache.unpin(request.block_ids, hbm)
+                cache.unpin(request.block_ids, pinned)
             return False
         self.private_tokens += tokens
-        request.fetch_tokens = tokens
-        request.landed_blocks = hbm
         return True
 
     def land(self, request: Request, stop: int) -> int:
