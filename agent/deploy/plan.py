@@ -198,15 +198,7 @@ def _node_commands(target: Target, config: Configuration, command: LaunchCommand
     count = -(-gpus // per_node)
     engine = target.engine
     if engine == Engine.VLLM:
-        dp_spread = config.attention_dp % count == 0 and config.tp // config.attention_dp <= per_node
-        local = config.attention_dp // count
-        flags = [(["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD_NODE,
-                   "--data-parallel-rpc-port", str(VLLM_DP_RPC_PORT)]
-                  + (["--data-parallel-start-rank", str(rank * local), "--headless"] if rank else []))
-                 if dp_spread else
-                 (["--nnodes", str(count), "--node-rank", str(rank), "--master-addr", HEAD_NODE]
-                  + (["--headless"] if rank else []))
-                 for rank in range(count)]
+        flags = [_vllm_node_flags(config, count, per_node, rank) for rank in range(count)]
     elif engine == Engine.SGLANG:
         flags = [["--nnodes", str(count), "--node-rank", str(rank), "--dist-init-addr", f"{HEAD_NODE}:{SGLANG_DIST_PORT}"]
                  for rank in range(count)]
@@ -215,6 +207,19 @@ def _node_commands(target: Target, config: Configuration, command: LaunchCommand
                          f"{engine}'s multi-node launch (MPI) is not written here",
                          "a replica within one node, or launch it with the engine's multi-node launcher")
     return tuple(replace(command, argv=command.argv + tuple(extra)) for extra in flags)
+
+
+def _vllm_node_flags(config: Configuration, count: int, per_node: int, rank: int) -> list[str]:
+    """Node ``rank``'s flags of a vLLM replica over ``count`` nodes: its share of the
+    attention-DP ranks when they divide over the nodes (each rank's TP group within one),
+    else its place in one tensor-parallel group; every node but the first is headless."""
+    headless = ["--headless"] if rank else []
+    if config.attention_dp % count == 0 and config.tp // config.attention_dp <= per_node:
+        local = config.attention_dp // count
+        start = ["--data-parallel-start-rank", str(rank * local)] if rank else []
+        return ["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD_NODE,
+                "--data-parallel-rpc-port", str(VLLM_DP_RPC_PORT), *start, *headless]
+    return ["--nnodes", str(count), "--node-rank", str(rank), "--master-addr", HEAD_NODE, *headless]
 
 
 def try_plan(target: Target, config: Configuration,

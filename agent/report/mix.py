@@ -9,6 +9,7 @@ says and recomputes nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
@@ -98,12 +99,12 @@ def _illegal(entries: list[dict]) -> str:
 
 def _deploys(slots: list[dict]) -> str:
     lines: list[str] = []
+    listed = Counter((slot.get("model"), slot.get("tier")) for slot in slots)   # a model listed twice: #ENTRY
     for slot in slots:
         deploy = slot.get("deploy")
         if not deploy:
             continue
-        repeated = sum(1 for other in slots if other.get("model") == slot.get("model")
-                       and other.get("tier") == slot.get("tier")) > 1
+        repeated = listed[(slot.get("model"), slot.get("tier"))] > 1
         lines.append(f"# {slot['model']}/{slot['tier']}" + (f"#{slot.get('entry')}" if repeated else ""))
         if "error" in deploy:
             lines.append(f"#   not expressible: {deploy['error']}")

@@ -31,7 +31,7 @@ from predictor.feasibility import check_configuration
 from predictor.hardware import Cluster
 from predictor.harvest.plan import HarvestRequest, plan_harvest
 from predictor.harvest.reduce import Reduction, anchor_layouts, harvest_command, harvest_config_text
-from predictor.harvest.launch import DRAFT_CHECKPOINT, DRAFT_METHODS
+from predictor.harvest.launch import DRAFT_CHECKPOINT
 
 CHECK_PORT = 8000                                # a validation-only plan binds nothing
 DOMAIN_ENDPOINT = "http://HEAD_NODE:8000"        # where the user starts a multi-node engine
@@ -71,8 +71,7 @@ def _plan_problem(engine: Engine | str, model: str, cluster: Cluster, config: Co
     try:
         plan_harvest(HarvestRequest(engine=str(engine), model=model, cluster=cluster.spec,
                                     config_text=harvest_config_text(config), endpoint=endpoint,
-                                    model_path=model_path, port=CHECK_PORT,
-                                    draft_model=DRAFT_CHECKPOINT if config.spec_method in DRAFT_METHODS else None))
+                                    model_path=model_path, port=CHECK_PORT, draft_model=DRAFT_CHECKPOINT))
     except InputError as error:
         return error
     return None

@@ -188,21 +188,19 @@ class Simulation:
         return out
 
     def _host_load(self, request: Request, rank: Rank, pool: Pool) -> float:
-        """Queue a load of the request's DRAM-resident prefix on the rank's host link;
-        return when it is in HBM (the load adds to that request's TTFT only, METHOD §3.10)."""
-        hbm = rank.pool.match(request)[0]
-        num_bytes = (request.load_target - hbm) * rank.pool.shape.block_tokens * pool.capacity.kv_bytes_per_token
+        """Queue a load of the request's DRAM-resident prefix (the blocks its reservation made
+        room for) on the rank's host link; return when it is in HBM (the load adds to that
+        request's TTFT only, METHOD §3.10)."""
         rank.num_loading += 1
-        return rank.host_link.load(self.now_us, num_bytes)
+        return rank.host_link.load(self.now_us, request.fetch_tokens * pool.capacity.kv_bytes_per_token)
 
     def _network_load(self, request: Request, rank: Rank, pool: Pool) -> float:
         """Queue a load of the request's missing prefix (and its state checkpoint) from the
         shared host pool; return when it may be scheduled (layer-by-layer overlap, `host_pool`)."""
-        block_tokens, capacity = rank.pool.shape.block_tokens, pool.capacity
-        hbm, stored = rank.pool.match(request)[0], request.load_target
-        per_gpu = (stored - hbm) * block_tokens * capacity.kv_bytes_per_token
+        capacity = pool.capacity
+        per_gpu = request.fetch_tokens * capacity.kv_bytes_per_token     # the blocks its reservation made room for
         per_gpu += capacity.state_bytes_per_sequence if self.deployment.shared_pool.checkpoint_blocks else 0.0
-        cached = stored * block_tokens
+        cached = request.load_target * rank.pool.shape.block_tokens
         hidden_us = pool.replicas[rank.replica_index].pricer.prefill_us(max(1, request.prompt_tokens - cached), 1, cached)
         rank.num_loading += 1
         return rank.net_link.load(self.now_us, per_gpu, hidden_us, capacity.num_layers)
