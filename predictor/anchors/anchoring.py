@@ -22,7 +22,7 @@ from levers.configuration import Configuration
 from predictor.anchors.coverage import CROSS_MODEL, NONE
 from predictor.anchors.store import AnchorStore, Selection, decode_layout, signature_for
 from predictor.cards.registry import load_card
-from predictor.step.anchored import anchored_model
+from predictor.step.anchored import anchored_model, with_engine_host
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode, StepModel
 from predictor.step.priors import Priors, dtype_class, learn_from_anchors, shipped_priors
@@ -50,11 +50,18 @@ def store_priors(store: AnchorStore) -> Priors:
 def prior_for(target: Target, config: Configuration, priors: Priors, *, seed: bool = False,
               harness: str | None = None) -> Calibration:
     """The prior of ``config``: what prices it with no anchor (with ``harness``'s host
-    time, `predictor.step.priors.Priors.lookup`), or (``seed``) what an anchor's fit for
-    it starts from (`predictor.step.priors.Priors.seed`)."""
+    time, `predictor.step.priors.Priors.lookup`; with no harness, a question about the
+    user's own deployment, its engine's front end's: `predictor.step.anchored.
+    with_engine_host`), or (``seed``) what an anchor's fit for it starts from
+    (`predictor.step.priors.Priors.seed`)."""
     sig = signature_for(target.card, target.cluster, target.engine, config)
     key = (target.cluster.gpu.name, str(target.engine), dtype_class(sig.weight_dtype, sig.expert_dtype))
-    return priors.seed(*key) if seed else priors.lookup(*key, harness=harness)
+    if seed:
+        return priors.seed(*key)
+    if harness is None:   # the user's own deployment: its engine's front end, not a benchmark's
+        found = priors.lookup(*key)
+        return replace(with_engine_host(found, str(target.engine)), source=f"{found.source}+host:{target.engine}")
+    return priors.lookup(*key, harness=harness)
 
 
 @dataclass
@@ -114,7 +121,7 @@ class Anchoring:
             return model
         model = anchored_model(selection.anchor, t.card, t.cluster, t.engine, config, prior, mode=Mode.ANCHORED,
                                flags=selection.flags, acceptance=self.acceptance,
-                               measured_steps=self.store.measured_steps)
+                               measured_steps=self.store.measured_steps, engine_host=self.harness is None)
         self.calibrations.append(model.calibration)
         return model
 

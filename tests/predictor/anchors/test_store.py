@@ -266,3 +266,28 @@ def test_the_plain_configuration_of_every_embedded_stack_is_anchored_by_it():
     and speculation, and nothing else, is calibrated by that stack's anchor in-ladder."""
     found = plain_coverage(AnchorStore.default())
     assert found.total >= 250 and found.anchored >= 240, found.misses[:5]
+
+
+def test_a_users_question_is_priced_with_its_engines_front_end_and_a_corpus_row_with_its_harness():
+    """Llama-3.1-8B on H100 under TensorRT-LLM is anchored by AIConfigurator runs whose
+    TTFTs carry a ~300 ms harness floor: the product's own question (no harness) pays the
+    engine's front end, the same question as an AIConfigurator row pays the floor its
+    anchor fitted; a model with no anchor takes the engine's front end too."""
+    from levers.catalog import Engine
+    from predictor.corpus.host import host_for
+    from predictor.predict import predict
+    from predictor.target import Target
+    from predictor.workload import Harness, WorkloadSpec
+
+    target = Target(load_card("llama-3.1-8b"), parse_cluster("h100x8"), Engine("trtllm"))
+    config = Configuration(concurrency=1)
+    user = predict(target, config, WorkloadSpec("fixed", 100, 10))
+    row = predict(target, config, WorkloadSpec("fixed", 100, 10, harness=Harness("aiconfigurator")))
+    assert user.mode == row.mode == "anchored" and user.anchor_id == row.anchor_id
+    assert user.metrics["ttft_ms_mean"] < 30.0 < 100.0 < row.metrics["ttft_ms_mean"]
+    assert user.metrics["tpot_ms_mean"] == pytest.approx(row.metrics["tpot_ms_mean"], rel=0.02)
+    assert any(flag.startswith("host time: the trtllm front end's") for flag in user.flags)
+    kimi = Target(load_card("kimi-k3"), parse_cluster("gb300x4x2"), Engine("sglang"))
+    rank_only = predict(kimi, Configuration(tp=8, concurrency=4), WorkloadSpec("fixed", 1024, 1024))
+    assert rank_only.calibration["host_ms"] == pytest.approx(host_for("sglang").base_ms, abs=1e-3)
+    assert rank_only.calibration["source"].endswith("+host:sglang")

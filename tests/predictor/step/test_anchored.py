@@ -268,3 +268,27 @@ def test_host_time_beyond_the_engines_front_end_is_carried_with_the_decode_step(
         assert wide.host_time_ms == pytest.approx(front + (fitted - front) * ratio, rel=1e-9)
     quick = measured(_signature(tp=2), replace(TRUTH, host_ms=0.0))
     assert calibrated(quick, target(tp=8)).host_time_ms == calibrate(quick, CARD, "sglang", PHYSICS).host_ms
+
+
+@pytest.mark.parametrize("source, replaced", [("aiconfigurator", True), ("inferencex", True), ("harvest", False)])
+def test_a_users_deployment_pays_its_engines_front_end_not_a_benchmarks_harness(source, replaced):
+    """A public benchmark's anchor fits its harness's host time (AIConfigurator's TTFT
+    floors): a question about the user's own deployment (``engine_host``) is priced with
+    the engine's front end (`host_for`) at every width and flagged; a harvest (the user's
+    own engine through the product's client) keeps what it fitted."""
+    anchor = measured(_signature(tp=2), replace(TRUTH, host_ms=200.0))
+    anchor = anchor.model_copy(update={"provenance": anchor.provenance.model_copy(update={"source": source})})
+    fitted = calibrate(anchor, CARD, "sglang", PHYSICS).host_ms
+    front = host_for("sglang")
+    for tp in (2, 8):
+        product = anchored_model(anchor, CARD, MI355X, "sglang", target(tp=tp), PHYSICS, engine_host=True)
+        benchmark = calibrated(anchor, target(tp=tp))
+        assert benchmark.host_time_ms > 100.0
+        if replaced:
+            assert product.host_time_ms == front.base_ms
+            assert product.host_us_per_prompt_token == front.per_token_us
+            assert any(flag.startswith(f"host time: the sglang front end's, not the {source} harness's")
+                       for flag in product.flags)
+            assert product.decode_us(8, 1024) == benchmark.decode_us(8, 1024)   # only the host time moves
+        else:
+            assert product.host_time_ms == benchmark.host_time_ms and fitted > 100.0
