@@ -28,3 +28,24 @@ def test_every_written_file_is_redacted(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SECRET_TOKEN", "tok-0123456789")
     path = atomic_write_text(tmp_path / "out.json", '{"note": "tok-0123456789"}')
     assert path.read_text() == '{"note": "***"}'
+
+
+def test_provider_token_shapes_and_named_secrets_are_masked_and_lever_text_is_not():
+    """Tokens of the providers a user of this tool holds (Hugging Face above all), any
+    `bearer` header, and the value written after a secret's name are masked; lever and
+    metric text that merely says `tokens` is left alone."""
+    secrets = ["hf_abcdefghijklmnopqrstuvwx", "ghp_abcdefghijklmnopqrstuvwxyz1234", "github_pat_abcdefghijklmnopqrstuvw_x",
+               "glpat-abcdefghijklmnopqrstu", "AKIAABCDEFGHIJKLMNOP", "AIza" + "B" * 35, "sk_live_abcdefghijklmn",
+               "xoxb-1234567890-abcdef", "sk-ant-api03-abcdefghijkl"]
+    for secret in secrets:
+        assert redact(f"guidance: use {secret} please") == f"guidance: use {MASK} please", secret
+    assert redact("bearer abcdefghijklmnop") == f"bearer {MASK}"
+    assert redact("use api key sk-GUIDANCESECRET9876543210 and password=hunter3") == \
+        f"use api key {MASK} and password={MASK}"
+    assert redact('{"api_key": "abcdef123", "Secret_Key": \'s3cr3tvalue\', "token": "abcdefgh"}') == \
+        f'{{"api_key": "{MASK}", "Secret_Key": \'{MASK}\', "token": "{MASK}"}}'
+    untouched = ('{"max_batched_tokens":32768,"num_speculative_tokens":3,"tokens":1024,"token_budget":8192}',
+                 "max_batched_tokens=32768,chunked_prefill_size=32768", "ttft_ms: 123.4", "prefix_hash token=5",
+                 "routed experts: fp4, shared: bf16", "gh200x4 cluster")
+    for text in untouched:
+        assert redact(text) == text, text
