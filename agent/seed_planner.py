@@ -25,6 +25,7 @@ from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
 from levers.configuration import Configuration, engine_only_values
 from levers.errors import InputError
 from levers.legality import effective_activation_dtype
+from predictor.harvest.adapters import adapter_for
 
 # Ladders for ranged levers (values a first search should try; the LLM may go further).
 CONCURRENCY_LADDER = (1, 4, 16, 32, 64, 128, 256, 512, 1024)
@@ -279,6 +280,11 @@ class SeedPlanner:
             yield from _ladder(base, "allreduce_algorithm", allowed_values(self.context, "allreduce_algorithm"))
 
     def _disaggregation(self, base: Configuration) -> Iterator[Partial]:
+        """Split pools, or back to colocated; none on an engine whose command line cannot
+        start a split (ATOM: `predictor.harvest.adapters`): a pick no one can launch is
+        no answer (plan-mix picked ATOM splits of gpt-oss-120b in every tier)."""
+        if not base.disaggregated and not adapter_for(self.context.target.engine).launches_split_pools:
+            return
         if base.disaggregated:
             yield {"disaggregated": False, "prefill_layout": None, "decode_layout": None,
                    "kv_transfer_backend": None, "prefill_replicas": 1, "decode_replicas": 1,

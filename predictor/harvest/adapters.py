@@ -232,6 +232,7 @@ class AtomAdapter(GpuAdapter):
     engine = Engine.ATOM
     package = "atom"
     tokenize_path = None
+    launches_split_pools = False      # no prefill/decode pool flags (module docstring)
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         if config.pp > 1:
@@ -239,7 +240,7 @@ class AtomAdapter(GpuAdapter):
         if config.eplb_replicas:
             raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (no redundant-expert flag in the "
                          "release checked)")
-        if request.pool is not None:
+        if request.pool is not None and not self.launches_split_pools:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")
         weight = self._check_dtypes(config, request, native)
@@ -279,6 +280,7 @@ class LlamaCppAdapter:
     health_path = "/v1/models"
     tokenize_path: str | None = "/extras/tokenize"
     serves_one_request_at_a_time = True
+    launches_split_pools = False
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
         return ()

@@ -87,6 +87,7 @@ class EngineAdapter(Protocol):
     health_path: str
     tokenize_path: str | None
     serves_one_request_at_a_time: bool
+    launches_split_pools: bool    # its command line starts a disaggregated prefill / decode pool
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]: ...
 
@@ -147,6 +148,7 @@ class GpuAdapter:
     health_path = "/health"
     tokenize_path: str | None = "/tokenize"
     serves_one_request_at_a_time = False
+    launches_split_pools = True
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
         return () if config.graph_capture == "none" else ladder(config, CAPTURE_LADDER)

@@ -81,3 +81,13 @@ def test_a_cpu_engine_starts_from_the_values_it_can_run():
     calling the model too big for the machine."""
     start = baseline(make_context("llama-3.1-8b", cluster="cpu", engine="llamacpp"))
     assert start.graph_capture == "none" and start.tp == 1
+
+
+@pytest.mark.parametrize("engine, splits", [("atom", False), ("vllm", True)])
+def test_no_split_seed_on_an_engine_whose_command_line_cannot_start_one(engine, splits):
+    """ATOM has no prefill/decode pool flags: a split pick could not be deployed, so the
+    seeds (and plan-mix's auto candidates, which are seeds) hold none; vLLM's do."""
+    context = make_context("gpt-oss-120b", engine=engine)
+    _, seeds = _round_zero(context)
+    assert any(seed.config.disaggregated for seed in seeds) is splits
+    assert any(seed.group == "disaggregation" for seed in seeds) is splits
