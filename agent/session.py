@@ -22,13 +22,14 @@ no budget and never lead the search.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from agent.fidelity import bounds, confirms, is_full_fidelity
 from agent.guards import guard_proposal
 from agent.ranking import best_trial, is_better, nearest_misses, ties_with, top_trials
 from agent.scoring import duplicate, evaluate, rejected, with_index
+from agent.sustainable import METRIC as SUSTAINABLE_METRIC
 from agent.trial import Phase, SearchContext, Stage, Trial
 from levers.configuration import Configuration
 
@@ -107,10 +108,19 @@ class SearchSession:
     def submit(self, config: Configuration, phase: Phase,
                proposed: dict[str, Any] | None = None) -> Trial:
         """Price a full configuration (a duplicate reuses the earlier result)."""
-        earlier = self._seen.get(config)
+        earlier = self._seen.get(self._key(config))
         if earlier is not None:
             return self.record(duplicate(earlier, phase, proposed))
         return self.record(evaluate(self.context, config, phase=phase, proposed=proposed))
+
+    def _key(self, config: Configuration) -> Configuration:
+        """What makes two configurations the same trial: the whole configuration, but for
+        the max-sustainable-concurrency objective its concurrency, which the evaluation
+        searches itself (`agent.sustainable`): proposals at 1 and at 4 clients came back
+        as the same configuration at 256, each recorded and confirmed as a new trial."""
+        if self.context.objective.metric == SUSTAINABLE_METRIC:
+            return replace(config, concurrency=1)
+        return config
 
     def propose(self, proposal: Any, phase: Phase, base: Configuration | None = None) -> Trial:
         """Guard an untrusted partial configuration, apply it to ``base`` and price it."""
@@ -148,14 +158,14 @@ class SearchSession:
             return
         self.num_search_trials += 1
         if trial.config is not None and trial.duplicate_of is None:
-            self._seen.setdefault(trial.config, trial)
+            self._seen.setdefault(self._key(trial.config), trial)
         if is_better(trial, self.leader):
             self.leader = trial
             self.leader_since = self.num_search_trials
 
     # -- reading -----------------------------------------------------------------------
     def has_seen(self, config: Configuration) -> bool:
-        return config in self._seen
+        return self._key(config) in self._seen
 
     def incumbent_config(self) -> Configuration | None:
         """The leader's configuration (best so far, or nearest miss)."""

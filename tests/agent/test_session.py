@@ -59,3 +59,21 @@ def test_stale_counts_from_the_last_change_of_the_leader():
     assert session.stop_reason() is None                          # 6 unchanged < 7
     session.propose({"concurrency": 56}, Phase.SEED)
     assert session.stop_reason().startswith("stale: the best trial has not changed for 7 trials")
+
+
+def test_max_sustainable_concurrency_proposals_that_differ_in_concurrency_alone_are_one_trial():
+    """The objective searches the concurrency itself (agent.sustainable): proposals at 1
+    and at 4 clients of one configuration are the same trial (a duplicate of the first),
+    so the confirm step replicates each configuration once."""
+    from agent.sustainable import METRIC
+
+    session = make_session(objective=METRIC)
+    predictor = session.context.predict_fn
+    first = session.propose({"concurrency": 1}, Phase.SEED)
+    calls = len(predictor.calls)
+    again = session.propose({"concurrency": 4}, Phase.SEED)
+    assert again.duplicate_of == first.index and len(predictor.calls) == calls
+    assert session.has_seen(first.config) and session.has_seen(first.config.with_changes({"concurrency": 64}))
+    other = make_session()
+    one = other.propose({"concurrency": 1}, Phase.SEED)
+    assert other.propose({"concurrency": 4}, Phase.SEED).duplicate_of is None and one.duplicate_of is None
