@@ -761,12 +761,13 @@ class SimulateStepModel:
         q, tokens = self._queries, int(prefill_tokens)
         # ``prompts`` prompts' chunks on their busiest attention-DP rank (`_prefill_rank`);
         # 0: the tokens spread over every rank (a step whose prompts the caller does not count)
-        rank_prefill = self._prefill_rank(tokens, prompts)[0] if prompts else -(-tokens // self._dp)
+        rank_prefill, rank_prompts = self._prefill_rank(tokens, prompts) if prompts else (-(-tokens // self._dp), 1)
         gemm, moe, comm, launch, other = self._body(rank_prefill + requests * q, tokens + micro * q)
         head_gemm, head_other, head_launch = self._head(micro * q + 1)
-        prefill_attention = rooflines_us([op.prefill_parts(rank_prefill, 1, prefill_context, self._bf16_flops,
-                                                           self._bytes_per_us) for op in self._attention],
-                                         self.calibration)
+        # each prompt attends to its own tokens (a step of several prompts is not one sequence)
+        prefill_attention = rooflines_us([op.prefill_parts(rank_prefill, rank_prompts, prefill_context,
+                                                           self._bf16_flops, self._bytes_per_us)
+                                          for op in self._attention], self.calibration)
         # The decode part's attention and drafting are the decode step's own at this batch
         # (memoised there: a replay's mixed steps each carry a new prefill size, not batch).
         decode = self._decode_terms(int(decode_batch), context)
