@@ -62,17 +62,30 @@ def nearest_misses(trials: Iterable[Trial], count: int) -> list[Trial]:
 
 def ties_with(best: Trial, trials: Iterable[Trial], metric: str) -> list[Trial]:
     """Other distinct SLO-meeting trials whose 90% replication interval of ``metric``
-    overlaps the best's: the gap between them is inside the simulator's noise, a tie."""
-    band = best.interval(metric)
+    overlaps the best's: the gap between them is inside the simulator's noise, a tie. A
+    value no replication spreads (one replication, or a deterministic metric such as the
+    GPUs a replica takes) is its own interval: equal values tie (a `cost` search whose
+    every trial takes 8 GPUs listed them as best and '-')."""
+    band = _band(best, metric)
     if band is None:
         return []
     tied = []
     for trial in trials:
-        other = trial.interval(metric)
+        other = _band(trial, metric)
         if trial is not best and trial.config != best.config and meets_slos(trial) \
                 and trial.duplicate_of is None and other is not None and other[0] <= band[1] and band[0] <= other[1]:
             tied.append(trial)
     return tied
+
+
+def _band(trial: Trial, metric: str) -> tuple[float, float] | None:
+    """``metric``'s replication interval, or its value as a point (module docstring of
+    `ties_with`); None when the trial has neither."""
+    found = trial.interval(metric)
+    if found is not None:
+        return found
+    value = (trial.metrics or {}).get(metric, trial.objective_value)
+    return None if value is None else (value, value)
 
 
 def _neg(key: tuple[int, float, float]) -> tuple[float, ...]:

@@ -77,3 +77,21 @@ def test_max_sustainable_concurrency_proposals_that_differ_in_concurrency_alone_
     other = make_session()
     one = other.propose({"concurrency": 1}, Phase.SEED)
     assert other.propose({"concurrency": 4}, Phase.SEED).duplicate_of is None and one.duplicate_of is None
+
+
+def test_equal_values_of_a_metric_no_replication_spreads_are_ties():
+    """A deterministic metric (the GPUs a replica takes) or a single replication has no
+    interval: equal values tie, different ones do not (a cost search listed eight
+    trials at 8 GPUs as one best and seven '-')."""
+    from agent.ranking import ties_with
+    from agent.trial import Trial
+    from levers.configuration import Configuration
+
+    def trial(tp, gpus, intervals=None):
+        return Trial(phase=Phase.SEED, config=Configuration(tp=tp), proposed=None, legal=True,
+                     metrics={"gpus_per_replica": gpus}, slo_met=True, objective_value=gpus, seed_intervals=intervals)
+
+    best, same, other = trial(8, 8.0), trial(4, 8.0), trial(2, 2.0)
+    assert ties_with(best, [best, same, other], "gpus_per_replica") == [same]
+    spread = trial(1, 7.9, {"gpus_per_replica": (7.5, 8.2)})
+    assert ties_with(best, [spread], "gpus_per_replica") == [spread]     # a point inside an interval
