@@ -69,7 +69,7 @@ class TrialRecord(_Strict):
     intervals: dict[str, list[float]] | None = Field(
         None, description="80% interval of each metric from the measured error of its transfer kind, [lo, hi]")
     transfer: str | None = Field(None, description="the prediction's transfer kind (in-ladder, width, length, load, "
-                                                   "split, precision, cross-model, none)")
+                                                   "load-down, split, precision, cross-model, none, harness)")
 
 
 class TrialSummary(_Strict):

@@ -2,7 +2,8 @@
 the measured error of its transfer kind, and the mode label follows that error.
 
 A prediction's transfer kinds (`predictor.anchors.coverage`: in-ladder, width, length,
-load, split, precision, cross-model, none) say how far it is from what was measured.
+load (up), load-down, split, precision, cross-model, none, harness) say how far it is
+from what was measured.
 `inferasim score --protocol` measures each kind on the embedded corpora (the protocol of
 the same name: anchors on one width, length, load or layout, predictions on the others;
 `scripts/build_error_bars.py` writes `predictor/data/error_bars.json`). For each kind and
@@ -36,6 +37,12 @@ metric family (TPOT, TTFT, throughput) the table holds the 10th and 90th percent
   widest applicable kind measured at most `DECISION_GRADE_APE` median error on TPOT and on
   throughput; otherwise `rank-only` (simulate mode and cross-model priors always are).
 - **Primary kind** (`transfer`): the applicable kind with the largest measured TPOT error.
+- **Harness**: a public benchmark's anchor answering a question about the user's own
+  deployment prices TTFT with the engine's front-end host time, not the host time its
+  benchmark's client added: the ``harness`` kind, whose TTFT band is measured across
+  harnesses (`predictor.corpus.cross_harness`: AIConfigurator's anchors, InferenceX's
+  rows of the same stacks). It moves TTFT alone, so it widens TTFT's interval and has no
+  say in the mode.
 """
 
 from __future__ import annotations
@@ -46,20 +53,21 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-from predictor.anchors.coverage import CROSS_MODEL, IN_LADDER, NONE, TRANSFER_KINDS
+from predictor.anchors.coverage import CROSS_MODEL, HARNESS, IN_LADDER, NONE, TRANSFER_KINDS
 from predictor.step.cost import Mode
 
 DECISION_GRADE_APE = 10.0     # % median APE on TPOT and throughput (the product's accuracy target)
 TIGHT_FIT_RESIDUAL = 0.025    # median |log| decode residual of an anchor's own fit (module docstring)
 MIN_TIER_ROWS = 40            # residuals a tier's band needs before it replaces the kind's
 TIERS = ("tight", "loose")
+TTFT_ONLY_KINDS = (HARNESS,)  # kinds that move TTFT alone: they widen its interval, never judge the mode
 FAMILIES = ("tpot", "ttft", "throughput")
 # Which family's error a metric key carries, and whether it is the inverse of it.
 _FAMILY_OF = (("interactivity", "tpot", True), ("generation_rate", "tpot", True), ("tpot", "tpot", False),
               ("itl", "tpot", False), ("e2e", "tpot", False), ("ttft", "ttft", False),
               ("throughput", "throughput", False), ("step_ms", "tpot", False))
 # Used only while no table is shipped: a severity order, most uncertain first.
-_SEVERITY = (NONE, CROSS_MODEL, "split", "precision", "length", "load", "width", IN_LADDER)
+_SEVERITY = (NONE, CROSS_MODEL, "split", "precision", "length", "load-down", "load", "width", HARNESS, IN_LADDER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +164,8 @@ class ErrorBars:
         if not has_anchor or CROSS_MODEL in kinds or NONE in kinds:
             return Mode.RANK_ONLY
         for kind in kinds:
+            if kind in TTFT_ONLY_KINDS:
+                continue
             for family in ("tpot", "throughput"):
                 found = self.error(kind, family)
                 if found is None or found.median_ape > DECISION_GRADE_APE:

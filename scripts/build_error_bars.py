@@ -13,6 +13,7 @@ over both corpora under the transfer kind the protocol measures:
 | cross-width, tp4-to-8 | width |
 | cross-length | length |
 | load | load |
+| load-down | load-down |
 | split | split |
 | precision | precision |
 | leave-model-out | cross-model |
@@ -20,7 +21,10 @@ over both corpora under the transfer kind the protocol measures:
 
 (`none` prices each model with the shipped priors of the others, as a user's model with no
 anchor is priced: its predictions carry the cross-model kind, so its residuals count there
-beside leave-model-out's, and under `none` for a configuration no prior covers.)
+beside leave-model-out's, and under `none` for a configuration no prior covers.) The
+`harness` kind has TTFT only: AIConfigurator's anchors pricing InferenceX's rows of the
+same stacks as the product asks (the harness unnamed, the engine's front-end host time;
+`predictor.corpus.cross_harness`), with every run of all protocols.
 
 and their 10th / 90th percentiles and median APE per metric family (TPOT, TTFT,
 throughput) are written, once per kind and once per kind and fit tier of the prediction's
@@ -43,6 +47,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from predictor.anchors.coverage import HARNESS
+from predictor.corpus.cross_harness import USER, ttft_residuals
 from predictor.corpus.metrics import quantile
 from predictor.corpus.protocol_score import parse_protocols, score_protocols
 from predictor.corpus.protocols import PROTOCOLS
@@ -55,7 +61,7 @@ OUT = ROOT / "predictor" / "data" / "error_bars.json"
 CORPORA = (("inferencex", SHARED_DATA / "inferencex" / "fixed_seq_runs_dev.csv"),
            ("aiconfigurator", SHARED_DATA / "aiconfigurator" / "silicon_sample_dev.csv"))
 KIND_OF = {"in-ladder": ("in-ladder",), "cross-width": ("width",), "tp4-to-8": ("width",),
-           "cross-length": ("length",), "load": ("load",), "split": ("split",), "precision": ("precision",),
+           "cross-length": ("length",), "load": ("load",), "load-down": ("load-down",), "split": ("split",), "precision": ("precision",),
            "leave-model-out": ("cross-model",), "none": ("none", "cross-model")}
 
 
@@ -65,10 +71,10 @@ def measure(protocols) -> tuple[dict, dict, dict, dict]:
     coverage)."""
     pooled: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     tiers: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    report, by_corpus = {}, {}
+    report, by_corpus, corpus_rows = {}, {}, {}
     for name, path in CORPORA:
         started = time.perf_counter()
-        rows = list(read_corpus(path, name).rows)
+        rows = corpus_rows[name] = list(read_corpus(path, name).rows)
         scored = score_protocols(rows, protocols)
         report[name], by_corpus[name] = scored["protocols"], scored["residuals"]
         for protocol, residuals in scored["residuals"].items():
@@ -77,6 +83,9 @@ def measure(protocols) -> tuple[dict, dict, dict, dict]:
             for tier, residuals in by_tier.items():
                 _pool(tiers[tier], protocol, residuals)
         print(f"{name}: {len(rows)} rows, {len(protocols)} protocols in {time.perf_counter() - started:.0f} s")
+    if tuple(protocols) == tuple(PROTOCOLS):
+        found = ttft_residuals(corpus_rows["aiconfigurator"], corpus_rows["inferencex"])[USER]
+        pooled[HARNESS]["ttft"].extend(x for xs in found.values() for x in xs)
     return pooled, tiers, report, by_corpus
 
 

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from predictor.anchors.coverage import TRANSFER_KINDS
+
 LEDGER_SCHEMA = Path(__file__).resolve().parents[2] / "ledgers" / "ledger.schema.json"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -50,10 +52,8 @@ QUANTITIES: dict[str, dict] = {
     "all_metrics": nullable({"type": "object", "additionalProperties": nullable(NUM)}),
     "intervals": {"type": "object", "additionalProperties": INTERVAL},
     "seed_intervals": nullable({"type": "object", "additionalProperties": INTERVAL}),
-    "transfer": nullable({"enum": ["in-ladder", "width", "length", "load", "split", "precision", "cross-model",
-                                   "none"]}),
-    "transfer_kinds": arr({"enum": ["in-ladder", "width", "length", "load", "split", "precision", "cross-model",
-                                    "none"]}),
+    "transfer": nullable({"enum": list(TRANSFER_KINDS)}),
+    "transfer_kinds": arr({"enum": list(TRANSFER_KINDS)}),
     "calibration": nullable(OBJ),
     "flags": arr(STR), "reasons": arr(STR), "reason": nullable(STR), "legal": BOOL, "source": nullable(STR),
     "wall_s": NUM, "wall_ms": NUM, "files": {"type": "object", "additionalProperties": STR},

@@ -27,7 +27,7 @@ FORMAT_HELP = ("Corpus format: inferencex, aiconfigurator, native, or auto (from
                "spec_method, spec_depth, disaggregated, prefill_layout, prefill_replicas, decode_layout, "
                "decode_replicas.")
 PROTOCOL_HELP = ("Score by protocol instead (anchors on one width / length / load / layout, predictions on the "
-                 "others): in-ladder, cross-width, tp4-to-8, cross-length, load, split, precision, none, "
+                 "others): in-ladder, cross-width, tp4-to-8, cross-length, load, load-down, split, precision, none, "
                  "leave-model-out, or all (comma-separated). One table: median and p90 error per metric, pair "
                  "accuracy, 80%-interval coverage, absurd predictions (and how many sit on rows whose TPOT contradicts "
                  "their own chart, or, for TTFT, whose mean a stalled tail holds at over 5x the median; --json "

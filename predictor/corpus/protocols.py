@@ -14,6 +14,7 @@ reported with the reason, never dropped silently). Rows outside the protocol's s
 | tp4-to-8 | per chart: colocated TP4 rows | colocated TP8 rows, from their chart's anchors |
 | cross-length | per stack: colocated rows at 1k/1k | colocated rows at 8k/1k and 1k/8k of layouts anchored at 1k/1k |
 | load | per ladder: rows at concurrency <= 16 | higher concurrencies of the ladder |
+| load-down | per ladder: rows at concurrency >= 64 | concurrencies <= 16 of the ladder |
 | split | per stack: colocated rows | disaggregated rows |
 | precision | per deployment (model, GPU, engine, speculation, layout, isl, osl) run at two or more precisions: the most measured precision | the other precisions, each from an anchor of its own deployment's rows |
 | none | none (no measurement of the scored corpus: physics and the shipped cross-model priors of other models) | every row |
@@ -33,6 +34,7 @@ from typing import Callable, Iterable
 from predictor.corpus.row import CorpusRow
 
 LOAD_ANCHOR_MAX_CONCURRENCY = 16
+LOAD_DOWN_ANCHOR_MIN_CONCURRENCY = 64
 SHORT_LENGTH, LONG_LENGTH = 1024, 8192
 
 
@@ -42,6 +44,7 @@ class Protocol(StrEnum):
     TP4_TO_8 = "tp4-to-8"
     CROSS_LENGTH = "cross-length"
     LOAD = "load"
+    LOAD_DOWN = "load-down"
     SPLIT = "split"
     PRECISION = "precision"
     NONE = "none"
@@ -160,18 +163,33 @@ def cross_length(rows: list[CorpusRow]) -> Selection:
     return Selection(Protocol.CROSS_LENGTH, (Split("all", tuple(anchors), tuple(targets)),), tuple(unexpressed))
 
 
-def load(rows: list[CorpusRow]) -> Selection:
+def _by_load(rows: list[CorpusRow], protocol: Protocol, anchor: Callable[[int], bool],
+             target: Callable[[int], bool], missing: str) -> Selection:
+    """Per ladder: its rows whose concurrency ``anchor`` accepts anchor the ones ``target``
+    accepts; a ladder with no anchor row leaves its targets unexpressed (``missing``)."""
     anchors, targets, unexpressed = [], [], []
     for ladder in _grouped(rows, _ladder).values():
-        low = [r for r in ladder if r.concurrency <= LOAD_ANCHOR_MAX_CONCURRENCY]
-        high = [r for r in ladder if r.concurrency > LOAD_ANCHOR_MAX_CONCURRENCY]
-        if not low:
-            unexpressed += [(r.id, f"no run at concurrency <= {LOAD_ANCHOR_MAX_CONCURRENCY} in the ladder")
-                            for r in high]
+        held = [r for r in ladder if anchor(r.concurrency)]
+        asked = [r for r in ladder if target(r.concurrency)]
+        if not held:
+            unexpressed += [(r.id, f"no run at concurrency {missing} in the ladder") for r in asked]
             continue
-        anchors += low
-        targets += high
-    return Selection(Protocol.LOAD, (Split("all", tuple(anchors), tuple(targets)),), tuple(unexpressed))
+        anchors += held
+        targets += asked
+    return Selection(protocol, (Split("all", tuple(anchors), tuple(targets)),), tuple(unexpressed))
+
+
+def load(rows: list[CorpusRow]) -> Selection:
+    return _by_load(rows, Protocol.LOAD, lambda c: c <= LOAD_ANCHOR_MAX_CONCURRENCY,
+                    lambda c: c > LOAD_ANCHOR_MAX_CONCURRENCY, f"<= {LOAD_ANCHOR_MAX_CONCURRENCY}")
+
+
+def load_down(rows: list[CorpusRow]) -> Selection:
+    """The load transfer the other way: a ladder measured only under load (a served run's
+    steps at hundreds of requests) asked about a few clients. The load protocol measures
+    only the way up; the product carries anchors both ways."""
+    return _by_load(rows, Protocol.LOAD_DOWN, lambda c: c >= LOAD_DOWN_ANCHOR_MIN_CONCURRENCY,
+                    lambda c: c <= LOAD_ANCHOR_MAX_CONCURRENCY, f">= {LOAD_DOWN_ANCHOR_MIN_CONCURRENCY}")
 
 
 def split(rows: list[CorpusRow]) -> Selection:
@@ -224,7 +242,8 @@ def leave_model_out(rows: list[CorpusRow]) -> Selection:
 
 SELECTORS: dict[Protocol, Callable[[list[CorpusRow]], Selection]] = {
     Protocol.IN_LADDER: in_ladder, Protocol.CROSS_WIDTH: cross_width, Protocol.TP4_TO_8: tp4_to_8,
-    Protocol.CROSS_LENGTH: cross_length, Protocol.LOAD: load, Protocol.SPLIT: split, Protocol.PRECISION: precision,
+    Protocol.CROSS_LENGTH: cross_length, Protocol.LOAD: load, Protocol.LOAD_DOWN: load_down, Protocol.SPLIT: split,
+    Protocol.PRECISION: precision,
     Protocol.NONE: none,
     Protocol.LEAVE_MODEL_OUT: leave_model_out,
 }

@@ -115,3 +115,33 @@ def test_the_shipped_no_anchor_bands_are_per_harness_and_pool_both_no_anchor_pro
         none = bars.by_tier[harness]["none"]["tpot"]
         cross_model = bars.by_tier[harness]["cross-model"]["tpot"]
         assert none.rows >= MIN_TIER_ROWS and cross_model.rows == 2 * none.rows
+
+
+def test_the_harness_kind_widens_ttft_alone_and_has_no_say_in_the_mode():
+    """A benchmark's anchor answering the user's own question (the `harness` kind: its
+    engine's front-end host time, not its harness's) moves TTFT only: TTFT takes the
+    harness band when it is the wider, TPOT and throughput keep their kinds', and the
+    mode follows the kinds that measure TPOT and throughput."""
+    from predictor.anchors.coverage import HARNESS
+    from predictor.step.cost import Mode
+
+    base = {"in-ladder": {"tpot": KindError(-0.05, 0.05, 3.0, 500), "throughput": KindError(-0.05, 0.05, 3.0, 500),
+                          "ttft": KindError(-0.1, 0.1, 10.0, 500)},
+            HARNESS: {"ttft": KindError(-0.3, 0.6, 28.0, 500)}}
+    bars = ErrorBars(base, "test")
+    kinds = ("in-ladder", HARNESS)
+    got = bars.intervals({"ttft_ms_mean": 100.0, "tpot_ms_mean": 10.0}, kinds)
+    assert got["ttft_ms_mean"] == pytest.approx((100 * math.exp(-0.3), 100 * math.exp(0.6)))
+    assert got["tpot_ms_mean"] == pytest.approx((10 * math.exp(-0.05), 10 * math.exp(0.05)))
+    assert bars.mode(kinds, has_anchor=True) == Mode.ANCHORED
+    assert bars.primary(kinds) == "in-ladder"
+
+
+def test_the_shipped_harness_band_is_ttft_measured_across_harnesses():
+    """scripts/build_error_bars.py measures the harness kind on InferenceX's rows of the
+    stacks AIConfigurator's anchors cover (predictor.corpus.cross_harness): TTFT only."""
+    from predictor.anchors.coverage import HARNESS
+
+    band = shipped_error_bars().by_kind[HARNESS]
+    assert set(band) == {"ttft"} and band["ttft"].rows >= 100
+    assert band["ttft"].q10 < 0.0 < band["ttft"].q90

@@ -3,6 +3,7 @@ METHOD §4)."""
 
 import importlib.util
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -131,13 +132,14 @@ def test_exact_width_covers_in_ladder_with_no_flags():
     assert selection.kinds == ("in-ladder",)
 
 
-def test_a_batch_outside_the_sweep_is_a_load_transfer():
+def test_a_batch_outside_the_sweep_is_a_load_transfer_up_or_down():
     anchor = make_anchor(batches=(8, 16, 32, 64))
     assert select([anchor], concurrency=80, max_running_requests=1024).kinds == ("in-ladder",)   # 1.25x band
     outside = select([anchor], concurrency=512, max_running_requests=1024)
     assert not outside.covered and outside.anchor == anchor and outside.kinds == ("load",)
     assert "batch-outside-sweep" in outside.flags
-    assert select([anchor], concurrency=2).kinds == ("load",)
+    below = select([anchor], concurrency=2)
+    assert below.kinds == ("load-down",) and "batch-outside-sweep" in below.flags
 
 
 def test_target_batch_is_per_replica_and_per_micro_batch():
@@ -283,7 +285,7 @@ def test_a_users_question_is_priced_with_its_engines_front_end_and_a_corpus_row_
     config = Configuration(concurrency=1)
     user = predict(target, config, WorkloadSpec("fixed", 100, 10))
     row = predict(target, config, WorkloadSpec("fixed", 100, 10, harness=Harness("aiconfigurator")))
-    assert user.mode == row.mode == "anchored" and user.anchor_id == row.anchor_id
+    assert user.mode == row.mode and user.anchor_id == row.anchor_id is not None
     assert user.metrics["ttft_ms_mean"] < 30.0 < 100.0 < row.metrics["ttft_ms_mean"]
     assert user.metrics["tpot_ms_mean"] == pytest.approx(row.metrics["tpot_ms_mean"], rel=0.02)
     assert any(flag.startswith("host time: the trtllm front end's") for flag in user.flags)
@@ -291,3 +293,25 @@ def test_a_users_question_is_priced_with_its_engines_front_end_and_a_corpus_row_
     rank_only = predict(kimi, Configuration(tp=8, concurrency=4), WorkloadSpec("fixed", 1024, 1024))
     assert rank_only.calibration["host_ms"] == pytest.approx(host_for("sglang").base_ms, abs=1e-3)
     assert rank_only.calibration["source"].endswith("+host:sglang")
+
+
+def test_a_users_question_from_a_benchmark_anchor_carries_the_harness_kind():
+    """The engine's front-end host time replaces a public benchmark's: the prediction's
+    kinds say so (`harness`, TTFT's band measured across harnesses) and its TTFT interval
+    is that band's; a corpus row, which names its harness, carries no such kind."""
+    from levers.catalog import Engine
+    from predictor.anchors.coverage import HARNESS
+    from predictor.predict import predict
+    from predictor.target import Target
+    from predictor.uncertainty import shipped_error_bars
+    from predictor.workload import Harness, WorkloadSpec
+
+    target = Target(load_card("llama-3.1-8b"), parse_cluster("h100x8"), Engine("trtllm"))
+    config = Configuration(concurrency=1)
+    user = predict(target, config, WorkloadSpec("fixed", 100, 10))
+    row = predict(target, config, WorkloadSpec("fixed", 100, 10, harness=Harness("aiconfigurator")))
+    assert HARNESS in user.transfer_kinds and HARNESS not in row.transfer_kinds
+    assert user.mode == row.mode
+    band = shipped_error_bars().by_kind[HARNESS]["ttft"]
+    low, high = user.intervals["ttft_ms_mean"]
+    assert math.log(high / low) >= band.q90 - band.q10 - 1e-9       # the widest band applicable

@@ -119,3 +119,21 @@ def test_an_absurd_ttft_on_a_row_whose_mean_a_stalled_tail_holds_says_so(tmp_pat
     on_row = [r for r in line["absurd_rows"] if r["id"] == stalled]
     assert [r["metric"] for r in on_row] == ["ttft"] and "stalled" in on_row[0]["chart_contradiction"]
     assert line["absurd_on_contradicting_rows"]["ttft"] >= 1
+
+
+def test_load_down_prices_a_ladders_few_clients_from_its_runs_under_load_and_carries_that_kind(tmp_path):
+    """The way down of the load transfer (a served run at many clients asked about a few):
+    anchors at >= 64 clients, targets at <= 16, each target's transfer kind `load-down`
+    (its own error band), not the way up's `load`."""
+    from predictor.anchors.coverage import LOAD, LOAD_DOWN
+    from predictor.corpus.protocols import LOAD_ANCHOR_MAX_CONCURRENCY, LOAD_DOWN_ANCHOR_MIN_CONCURRENCY, select
+
+    rows = list(read_corpus(NATIVE_SMALL).rows)
+    selection = select(Protocol.LOAD_DOWN, rows)
+    (fold,) = selection.folds
+    assert fold.anchors and fold.targets
+    assert all(r.concurrency >= LOAD_DOWN_ANCHOR_MIN_CONCURRENCY for r in fold.anchors)
+    assert all(r.concurrency <= LOAD_ANCHOR_MAX_CONCURRENCY for r in fold.targets)
+    scored = run_protocol(rows, "load-down")
+    kinds = [k for result in scored.results for k in result.prediction.transfer_kinds]
+    assert LOAD_DOWN in kinds and LOAD not in kinds
