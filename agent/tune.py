@@ -165,11 +165,6 @@ def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn
     """The search of a ledger, to be replayed (:mod:`agent.resume`); the ledger's question
     wins over new options."""
     ledger: Ledger = load_ledger(path)
-    if ledger.status == "finished":
-        # a finished search has nothing to resume; replaying it rewrote the ledger's
-        # timestamps and stats and stored a new --budget that nothing spent
-        raise InputError(f"--resume {quote(path.stem)}", f"the search is finished ({ledger.stop_reason or 'stopped'})",
-                         f"a running ledger; `inferasim ledger show {path.stem}` prints a finished one")
     lm, warnings = _resumed_lm(request, lm, ledger)
     warnings += _overridden(request, ledger)
     requested = ledger.budget if request.budget is None else _check_budget(request.budget)

@@ -171,17 +171,3 @@ def test_ctrl_c_names_the_ledger_and_how_to_resume(tmp_path, monkeypatch):
     deployed = runner.invoke(app, ["deploy", str(stop.value.path), "--out", str(tmp_path / "d")])
     assert deployed.exit_code == 0, deployed.output
     assert "of an unfinished search" in " ".join(deployed.stdout.split())
-
-
-def test_a_finished_search_is_not_resumed_and_its_ledger_is_left_as_it_is(tmp_path):
-    """Resuming a finished ledger used to replay it and rewrite it (its timestamps and
-    stats grew, a new --budget was stored and never spent): it is refused, one line, exit
-    2, the file untouched and unlocked."""
-    request = TuneRequest(model="qwen3-30b-a3b", workload="1k/1k", budget=20, seed=1, no_llm=True, workers=1)
-    done = _search(request, tmp_path)
-    before = done.ledger_path.read_bytes()
-    assert json.loads(before)["status"] == "finished"
-    result = runner.invoke(app, ["tune", "--resume", str(done.ledger_path), "--budget", "40", "--workers", "1"])
-    assert result.exit_code == 2 and "finished" in result.output and "Traceback" not in result.output
-    assert len(result.output.strip().splitlines()) <= 3
-    assert done.ledger_path.read_bytes() == before and not lock_path(done.ledger_path).exists()
