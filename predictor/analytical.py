@@ -12,7 +12,9 @@ Semantics (the DES reproduces them when queueing and cache effects are absent):
   tokens, each chunk riding in a decode step of the running batch (a mixed step).
   Prefill work is charged to the steps as marginal cost: ``mixed - decode``. When more
   than one prompt arrives per step, one mixed step carries as many of them as its token
-  budget holds, priced once (`prompts_together`): a sum of one-prompt marginals prices
+  budget holds, priced once (`prefill_marginal_us`: ``n`` prompts a step are steps of
+  ``floor(n)`` and ``floor(n) + 1`` in the proportion that averages ``n``, so the price is
+  continuous in the load and the fixed point settles): a sum of one-prompt marginals prices
   many short prompts below the compute roofline (Qwen3-32B at 128 clients, 100/10: 156%
   of the H200's peak FLOP/s) and charges a batch past the captured sizes its eager
   launch once per prompt instead of once per step (Llama-3.1-8B, 100/10: ITL 4.8 -> 50 ms
@@ -74,7 +76,7 @@ class SteadyState:
     e2e_ms: float
     step_ms: float                # mean decode step, prefill marginal spread over steps
     decode_step_ms: float         # pure decode step at the running batch
-    mixed_step_ms: float          # a decode step carrying one prefill chunk
+    mixed_step_ms: float          # a decode step carrying one prefill chunk (or the prompts a step takes together)
     running: float                # mean decoding requests per replica
     requests_per_s: float         # per replica
     mixed_step_fraction: float
@@ -138,26 +140,35 @@ def busiest_rank_prompts(prompts_per_step: float, ranks: int) -> float:
     return total
 
 
-def prompts_together(per_step: float, isl: int, chunk_tokens: int) -> int:
-    """How many prompts one mixed step carries (module docstring): those arriving per step,
-    as many as its token budget holds; one when fewer than one and a half arrive per step
-    or a prompt fills the budget."""
-    if per_step < 1.5 or isl >= chunk_tokens:
-        return 1
-    return max(1, min(round(per_step), chunk_tokens // max(1, isl)))
+def prompts_together(per_step: float, isl: int, chunk_tokens: int) -> float:
+    """How many prompts a mixed step carries on average (module docstring): those arriving
+    per step, at most as many as its token budget holds; 1 when at most one arrives per
+    step or a prompt fills the budget."""
+    if per_step <= 1.0 or isl >= chunk_tokens:
+        return 1.0
+    return min(per_step, float(chunk_tokens // max(1, isl)))
 
 
 def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: int, ctx: float,
-                        together: int = 1) -> tuple[float, float]:
+                        together: float = 1.0) -> tuple[float, float]:
     """(sum over chunks of the mixed-step time, sum of marginal cost over decode) of one
-    prompt (on one attention-DP rank); ``together`` single-chunk prompts share each mixed
-    step, priced once and split between them (`prompts_together`)."""
+    prompt (on one attention-DP rank); ``together`` (`prompts_together`) single-chunk
+    prompts share a mixed step on average: steps of ``floor`` and ``floor + 1`` of them in
+    the proportion that averages it, each priced once and split between its prompts."""
     base = model.decode_us(batch, ctx) if batch > 0 else 0.0
-    if together > 1:
-        tokens = together * isl
-        mixed = (model.mixed_us(tokens, batch, ctx, 0.0, prompts=together) if batch > 0
-                 else model.prefill_us(tokens, together, 0.0))
-        return mixed, (mixed - base) / together
+    if together > 1.0:
+        low = int(together)
+        share = together - low              # of steps carrying one prompt more
+        mixed = mixed_marginal = 0.0
+        for count, weight in ((low, 1.0 - share), (low + 1, share)):
+            if weight <= 0.0:
+                continue
+            tokens = count * isl
+            step = (model.mixed_us(tokens, batch, ctx, 0.0, prompts=count) if batch > 0
+                    else model.prefill_us(tokens, count, 0.0))
+            mixed += weight * step
+            mixed_marginal += weight * (step - base)
+        return mixed, mixed_marginal / together
     pieces = chunks(isl, chunk_tokens)
     mixed_total = 0.0
     for tokens, prior in pieces:
@@ -189,7 +200,7 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         others = running * (in_system - 1) / in_system if closed else running
         decode_us = model.decode_us(batch, ctx)
         per_step = others / osl_steps if closed and osl_steps else rate_per_s * step_us / US_PER_S
-        together = prompts_together(per_step, load.isl, load.chunk_tokens) if ranks <= 1 else 1
+        together = prompts_together(per_step, load.isl, load.chunk_tokens) if ranks <= 1 else 1.0
         mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx,
                                                           together)
         # prompts arriving in one step overlap on different ranks (module docstring)
@@ -232,8 +243,8 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     if closed and load.concurrency > cap and rate_per_s:
         # Little's law over the whole closed loop: clients beyond the cap wait.
         queue_us += max(0.0, load.concurrency / rate_per_s * US_PER_S - e2e_us - load.host_us)
-    mixed_one_us = model.mixed_us(min(load.chunk_tokens, together * load.isl), max(1, round(running)), ctx,
-                                  prompts=together)
+    mixed_one_us = model.mixed_us(min(load.chunk_tokens, round(together) * load.isl), max(1, round(running)), ctx,
+                                  prompts=round(together))
     steps_per_s = US_PER_S / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / together / steps_per_s) if steps_per_s else 0.0
     return SteadyState(
