@@ -41,12 +41,23 @@ _KEY_SHAPED = re.compile(
     r"|xox[abprs]-[A-Za-z0-9\-]{10,})"                   # Slack
     r"|(?<=[Bb]earer )[A-Za-z0-9._~+/=\-]{12,}|(?<=BEARER )[A-Za-z0-9._~+/=\-]{12,}")
 # Literals one of `_KEY_SHAPED`'s matches holds (a cheap test before the regex runs).
-_KEY_MARKS = ("sk-", "pk-", "rk-", "_live_", "_test_", "hf_", "gh", "glpat-", "AKIA", "AIza", "xox", "earer ", "EARER ")
+_KEY_MARKS = ("sk-", "pk-", "rk-", "_live_", "_test_", "hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
+              "glpat-", "AKIA", "AIza", "xox", "earer ", "EARER ")
 _NAME_MARKS = ("key", "secret", "passw", "token")
-# The value after a secret's name: ``api_key=...``, ``"password": "..."``, ``token: ...``.
-_NAMED_SECRET = re.compile(
-    r"(?i)(\b(?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|password|passwd|auth[_-]?token|token)"
-    r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&]{6,})")
+# The value after a secret's name: ``api_key=...``, ``OPENAI_API_KEY=...``, ``HF_TOKEN=...``,
+# ``"password": "..."`` (also JSON-escaped). A password's value is masked whatever it is;
+# another secret's when it looks like one (8 characters or more, a digit among them), so
+# that prose such as ``secret: /run/secrets/hf`` or code such as ``api_key = os.environ
+# .get(...)`` stays readable; a bare ``token`` is a secret's name only as a quoted key
+# (``token: gpt-oss-120b`` is prose). Found from where a name meets its separator (a
+# literal search), then checked: a ledger of hundreds of trials passes through here.
+_NAME_END = re.compile(r"(?i)(?:key|secret|token|passwd|password)(?=\\?[\"']?\s*[:=])")
+_SECRET_NAME_WORD = re.compile(
+    r"(?i)(?:[a-z0-9]+[_-])*(?:api[_-]?key|access[_-]?key|secret(?:[_-]?access)?(?:[_-]?key)?|auth[_-]?token"
+    r"|[a-z0-9]+[_-]token|password|passwd)")
+_NAME_SEPARATOR = re.compile(r"\\?[\"']?\s*[:=]\s*\\?[\"']?")
+_SECRET_VALUE = re.compile(r"[^\s\"',;&\\]+")
+PASSWORD_MIN_CHARS, SECRET_MIN_CHARS = 6, 8
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s\"'<>]+(?=@)")
 _SECRET_FLAG = re.compile(r"^--?[\w-]*(key|token|secret|password)[\w-]*$", re.IGNORECASE)
 
@@ -86,8 +97,42 @@ def _redact_with(text: str, secrets: list[str]) -> str:
     if any(mark in text for mark in _KEY_MARKS):
         text = _KEY_SHAPED.sub(MASK, text)
     if ("=" in text or ":" in text) and any(name in text.lower() for name in _NAME_MARKS):
-        text = _NAMED_SECRET.sub(lambda m: m.group(1) + MASK, text)
+        text = _mask_named(text)
     return _URL_USERINFO.sub(MASK, text) if "://" in text else text
+
+
+def _mask_named(text: str) -> str:
+    """``text`` with the value after each secret's name masked (`_NAME_END`)."""
+    pieces, last = [], 0
+    for end in _NAME_END.finditer(text):
+        start = end.start()
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
+            start -= 1
+        name = text[start:end.end()].lower()
+        quoted = start > 0 and text[start - 1] in "\"'"
+        if not (_SECRET_NAME_WORD.fullmatch(name) or (quoted and name == "token")):
+            continue
+        value = _SECRET_VALUE.match(text, _NAME_SEPARATOR.match(text, end.end()).end())
+        if value is None or value.start() < last:
+            continue
+        found = value.group()
+        password = name.endswith(("password", "passwd"))
+        if len(found) < (PASSWORD_MIN_CHARS if password else SECRET_MIN_CHARS) or _is_number(found) \
+                or not (password or any(ch.isdigit() for ch in found)):
+            continue
+        pieces += [text[last:value.start()], MASK]
+        last = value.end()
+    return "".join(pieces) + text[last:] if pieces else text
+
+
+def _is_number(text: str) -> bool:
+    """A JSON number (a metric such as ``"prompt_tokens": 123456789``) is no secret, and
+    masking it would break the JSON it sits in."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def clean_text(text: str) -> str:

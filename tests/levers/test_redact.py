@@ -42,10 +42,16 @@ def test_provider_token_shapes_and_named_secrets_are_masked_and_lever_text_is_no
     assert redact("bearer abcdefghijklmnop") == f"bearer {MASK}"
     assert redact("use api key sk-GUIDANCESECRET9876543210 and password=hunter3") == \
         f"use api key {MASK} and password={MASK}"
-    assert redact('{"api_key": "abcdef123", "Secret_Key": \'s3cr3tvalue\', "token": "abcdefgh"}') == \
+    assert redact('{"api_key": "abcdef123", "Secret_Key": \'s3cr3tvalue\', "token": "abcdefgh1"}') == \
         f'{{"api_key": "{MASK}", "Secret_Key": \'{MASK}\', "token": "{MASK}"}}'
+    for named in ("HF_TOKEN=abcdefghij1234", "OPENAI_API_KEY=abcdefgh12345678", "export DB_PASSWORD=hunter2hunter2",
+                  "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"):
+        value = named.split("=")[-1].strip()
+        assert redact(named) == named[: len(named) - len(value)] + MASK, named
+    assert redact('{\\"api_key\\": \\"abc123defg\\"}') == f'{{\\"api_key\\": \\"{MASK}\\"}}'
     untouched = ('{"max_batched_tokens":32768,"num_speculative_tokens":3,"tokens":1024,"token_budget":8192}',
                  "max_batched_tokens=32768,chunked_prefill_size=32768", "ttft_ms: 123.4", "prefix_hash token=5",
-                 "routed experts: fp4, shared: bf16", "gh200x4 cluster")
+                 "routed experts: fp4, shared: bf16", "gh200x4 cluster", "per prompt token: gpt-oss-120b",
+                 "secret: /run/secrets/hf", "api_key = os.environ.get(LM_API_KEY_ENV)", "monkey: abcdefgh12345")
     for text in untouched:
         assert redact(text) == text, text
