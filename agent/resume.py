@@ -22,11 +22,12 @@ so no priced trial is lost, and the search continues live from there.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from agent.pricing import Job, Pricer
 from agent.session import SearchSession
 from agent.trial import Phase, Trial
+from levers.configuration import Configuration
 
 LLM_PHASES = (Phase.PLANNER, Phase.INVESTIGATOR)
 
@@ -50,9 +51,11 @@ class Replay:
         """The recorded search reached its LLM phase (so its seed phase was the LLM share)."""
         return self.llm_phase_end is not None or any(t.phase in LLM_PHASES for t in self.pending)
 
-    def take(self, job: Job) -> Trial | None:
-        """The recorded trial for ``job`` when it is the next one, else None."""
-        if self.pending and self.pending[0].phase is job.phase and self.pending[0].config == job.config:
+    def take(self, job: Job, key: Callable[[Configuration], Configuration] = lambda config: config) -> Trial | None:
+        """The recorded trial for ``job`` when it is the next one, else None (``key``: what
+        makes two configurations the same trial, `SearchSession.key`: a max-sustainable-
+        concurrency trial records the concurrency it found, not the one it was asked at)."""
+        if self.pending and self.pending[0].phase is job.phase and key(self.pending[0].config) == key(job.config):
             self.num_replayed += 1
             return self.pending.popleft()
         return None
@@ -87,7 +90,7 @@ class ReplayPricer:
 
     def _priced(self, jobs: list[Job]) -> Iterator[Trial]:
         for position, job in enumerate(jobs):
-            recorded = self.replay.take(job)
+            recorded = self.replay.take(job, self.session.key)
             if recorded is not None:
                 yield recorded
                 continue

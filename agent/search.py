@@ -109,9 +109,12 @@ def _seed_phase(session: SearchSession, seeds: SeedQueue, target: int, pricer: P
         reason = session.stop_reason()
         if reason:
             return reason
-        batch = seeds.take(min(target - session.count(Phase.SEED), session.remaining))
-        if not batch:
+        taken = seeds.take(min(target - session.count(Phase.SEED), session.remaining))
+        if not taken:
             return SEEDS_EXHAUSTED
+        batch = _distinct(session, taken)
+        if not batch:
+            continue
         trials = pricer.price([Job(seed.config, Phase.SEED, seed.proposed) for seed in batch])
         try:
             for trial in trials:
@@ -122,6 +125,19 @@ def _seed_phase(session: SearchSession, seeds: SeedQueue, target: int, pricer: P
         finally:
             trials.close()
     return session.stop_reason()
+
+
+def _distinct(session: SearchSession, seeds: list) -> list:
+    """The seeds that are new trials (`SearchSession.key`): for the max-sustainable-
+    concurrency objective the load group's concurrency ladder is one configuration, which
+    the evaluation searches itself; round 0 priced it nine times as nine trials."""
+    kept, keys = [], set()
+    for seed in seeds:
+        key = session.key(seed.config)
+        if key not in keys and not session.has_seen(seed.config):
+            keys.add(key)
+            kept.append(seed)
+    return kept
 
 
 def confirm_candidates(session: SearchSession) -> list[Trial]:

@@ -108,12 +108,12 @@ class SearchSession:
     def submit(self, config: Configuration, phase: Phase,
                proposed: dict[str, Any] | None = None) -> Trial:
         """Price a full configuration (a duplicate reuses the earlier result)."""
-        earlier = self._seen.get(self._key(config))
+        earlier = self._seen.get(self.key(config))
         if earlier is not None:
             return self.record(duplicate(earlier, phase, proposed))
         return self.record(evaluate(self.context, config, phase=phase, proposed=proposed))
 
-    def _key(self, config: Configuration) -> Configuration:
+    def key(self, config: Configuration) -> Configuration:
         """What makes two configurations the same trial: the whole configuration, but for
         the max-sustainable-concurrency objective its concurrency, which the evaluation
         searches itself (`agent.sustainable`): proposals at 1 and at 4 clients came back
@@ -158,14 +158,14 @@ class SearchSession:
             return
         self.num_search_trials += 1
         if trial.config is not None and trial.duplicate_of is None:
-            self._seen.setdefault(self._key(trial.config), trial)
+            self._seen.setdefault(self.key(trial.config), trial)
         if is_better(trial, self.leader):
             self.leader = trial
             self.leader_since = self.num_search_trials
 
     # -- reading -----------------------------------------------------------------------
     def has_seen(self, config: Configuration) -> bool:
-        return self._key(config) in self._seen
+        return self.key(config) in self._seen
 
     def incumbent_config(self) -> Configuration | None:
         """The leader's configuration (best so far, or nearest miss)."""

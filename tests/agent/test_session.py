@@ -95,3 +95,26 @@ def test_equal_values_of_a_metric_no_replication_spreads_are_ties():
     assert ties_with(best, [best, same, other], "gpus_per_replica") == [same]
     spread = trial(1, 7.9, {"gpus_per_replica": (7.5, 8.2)})
     assert ties_with(best, [spread], "gpus_per_replica") == [spread]     # a point inside an interval
+
+
+def test_a_max_sustainable_concurrency_search_prices_each_configuration_once_and_resumes():
+    """Round 0's concurrency ladder is one configuration for this objective (the
+    evaluation searches the concurrency): priced once, not nine times as nine trials; and
+    a resumed search replays its trials, whose recorded concurrency is the one found, not
+    the one asked (it replayed none and diverged at trial 0)."""
+    from agent.resume import Replay
+    from agent.sustainable import METRIC
+
+    session = make_session(objective=METRIC, budget=40)
+    run_search(session, SearchSettings(budget=40, no_llm=True), None)
+    keys = [session.key(t.config) for t in session.trials
+            if t.config is not None and t.duplicate_of is None and t.phase is not Phase.CONFIRM]
+    assert keys and len(keys) == len(set(keys))
+    again = make_session(objective=METRIC, budget=40)
+    replay = Replay(list(session.trials), None, 0)
+    from agent.pricing import Pricer
+    from agent.resume import ReplayPricer
+    with ReplayPricer(Pricer(again.context), replay, again) as pricer:
+        run_search(again, SearchSettings(budget=40, no_llm=True), None, pricer=pricer, replay=replay)
+    assert replay.diverged_at is None and replay.num_replayed == len(session.trials)
+    assert [t.config for t in again.trials] == [t.config for t in session.trials]
