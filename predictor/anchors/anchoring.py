@@ -138,7 +138,9 @@ class Anchoring:
         found: list[str] = []
         for selection, calibration in zip(self.selections, self.calibrations):
             if selection.anchor is None:
-                found.append(NONE if calibration.source in (PHYSICS.source, "physics") else CROSS_MODEL)
+                # a product question's prior names its engine's host time ("+host:E")
+                prior_source = calibration.source.split("+")[0]
+                found.append(NONE if prior_source in (PHYSICS.source, "physics") else CROSS_MODEL)
             found.extend(selection.kinds)
             if selection.anchor is not None and self.harness is None \
                     and selection.anchor.provenance.source in BENCHMARK_HARNESSES:

@@ -19,8 +19,10 @@ applies them.
   anchor; not the reverse, which no protocol measures: a colocated layout priced from an
   anchor measured in split pools carries that anchor's `split-pool` flag), `width`
   (another TP/EP/attention-DP/PP), `length` (a decode context outside 1.5x of the
-  measured ones), `load` (a batch outside the measured ones), else `in-ladder`. Each kind
-  has a measured error (`predictor.uncertainty`).
+  measured ones), `load` (a batch above the measured ones, by more than 1.25x),
+  `load-down` (below them), else `in-ladder`; `predictor.anchors.anchoring` adds
+  `harness` (a benchmark's anchor answering the user's own question). Each kind has a
+  measured error (`predictor.uncertainty`).
 """
 
 from __future__ import annotations

@@ -315,3 +315,18 @@ def test_a_users_question_from_a_benchmark_anchor_carries_the_harness_kind():
     band = shipped_error_bars().by_kind[HARNESS]["ttft"]
     low, high = user.intervals["ttft_ms_mean"]
     assert math.log(high / low) >= band.q90 - band.q10 - 1e-9       # the widest band applicable
+
+
+def test_a_physics_prior_is_a_none_transfer_with_or_without_a_harness():
+    """With no anchor and no prior the kind is `none`; a product question's prior names
+    its engine's host time (`physics+host:vllm`) and stays `none`, not `cross-model`."""
+    from levers.catalog import Engine
+    from predictor.anchors.anchoring import Anchoring
+    from predictor.step.priors import Priors
+    from predictor.target import Target
+
+    target = Target(load_card("llama-3.1-8b"), parse_cluster("h100x8"), Engine("vllm"))
+    for harness in (None, "inferencex"):
+        anchoring = Anchoring(target, AnchorStore.from_anchors([]), Priors({}, {}, {}, {}), harness=harness)
+        anchoring.model(Configuration(tp=1))
+        assert anchoring.kinds == ("none",), harness
