@@ -127,11 +127,15 @@ class Pricer:
 
 class SeedQueue:
     """The seed planner's rounds as batches: a batch never crosses a round boundary, and
-    the next round is listed only when the previous one has been taken (and recorded)."""
+    the next round is listed only when the previous one has been taken (and recorded).
+    ``key`` says which configurations are the same trial (`SearchSession.key`): a batch
+    holds one of each."""
 
-    def __init__(self, rounds: Iterator[list[Seed]], seen: Callable[[Configuration], bool]) -> None:
+    def __init__(self, rounds: Iterator[list[Seed]], seen: Callable[[Configuration], bool],
+                 key: Callable[[Configuration], Configuration] = lambda config: config) -> None:
         self._rounds = rounds
         self._seen = seen
+        self._key = key
         self._pending: deque[Seed] = deque()
         self._done = False
 
@@ -139,10 +143,13 @@ class SeedQueue:
         """Up to ``limit`` unseen seeds of the current round (the next round when it is
         used up); empty when the planner has no more."""
         batch: list[Seed] = []
+        keys: set[Configuration] = set()
         while limit > 0 and not self._done:
             while self._pending and len(batch) < limit:
                 seed = self._pending.popleft()
-                if not self._seen(seed.config):
+                key = self._key(seed.config)
+                if key not in keys and not self._seen(seed.config):
+                    keys.add(key)
                     batch.append(seed)
             if batch:
                 return batch

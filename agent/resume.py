@@ -51,7 +51,7 @@ class Replay:
         """The recorded search reached its LLM phase (so its seed phase was the LLM share)."""
         return self.llm_phase_end is not None or any(t.phase in LLM_PHASES for t in self.pending)
 
-    def take(self, job: Job, key: Callable[[Configuration], Configuration] = lambda config: config) -> Trial | None:
+    def take(self, job: Job, key: Callable[[Configuration], Configuration]) -> Trial | None:
         """The recorded trial for ``job`` when it is the next one, else None (``key``: what
         makes two configurations the same trial, `SearchSession.key`: a max-sustainable-
         concurrency trial records the concurrency it found, not the one it was asked at)."""

@@ -79,7 +79,7 @@ def run_search(session: SearchSession, settings: SearchSettings, runtime: LmRunt
     pricer = pricer or Pricer(session.context)
     planner = SeedPlanner(session.context)
     seeds = SeedQueue(planner.rounds(session.baseline, session.incumbent_config, session.has_seen),
-                      session.has_seen)
+                      session.has_seen, session.key)
     use_lm = runtime is not None and not settings.no_llm
     had_llm_phase = replay is not None and replay.had_llm_phase
     stop = _seed_phase(session, seeds, seed_target(settings, use_lm or had_llm_phase), pricer)
@@ -109,12 +109,9 @@ def _seed_phase(session: SearchSession, seeds: SeedQueue, target: int, pricer: P
         reason = session.stop_reason()
         if reason:
             return reason
-        taken = seeds.take(min(target - session.count(Phase.SEED), session.remaining))
-        if not taken:
-            return SEEDS_EXHAUSTED
-        batch = _distinct(session, taken)
+        batch = seeds.take(min(target - session.count(Phase.SEED), session.remaining))
         if not batch:
-            continue
+            return SEEDS_EXHAUSTED
         trials = pricer.price([Job(seed.config, Phase.SEED, seed.proposed) for seed in batch])
         try:
             for trial in trials:
@@ -125,19 +122,6 @@ def _seed_phase(session: SearchSession, seeds: SeedQueue, target: int, pricer: P
         finally:
             trials.close()
     return session.stop_reason()
-
-
-def _distinct(session: SearchSession, seeds: list) -> list:
-    """The seeds that are new trials (`SearchSession.key`): for the max-sustainable-
-    concurrency objective the load group's concurrency ladder is one configuration, which
-    the evaluation searches itself; round 0 priced it nine times as nine trials."""
-    kept, keys = [], set()
-    for seed in seeds:
-        key = session.key(seed.config)
-        if key not in keys and not session.has_seen(seed.config):
-            keys.add(key)
-            kept.append(seed)
-    return kept
 
 
 def confirm_candidates(session: SearchSession) -> list[Trial]:
