@@ -61,8 +61,8 @@ OUT = ROOT / "predictor" / "data" / "error_bars.json"
 CORPORA = (("inferencex", SHARED_DATA / "inferencex" / "fixed_seq_runs_dev.csv"),
            ("aiconfigurator", SHARED_DATA / "aiconfigurator" / "silicon_sample_dev.csv"))
 KIND_OF = {"in-ladder": ("in-ladder",), "cross-width": ("width",), "tp4-to-8": ("width",),
-           "cross-length": ("length",), "load": ("load",), "load-down": ("load-down",), "split": ("split",), "precision": ("precision",),
-           "leave-model-out": ("cross-model",), "none": ("none", "cross-model")}
+           "cross-length": ("length",), "load": ("load",), "load-down": ("load-down",), "split": ("split",),
+           "precision": ("precision",), "leave-model-out": ("cross-model",), "none": ("none", "cross-model")}
 
 
 def measure(protocols) -> tuple[dict, dict, dict, dict]:

@@ -22,7 +22,7 @@ from levers.configuration import Configuration
 from predictor.anchors.coverage import CROSS_MODEL, HARNESS, NONE
 from predictor.anchors.store import AnchorStore, Selection, decode_layout, signature_for
 from predictor.cards.registry import load_card
-from predictor.step.anchored import BENCHMARK_HARNESSES, anchored_model, with_engine_host
+from predictor.step.anchored import anchored_model, takes_engine_host, with_engine_host
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode, StepModel
 from predictor.step.priors import Priors, dtype_class, learn_from_anchors, shipped_priors
@@ -142,8 +142,7 @@ class Anchoring:
                 prior_source = calibration.source.split("+")[0]
                 found.append(NONE if prior_source in (PHYSICS.source, "physics") else CROSS_MODEL)
             found.extend(selection.kinds)
-            if selection.anchor is not None and self.harness is None \
-                    and selection.anchor.provenance.source in BENCHMARK_HARNESSES:
+            if selection.anchor is not None and self.harness is None and takes_engine_host(selection.anchor):
                 found.append(HARNESS)
         return tuple(dict.fromkeys(found))
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from predictor.anchors.anchoring import store_priors
-from predictor.corpus.protocol_score import REFINE_ROUNDS, _store_and_priors
+from predictor.corpus.protocol_score import REFINE_ROUNDS, corpus_store
 from predictor.corpus.refine import predict_row
 from predictor.corpus.row import CorpusRow
 
@@ -36,7 +36,7 @@ def ttft_residuals(anchor_rows: Iterable[CorpusRow], scored_rows: Iterable[Corpu
     the anchor rows measured, per way of asking (`USER`, `ANCHORS_OWN`) and stack."""
     anchor_rows, scored_rows = list(anchor_rows), list(scored_rows)
     shared = {_stack(r) for r in anchor_rows} & {_stack(r) for r in scored_rows}
-    store, _ = _store_and_priors([r for r in anchor_rows if _stack(r) in shared and not r.config.disaggregated],
+    store, _ = corpus_store([r for r in anchor_rows if _stack(r) in shared and not r.config.disaggregated],
                                  REFINE_ROUNDS, predict_row)
     priors = store_priors(store)
     out: dict[str, dict[tuple[str, str, str], list[float]]] = {USER: {}, ANCHORS_OWN: {}}

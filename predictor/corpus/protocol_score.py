@@ -150,7 +150,9 @@ def tiered_residuals(results: Iterable[RowResult]) -> dict[str, dict[str, list[f
 
 # --- running a protocol -----------------------------------------------------------------------
 
-def _store_and_priors(anchor_rows: list[CorpusRow], refine_rounds: int, predict_fn) -> tuple[AnchorStore, int]:
+def corpus_store(anchor_rows: list[CorpusRow], refine_rounds: int, predict_fn) -> tuple[AnchorStore, int]:
+    """The anchors the corpus rule builds from ``anchor_rows`` (refined ``refine_rounds``
+    times through ``predict_fn``) as a store, and how many there are."""
     build = refine(build_anchors(anchor_rows, command_line="inferasim score --protocol"), predict_fn, refine_rounds)
     return AnchorStore.from_anchors(list(build.anchors)), len(build.anchors)
 
@@ -181,7 +183,7 @@ def run_protocol(rows: list[CorpusRow], protocol: Protocol | str, *, predict_fn:
     for fold in chosen.folds:
         store, priors, scoped = AnchorStore.from_anchors([]), None, None
         if fold.anchors:
-            built, count = _store_and_priors(list(fold.anchors), refine_rounds, predict_fn)
+            built, count = corpus_store(list(fold.anchors), refine_rounds, predict_fn)
             num_anchors += count
             if fold.priors_only:
                 priors = learn_from_anchors(built.all(), load_card, exclude_model=fold.name)

@@ -240,7 +240,7 @@ class AtomAdapter(GpuAdapter):
         if config.eplb_replicas:
             raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (no redundant-expert flag in the "
                          "release checked)")
-        if request.pool is not None and not self.launches_split_pools:
+        if request.pool is not None:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")
         weight = self._check_dtypes(config, request, native)

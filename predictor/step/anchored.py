@@ -225,11 +225,13 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
     between them, `predictor.step.residual`; ``engine_host``: a benchmark anchor's host
     time is replaced by its engine's front end's, module docstring)."""
     calibration = calibrate(anchor, card, str(engine), prior, cluster.gpu)
-    carried = None if _same_widths(anchor, config) else carried_host(anchor, card, str(engine), prior, cluster.gpu)
-    if engine_host and anchor.provenance.source in BENCHMARK_HARNESSES:
+    carried = None
+    if engine_host and takes_engine_host(anchor):
         flags = (*flags, f"host time: the {engine} front end's, not the {anchor.provenance.source} harness's "
                          f"{calibration.host_ms:.0f} ms")
-        calibration, carried = with_engine_host(calibration, str(engine)), None
+        calibration = with_engine_host(calibration, str(engine))
+    elif not _same_widths(anchor, config):
+        carried = carried_host(anchor, card, str(engine), prior, cluster.gpu)
     residual = prefill = None
     same_kernels = own_kernels(anchor, config)
     if measured_steps and same_kernels and _same_widths(anchor, config):
@@ -242,6 +244,12 @@ def anchored_model(anchor: Anchor, card: ModelCard, cluster: Cluster, engine: En
                              first_wave_stall_ms=anchor.first_wave_stall_ms if same_kernels else 0.0,
                              first_wave_stall_per_client_ms=anchor.first_wave_stall_per_client_ms if same_kernels else 0.0,
                              decode_residual=residual, prefill_residual=prefill, carried_host=carried)
+
+
+def takes_engine_host(anchor: Anchor) -> bool:
+    """Whether a question about the user's own deployment replaces the anchor's fitted
+    host time with its engine's front end's: a public benchmark's anchor (module docstring)."""
+    return anchor.provenance.source in BENCHMARK_HARNESSES
 
 
 def with_engine_host(calibration: Calibration, engine: str) -> Calibration:
