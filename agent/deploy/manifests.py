@@ -87,6 +87,13 @@ def dynamo_graph(plan: DeployPlan, image: str | None = None) -> str:
     return _dump(documents)
 
 
+#: dynamo.trtllm's flag for each of trtllm-serve's
+TRTLLM_WORKER_FLAGS = (("--tensor-parallel-size", "--tp_size"), ("--pipeline-parallel-size", "--pp_size"),
+                       ("--expert-parallel-size", "--ep_size"), ("--max-batch-size", "--max_batch_size"),
+                       ("--max-num-tokens", "--max_num_tokens"), ("--max-seq-len", "--max_seq_len"),
+                       ("--free-gpu-memory-fraction", "--kv_cache_free_gpu_memory_fraction"))
+
+
 def dynamo_worker_argv(plan: DeployPlan, pool: PoolLaunch) -> list[str]:
     """``python3 -m dynamo.<engine> ...`` for one pool (module docstring)."""
     engine, argv = plan.target.engine, list(pool.command.argv)
@@ -95,13 +102,12 @@ def dynamo_worker_argv(plan: DeployPlan, pool: PoolLaunch) -> list[str]:
         return [*head, "--model", argv[2], *_without(argv[3:], FRONTEND_ARGS), "--disaggregation-mode", pool.role]
     if engine is Engine.SGLANG:
         return [*head, *argv[3:]]
-    config, request = pool.config, pool.request
+    request = pool.request
     ((path, _),) = pool.command.files
+    # the values trtllm-serve's command got (a Helix decode pool's TP is tp / dcp)
+    flags = [(name, argv[argv.index(serve) + 1]) for name, serve in TRTLLM_WORKER_FLAGS]
     return [*head, "--model", request.model_path, "--served-model-name", request.served_name,
-            "--tensor-parallel-size", str(config.tp), "--pipeline-parallel-size", str(config.pp),
-            "--expert-parallel-size", str(config.ep), "--max-batch-size", str(config.max_running_requests),
-            "--max-num-tokens", str(config.max_batched_tokens), "--max-seq-len", str(request.context_tokens),
-            "--free-gpu-memory-fraction", request.memory_flag(config),
+            *(item for pair in flags for item in pair),
             "--extra-engine-args", f"{CONFIG_MOUNT}/{path.rsplit('/', 1)[-1]}", "--disaggregation-mode", pool.role]
 
 

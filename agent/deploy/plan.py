@@ -157,6 +157,7 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
 def _pool(target: Target, role: str, config: Configuration, options: DeployOptions, backend: str | None,
           port_offset: int, taken: dict[str, str]) -> PoolLaunch:
     card = target.card
+    _check_layout_options(target.engine, role, config)
     request = LaunchRequest(
         model_path=options.model_path or card.hf_id, served_name=card.name, port=options.port + port_offset,
         context_tokens=options.context_tokens or max_context_tokens(target, config), host=DEPLOY_HOST,
@@ -183,6 +184,27 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
                          accepted) from None
     nodes = _node_commands(target, config, command)
     return PoolLaunch(role, config.replicas, config.replica_gpus, config, request, command, nodes)
+
+
+def _check_layout_options(engine: Engine, role: str, config: Configuration) -> None:
+    """A pool layout's options the launches written here cannot express are an error, never
+    a launch of another layout: DWDP (prefill ranks sharing expert-weight storage) would
+    start ``n`` single-GPU servers each loading every expert (TensorRT-LLM runs it only
+    under its MPI disaggregated launch, `trtllm-serve disaggregated_mpi_worker` with
+    `dwdp_config`: its DWDP blog, "Current Code-Level Constraints"), TP subgroups (``/TSt``)
+    a DEP pool replicating the projections they shard."""
+    layout = config.layout_options
+    lever = f"{role}_layout" if role != SERVE else "decode_layout"
+    if layout.dwdp > 1:
+        raise InputError(f"--config {lever}", f"{lever}={layout.text} (ranks sharing expert-weight storage) runs "
+                         f"only under {engine}'s MPI disaggregated launch (trtllm-serve disaggregated_mpi_worker "
+                         "with dwdp_config), which is not written here",
+                         "a TPx/EPy/DPz prefill layout to deploy; DWDP stays a what-if for predict, tune and plan-mix")
+    if layout.subgroup > 1:
+        raise InputError(f"--config {lever}", f"{lever}={layout.text} (TP subgroups of the selected projections and "
+                         f"shared experts) has no flag on the {engine} command line in the release checked",
+                         f"the layout without /TS{layout.subgroup} to deploy; TP subgroups stay a what-if for "
+                         "predict, tune and plan-mix")
 
 
 def _node_commands(target: Target, config: Configuration, command: LaunchCommand) -> tuple[LaunchCommand, ...]:

@@ -11,9 +11,19 @@ false for a harvest, true for a deployment; `dtype: fp8`; `tokens_per_block`),
 `cache_transceiver_config` (`backend: NIXL`) for one pool of a disaggregated deployment,
 `cuda_graph_config` (`batch_sizes`, `enable_padding`; null: eager), `moe_config.backend`
 (CUTLASS, TRTLLM, DEEPGEMM), `attn_backend`, and `speculative_config` with
-`decoding_type` MTP (`num_nextn_predict_layers`) or NGram (`max_draft_len`). EAGLE3
-(`decoding_type: Eagle`) needs `speculative_model_dir`, a draft checkpoint no lever
-names: refused at launch.
+`decoding_type` MTP (`num_nextn_predict_layers`), NGram (`max_draft_len`) or Eagle3
+(`max_draft_len`, `speculative_model`: the draft checkpoint `--draft-model` names, refused
+without one; `eagle3_one_model`, the draft as a submodule of the target).
+
+Decode context parallelism is TensorRT-LLM's Helix (`docs/source/features/helix.md`:
+`context_parallel_size`, `cp_config: {cp_type: HELIX, tokens_per_block}` matching
+`kv_cache_config.tokens_per_block`), documented for the generation servers of a
+disaggregated deployment: each CP rank keeps a slice of every request's KV and the CP
+ranks serve as TP ranks for the FFN/MoE layers, so a replica of ``tp`` GPUs with ``dcp``
+runs `--tp_size tp/dcp` and `context_parallel_size dcp` (world ``tp``). A decode pool
+runs it; its prefill pool runs a context server of ``tp`` GPUs without CP (the KV moves
+to the CP ranks in the transfer, as TensorRT-LLM's Helix example pairs them); a colocated
+replica with ``dcp > 1`` is refused (no Helix context phase in the release checked).
 
 `trtllm-serve` quantizes nothing online: precisions come from the checkpoint (ModelOpt
 FP8/NVFP4 exports). A precision other than the card's checkpoint's is accepted only when
@@ -32,7 +42,7 @@ import yaml
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from predictor.harvest.launch import GpuAdapter, LaunchCommand, LaunchRequest, changed_dtype, refuse
+from predictor.harvest.launch import GpuAdapter, LaunchCommand, LaunchRequest, changed_dtype, draft_for, refuse
 
 PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype")
 
@@ -43,6 +53,7 @@ class TrtllmAdapter(GpuAdapter):
     tokenize_path = None
     _MOE = MappingProxyType({"trtllm": "TRTLLM", "cutlass": "CUTLASS", "deepgemm": "DEEPGEMM"})
     _SPEC = MappingProxyType({"mtp": "MTP", "ngram": "NGram"})
+    HELIX_BLOCK_TOKENS = 32       # the block size TensorRT-LLM's Helix example runs, when the lever is unset
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         for lever in PRECISION_LEVERS:
@@ -52,30 +63,39 @@ class TrtllmAdapter(GpuAdapter):
                              "--model-path to a ModelOpt checkpoint quantized to it)")
         if config.attention_dp not in (1, config.tp):
             raise refuse(self.engine, "attention_dp", config.attention_dp, f"1 or tp={config.tp}")
-        if config.spec_method == "eagle3":
-            raise refuse(self.engine, "spec_method", "eagle3", "mtp or ngram (EAGLE3 needs its draft checkpoint)")
+        if config.dcp > 1 and request.pool is None:
+            raise refuse(self.engine, "dcp", config.dcp, "1 on a colocated replica (TensorRT-LLM runs decode "
+                         "context parallelism, Helix, on a disaggregated deployment's decode pool only)")
+        draft = draft_for(self.engine, config, request)
         if config.eplb_replicas:
             raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (its MoE load balancer's slots "
                          "are not written here)")
         path = os.path.join(request.files_dir or tempfile.gettempdir(),
                             f"inferasim-trtllm-{request.served_name}-{request.port}.yaml")
         argv = ("trtllm-serve", "serve", request.model_path, "--host", request.host, "--port", str(request.port),
-                "--backend", "pytorch", "--tp_size", str(config.tp), "--pp_size", str(config.pp),
+                "--backend", "pytorch", "--tp_size", str(config.tp // self._helix(config, request)), "--pp_size", str(config.pp),
                 "--ep_size", str(config.ep), "--max_batch_size", str(config.max_running_requests),
                 "--max_num_tokens", str(config.max_batched_tokens), "--max_seq_len", str(request.context_tokens),
                 "--kv_cache_free_gpu_memory_fraction", request.memory_flag(config),
                 "--extra_llm_api_options", path)
-        text = yaml.safe_dump(self.options(config, request), sort_keys=False)
+        text = yaml.safe_dump(self.options(config, request, draft), sort_keys=False)
         return LaunchCommand(argv, {}, ((path, text),))
 
-    def options(self, config: Configuration, request: LaunchRequest) -> dict:
+    @staticmethod
+    def _helix(config: Configuration, request: LaunchRequest) -> int:
+        """The Helix CP ranks of this launch: ``dcp`` on a decode pool, else 1 (module docstring)."""
+        return config.dcp if request.pool is not None and not request.pool.is_prefill else 1
+
+    def options(self, config: Configuration, request: LaunchRequest, draft: str | None = None) -> dict:
         """The LLM API options written to the YAML file (module docstring)."""
         kv_cache: dict = {"enable_block_reuse": request.prefix_caching,
                           "free_gpu_memory_fraction": request.memory_share(config)}
         if config.kv_cache_dtype == "fp8":
             kv_cache["dtype"] = "fp8"
-        if config.kv_block_size:
-            kv_cache["tokens_per_block"] = config.kv_block_size
+        helix = self._helix(config, request)
+        block = config.kv_block_size or (self.HELIX_BLOCK_TOKENS if helix > 1 else None)
+        if block:
+            kv_cache["tokens_per_block"] = block
         sizes = self.captured_sizes(config)
         options: dict = {
             "enable_attention_dp": config.attention_dp > 1, "kv_cache_config": kv_cache,
@@ -89,6 +109,12 @@ class TrtllmAdapter(GpuAdapter):
             options["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": config.spec_depth}
         elif config.spec_method == "ngram":
             options["speculative_config"] = {"decoding_type": "NGram", "max_draft_len": config.spec_depth}
+        elif config.spec_method == "eagle3":
+            options["speculative_config"] = {"decoding_type": "Eagle3", "max_draft_len": config.spec_depth,
+                                             "speculative_model": draft, "eagle3_one_model": True}
+        if helix > 1:
+            options["context_parallel_size"] = helix
+            options["cp_config"] = {"cp_type": "HELIX", "tokens_per_block": block}
         if request.pool is not None:
             options["cache_transceiver_config"] = {"backend": request.pool.kv_transfer_backend.upper()}
         return options

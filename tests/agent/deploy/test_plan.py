@@ -143,6 +143,28 @@ def test_what_cannot_be_deployed_is_refused_with_the_reason():
         llmd_manifests(mooncake)
 
 
+def test_layouts_no_engine_flag_expresses_are_refused_not_launched_as_another():
+    """DWDP would start single-GPU servers each loading every expert; TP subgroups a DEP
+    pool replicating what they shard."""
+    kimi = resolve_target("kimi-k3", "gb300x4x8", "trtllm")
+    with pytest.raises(InputError, match="prefill_layout=DWDP16.*only under trtllm's MPI disaggregated launch"):
+        build_plan(kimi, config("disaggregated=true,prefill_layout=DWDP16,decode_layout=TP16/EP16/DP16,"
+                                "weight_dtype=recipe:nvfp4"))
+    with pytest.raises(InputError, match="decode_layout=TP8/EP8/DP8/TS4.*no flag"):
+        build_plan(resolve_target("deepseek-r1", "b200x8x2", "sglang"),
+                   config("disaggregated=true,prefill_layout=TP8/EP8/DP8,decode_layout=TP8/EP8/DP8/TS4,"
+                          "expert_dtype=fp8,weight_dtype=fp8"))
+
+
+def test_a_helix_decode_pool_and_its_dynamo_worker_run_the_same_widths():
+    plan = build_plan(resolve_target("deepseek-r1", "b200x8x2", "trtllm"), config(
+        "disaggregated=true,prefill_layout=TP8/EP8/DP1,decode_layout=TP8/EP8/DP1,dcp=8,weight_dtype=fp8"))
+    for pool, tp in zip(plan.pools, ("8", "1")):
+        argv, worker = list(pool.command.argv), dynamo_worker_argv(plan, pool)
+        assert argv[argv.index("--tp_size") + 1] == worker[worker.index("--tensor-parallel-size") + 1] == tp
+        assert argv[argv.index("--ep_size") + 1] == worker[worker.index("--expert-parallel-size") + 1] == "8"
+
+
 def test_fixtures_record_where_the_flags_came_from():
     for engine in ("vllm", "sglang", "dynamo", "trtllm", "atom"):
         provenance = engine_flags(engine)["provenance"]

@@ -11,6 +11,7 @@ from levers.catalog import Engine, get_lever
 from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.harvest.adapters import ADAPTERS, LaunchRequest, adapter_for
+from predictor.harvest.launch import DECODE, PREFILL, PoolRole
 from tests.agent.deploy.flags import argv_problems, env_problems
 
 REQUEST = LaunchRequest(model_path="deepseek-ai/DeepSeek-R1", served_name="DeepSeek-R1", port=8000,
@@ -169,8 +170,31 @@ def test_trtllm_serve_flags_and_options_file():
     eager = yaml.safe_load(adapter_for("trtllm").launch(Configuration(tp=8, graph_capture="none"), REQUEST,
                                                         FP8).files[0][1])
     assert eager["cuda_graph_config"] is None and eager["enable_attention_dp"] is False
+    eagle = yaml.safe_load(adapter_for("trtllm").launch(Configuration(tp=8, spec_method="eagle3", spec_depth=2),
+                                                        REQUEST, FP8).files[0][1])
+    assert eagle["speculative_config"] == {"decoding_type": "Eagle3", "max_draft_len": 2,
+                                           "speculative_model": "/ckpt/draft", "eagle3_one_model": True}
     with pytest.raises(InputError, match="draft checkpoint"):
-        argv("trtllm", tp=8, spec_method="eagle3", spec_depth=2)
+        adapter_for("trtllm").launch(Configuration(tp=8, spec_method="eagle3", spec_depth=2),
+                                     replace(REQUEST, draft_model=None), FP8)
+
+
+def test_trtllm_runs_decode_context_parallelism_as_helix_on_a_decode_pool():
+    """TensorRT-LLM's Helix (docs/source/features/helix.md): the CP ranks are the FFN's TP
+    ranks, so a DCP8 replica of 8 GPUs is tp_size 1 x context_parallel_size 8, its block
+    size in both places; the prefill pool runs a context server without CP; a colocated
+    DCP replica cannot be launched."""
+    adapter, config = adapter_for("trtllm"), Configuration(tp=8, ep=8, dcp=8)
+    decode = adapter.launch(config, replace(REQUEST, pool=PoolRole(DECODE, "nixl")), FP8)
+    options = yaml.safe_load(decode.files[0][1])
+    assert value(list(decode.argv), "--tp_size") == "1" and value(list(decode.argv), "--ep_size") == "8"
+    assert options["context_parallel_size"] == 8
+    assert options["cp_config"] == {"cp_type": "HELIX", "tokens_per_block": 32}
+    assert options["kv_cache_config"]["tokens_per_block"] == 32
+    prefill = adapter.launch(config, replace(REQUEST, pool=PoolRole(PREFILL, "nixl")), FP8)
+    assert value(list(prefill.argv), "--tp_size") == "8" and "cp_config" not in yaml.safe_load(prefill.files[0][1])
+    with pytest.raises(InputError, match="dcp=8.*decode pool"):
+        adapter.launch(config, REQUEST, FP8)
 
 
 def test_llamacpp_command_and_sweep():
