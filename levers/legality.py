@@ -112,6 +112,20 @@ def attention_weight_dtype(config: Configuration, model: ModelShape) -> str:
     return str(native.weight) if native is not None else "bf16"
 
 
+def routed_expert_dtype(config: Configuration, model: ModelShape) -> str | None:
+    """The routed experts' stored dtype: the `expert_dtype` lever, else the recipe's, else
+    the checkpoint's (None on a dense model)."""
+    if config.expert_dtype:
+        return config.expert_dtype
+    spec = parse_weight_spec(config.weight_dtype)
+    recipe = model.recipe(spec.recipe) if spec.recipe and hasattr(model, "recipe") else None
+    if recipe is not None and recipe.routed_experts:
+        return str(recipe.routed_experts)
+    native = getattr(model, "native_dtypes", None)
+    expert = getattr(native, "expert", None)
+    return str(expert) if expert is not None else None
+
+
 def _engine_support(config: Configuration, engine: Engine) -> list[str]:
     reasons = []
     for lever in LEVERS:
@@ -254,6 +268,9 @@ def _disaggregation(config: Configuration, engine: Engine, model: ModelShape,
 
 
 DWDP_ENGINES = (Engine.TRTLLM,)   # TensorRT-LLM's DWDP (arXiv 2604.01621)
+#: its routed experts' dtypes: "DWDP only supports the CuteDSL MoE backend with NVFP4"
+#: (TensorRT-LLM's DWDP blog, "Current Code-Level Constraints"); fp4 is NVFP4 on NVIDIA
+DWDP_EXPERT_DTYPES = ("fp4", "nvfp4")
 
 
 def _layout_option_reasons(name: str, config: Configuration, engine: Engine, model: ModelShape,
@@ -272,6 +289,9 @@ def _layout_option_reasons(name: str, config: Configuration, engine: Engine, mod
         reasons.append(f"{name}=DWDP{options.dwdp} needs {' or '.join(DWDP_ENGINES)} (DWDP is not in {engine})")
     if not model.is_moe:
         reasons.append(f"{name}=DWDP{options.dwdp} needs a MoE model (it shares routed-expert storage)")
+    elif (experts := routed_expert_dtype(config, model)) not in DWDP_EXPERT_DTYPES:
+        reasons.append(f"{name}=DWDP{options.dwdp} needs NVFP4 routed experts (TensorRT-LLM's DWDP runs only its "
+                       f"CuteDSL NVFP4 MoE path), not {experts}: e.g. weight_dtype=recipe:nvfp4 or expert_dtype=fp4")
     if config.pp > 1:
         reasons.append(f"{name}=DWDP{options.dwdp} runs whole layers per rank; pp must be 1")
     if options.dwdp > cluster.scale_up_gpus():

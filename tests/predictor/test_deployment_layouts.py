@@ -57,6 +57,13 @@ def test_legality_of_the_new_layouts():
     dense = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8"), Engine.TRTLLM,
                                load_card("llama-3.1-70b"), parse_cluster("gb300x4x4"))
     assert any("MoE" in r for r in dense)
+    r1 = load_card("deepseek-r1")     # fp8 experts: TensorRT-LLM's DWDP runs NVFP4 experts only
+    fp8 = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8"),
+                             Engine.TRTLLM, r1, parse_cluster("gb300x4x4"))
+    assert any("needs NVFP4 routed experts" in r and "not fp8" in r for r in fp8)
+    assert not any("NVFP4" in r for r in structural_reasons(
+        split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8,expert_dtype=fp4"),
+        Engine.TRTLLM, r1, parse_cluster("gb300x4x4")))
 
 
 def test_pool_configs_keep_the_options():
