@@ -150,22 +150,26 @@ def prompts_together(per_step: float, isl: int, chunk_tokens: int) -> float:
 
 
 def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: int, ctx: float,
-                        together: float = 1.0) -> tuple[float, float]:
+                        together: float = 1.0, step_prompts: float = 0.0) -> tuple[float, float]:
     """(sum over chunks of the mixed-step time, sum of marginal cost over decode) of one
     prompt (on one attention-DP rank); ``together`` (`prompts_together`) single-chunk
     prompts share a mixed step on average: steps of ``floor`` and ``floor + 1`` of them in
-    the proportion that averages it, each priced once and split between its prompts."""
+    the proportion that averages it, each priced once and split between its prompts. Under
+    attention DP ``together`` is what the busiest rank carries and ``step_prompts`` the
+    step's prompts over every rank (their MoE tokens)."""
     base = model.decode_us(batch, ctx) if batch > 0 else 0.0
     if together > 1.0:
         low = int(together)
         share = together - low              # of steps carrying one prompt more
         mixed = mixed_marginal = 0.0
+        ranks = model.attention_dp
         for count, weight in ((low, 1.0 - share), (low + 1, share)):
             if weight <= 0.0:
                 continue
-            tokens = count * isl
-            step = (model.mixed_us(tokens, batch, ctx, 0.0, prompts=count) if batch > 0
-                    else model.prefill_us(tokens, count, 0.0))
+            prompts = max(count, round(step_prompts)) if ranks > 1 else count
+            tokens = prompts * isl
+            step = (_mixed_us(model, tokens, batch, ctx, prompts, count) if batch > 0
+                    else model.prefill_us(tokens, prompts, 0.0))
             mixed += weight * step
             mixed_marginal += weight * (step - base)
         return mixed, mixed_marginal / together
@@ -177,6 +181,14 @@ def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: in
         else:
             mixed_total += model.prefill_us(tokens, 1, prior)
     return mixed_total, mixed_total - base * len(pieces)
+
+
+def _mixed_us(model: StepModel, tokens: int, batch: int, ctx: float, prompts: int, rank_prompts: int) -> float:
+    """A mixed step of ``prompts`` prompts, ``rank_prompts`` of them on the busiest
+    attention-DP rank (without attention DP, every prompt is on the one rank)."""
+    if model.attention_dp > 1:
+        return model.mixed_us(tokens, batch, ctx, 0.0, prompts=prompts, rank_prompts=rank_prompts)
+    return model.mixed_us(tokens, batch, ctx, 0.0, prompts=prompts)
 
 
 def steady_state(model: StepModel, load: Load) -> SteadyState:
@@ -200,16 +212,20 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         others = running * (in_system - 1) / in_system if closed else running
         decode_us = model.decode_us(batch, ctx)
         per_step = others / osl_steps if closed and osl_steps else rate_per_s * step_us / US_PER_S
-        together = prompts_together(per_step, load.isl, load.chunk_tokens) if ranks <= 1 else 1.0
-        mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx,
-                                                          together)
-        # prompts arriving in one step overlap on different ranks (module docstring)
-        if ranks > 1 and load.balanced_dp:
-            marginal_us /= ranks
-        elif ranks > 1:
+        # prompts arriving in one step overlap on different ranks (module docstring): the
+        # step carries the busiest rank's, grouped as one rank's mixed step groups them
+        if ranks <= 1:
+            busiest = per_step
+        elif load.balanced_dp:
+            busiest = per_step / ranks
+        else:
             per_step = round(per_step, 3)
-            if per_step > 0:
-                marginal_us *= busiest_rank_prompts(per_step, ranks) / per_step
+            busiest = busiest_rank_prompts(per_step, ranks)
+        together = prompts_together(busiest, load.isl, load.chunk_tokens)
+        mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx,
+                                                          together, per_step)
+        if ranks > 1 and per_step > 0:
+            marginal_us *= busiest / per_step
         if closed:
             busy_share = None
         else:
@@ -243,8 +259,8 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     if closed and load.concurrency > cap and rate_per_s:
         # Little's law over the whole closed loop: clients beyond the cap wait.
         queue_us += max(0.0, load.concurrency / rate_per_s * US_PER_S - e2e_us - load.host_us)
-    mixed_one_us = model.mixed_us(min(load.chunk_tokens, round(together) * load.isl), max(1, round(running)), ctx,
-                                  prompts=round(together))
+    mixed_one_us = _mixed_us(model, min(load.chunk_tokens, round(together) * load.isl), max(1, round(running)), ctx,
+                             round(together), round(together))
     steps_per_s = US_PER_S / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / together / steps_per_s) if steps_per_s else 0.0
     return SteadyState(

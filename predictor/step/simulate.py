@@ -751,7 +751,7 @@ class SimulateStepModel:
         return sum(self._prefill_terms(num_tokens, num_seqs, context_tokens))
 
     def _mixed_terms(self, prefill_tokens: int, decode_batch: int, context: float,
-                     prefill_context: float, prompts: int = 0) -> tuple[float, ...]:
+                     prefill_context: float, prompts: int = 0, rank_prompts: int = 0) -> tuple[float, ...]:
         if decode_batch <= 0:
             return self._prefill_terms(prefill_tokens, prompts or self._dp, prefill_context)
         if prefill_tokens <= 0:
@@ -759,9 +759,16 @@ class SimulateStepModel:
         micro = -(-int(decode_batch) // self._pp)
         requests = -(-micro // self._dp)
         q, tokens = self._queries, int(prefill_tokens)
-        # ``prompts`` prompts' chunks on their busiest attention-DP rank (`_prefill_rank`);
-        # 0: the tokens spread over every rank (a step whose prompts the caller does not count)
-        rank_prefill, rank_prompts = self._prefill_rank(tokens, prompts) if prompts else (-(-tokens // self._dp), 1)
+        # ``prompts`` prompts' chunks on their busiest attention-DP rank (`_prefill_rank`, or
+        # ``rank_prompts`` of them when the caller says how many it carries); 0: the tokens
+        # spread over every rank (a step whose prompts the caller does not count)
+        if rank_prompts and prompts:
+            rank_prompts = min(rank_prompts, prompts)
+            rank_prefill = -(-tokens * rank_prompts // prompts)
+        elif prompts:
+            rank_prefill, rank_prompts = self._prefill_rank(tokens, prompts)
+        else:
+            rank_prefill, rank_prompts = -(-tokens // self._dp), 1
         gemm, moe, comm, launch, other = self._body(rank_prefill + requests * q, tokens + micro * q)
         head_gemm, head_other, head_launch = self._head(micro * q + 1)
         # each prompt attends to its own tokens (a step of several prompts is not one sequence)
@@ -786,13 +793,16 @@ class SimulateStepModel:
         return tuple(term if i in (1, 7) else max(0.0, term + decode[i] * extra) for i, term in enumerate(terms))
 
     def mixed(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
-              prefill_context_tokens: float = 0.0, *, prompts: int = 0) -> StepCost:
+              prefill_context_tokens: float = 0.0, *, prompts: int = 0, rank_prompts: int = 0) -> StepCost:
         """A decode step of ``decode_batch`` carrying ``prefill_tokens`` of prompt chunks
         (``prompts``: how many prompts they belong to, which places them on attention-DP
-        ranks; 0 spreads them over every rank)."""
-        terms = self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens, prompts)
+        ranks, ``ceil(prompts / dp)`` on the busiest unless ``rank_prompts`` says how many;
+        0 spreads them over every rank)."""
+        terms = self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens, prompts,
+                                  rank_prompts)
         return StepCost(tuple(zip(TERMS, terms)))
 
     def mixed_us(self, prefill_tokens: int, decode_batch: int, context_tokens: float,
-                 prefill_context_tokens: float = 0.0, *, prompts: int = 0) -> float:
-        return sum(self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens, prompts))
+                 prefill_context_tokens: float = 0.0, *, prompts: int = 0, rank_prompts: int = 0) -> float:
+        return sum(self._mixed_terms(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens, prompts,
+                                     rank_prompts))

@@ -46,8 +46,10 @@ class RankedModel(LinearModel):
 
     attention_dp = 4
 
-    def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0, *, prompts=0):
-        per_rank = prefill_tokens if prompts else prefill_tokens / 4
+    def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0, *, prompts=0,
+                 rank_prompts=0):
+        per_rank = prefill_tokens * rank_prompts / prompts if rank_prompts else prefill_tokens if prompts \
+            else prefill_tokens / 4
         return self.decode_us(decode_batch, context_tokens) + 0.1 * per_rank
 
 
@@ -289,3 +291,28 @@ def test_prompts_a_step_are_priced_continuously_and_the_fixed_point_settles(monk
         monkeypatch.setattr(analytical, "ITERATIONS", iterations)
         answers.append(_real("llama-3.1-8b", "h200x8", "vllm", tp=8)(100, 10, concurrency=64)["itl_ms_mean"])
     assert max(answers) / min(answers) < 1.01
+
+
+def test_attention_dp_short_prompts_of_one_rank_share_its_mixed_step():
+    """Under attention DP the busiest rank's prompts of a step share one mixed step, and the
+    MoE layers carry every rank's: DeepSeek-R1 DEP8 on H200 (SGLang), 100/10 at 256
+    clients, about 25 prompts a step and 6 on the busiest rank. Summed one-prompt
+    marginals priced each 100-token prompt on the rank's weight-bound GEMMs (1.3 ms) and
+    counted only the busiest rank's prompt tokens at the MoE: ITL 38 ms, below a mixed step
+    of six prompts on one rank (48 ms, its dense GEMMs compute-bound)."""
+    from levers.configuration import Configuration
+    from predictor.anchors.anchoring import Anchoring
+    from predictor.cards.registry import load_card
+    from predictor.hardware import parse_cluster
+    from predictor.target import Target
+
+    config = Configuration(tp=8, attention_dp=8, ep=8)
+    metrics = _real("deepseek-r1", "h200x8", "sglang", tp=8, attention_dp=8, ep=8)(100, 10, concurrency=256)
+    model = Anchoring.of(Target(load_card("deepseek-r1"), parse_cluster("h200x8"), Engine("sglang"))).model(config)
+    batch = 230                                 # about the running batch: 256 x 9 / 10
+    six_on_one_rank = model.mixed_us(600, batch, 105.0, prompts=6, rank_prompts=6) / 1000
+    assert metrics["itl_ms_mean"] >= six_on_one_rank
+    # the rank's six prompts cost more together than six times one (past the weights' read)
+    one = model.mixed_us(100, batch, 105.0, prompts=1) / 1000 - model.decode_us(batch, 105.0) / 1000
+    assert six_on_one_rank - model.decode_us(batch, 105.0) / 1000 > 6 * one
+
