@@ -74,6 +74,21 @@ def test_attention_dp_prompts_of_one_step_overlap_on_their_ranks():
     assert state.ttft_admission_ms == pytest.approx((5000 + 50 * round(others) + 102.4) / 1000, rel=1e-9)
 
 
+def test_a_closed_loop_past_the_prefill_budget_queues_its_prompts():
+    """1,000 clients of one-step requests and 1k prompts, 2k tokens a step: a step starts
+    two prompts, so every step is a full mixed step (not the decode step plus the work of
+    hundreds of prompts), the rate is two prompts a step and the other clients wait
+    (Little's law over the loop)."""
+    load = Load(isl=1000, osl=2, concurrency=1000, running_cap=4096, chunk_tokens=2000)
+    state = steady_state(LinearModel(), load)
+    assert state.step_ms == pytest.approx((5000 + 50 * 2 + 0.1 * 2000) / 1000, rel=1e-3)
+    assert state.requests_per_s == pytest.approx(2 / state.step_ms * 1000)
+    assert state.requests_per_s * state.e2e_ms / 1000 == pytest.approx(1000, rel=1e-6)
+    below = steady_state(LinearModel(), replace(load, concurrency=2))      # within the budget: no queue
+    assert below.ttft_ms - below.ttft_admission_ms <= below.step_ms          # a step's wait at most
+    assert state.ttft_ms - state.ttft_admission_ms > 100 * state.step_ms
+
+
 def test_balanced_attention_dp_starts_one_prompt_per_rank_together():
     # TRT-LLM's enable_balance: prompts wait until every rank has one, so a step carries
     # k / dp one-prompt rounds, below the busiest rank of k random placements.
