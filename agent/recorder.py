@@ -58,11 +58,13 @@ def ledger_header(context: SearchContext, *, search_id: str, command_line: list[
 class LedgerRecorder:
     """Session listener: add the trial, rewrite the ledger atomically."""
 
-    def __init__(self, writer: LedgerWriter, previous_wall_s: float = 0.0, replayed: int = 0) -> None:
+    def __init__(self, writer: LedgerWriter, previous_wall_s: float = 0.0, replayed: int = 0,
+                 finished: bool = False) -> None:
         self.writer = writer
         self.started = time.perf_counter()
         self.previous_wall_s = previous_wall_s
         self.replayed = replayed  # a resumed search's first trials: already in the ledger (agent.resume)
+        self.finished = finished  # the resumed ledger had finished: a replay that adds nothing leaves it as it was
 
     @classmethod
     def create(cls, header: dict[str, Any], directory: Path | None = None) -> "LedgerRecorder":
@@ -80,6 +82,8 @@ class LedgerRecorder:
         self.writer.write(self.tail(session, "running", None))
 
     def finish(self, session: SearchSession, stop_reason: str) -> None:
+        if self.finished and len(session.trials) <= self.replayed:
+            return      # resumed at the budget it had finished: nothing priced, nothing to record
         self.writer.write(self.tail(session, "finished", stop_reason), durable=True)
 
     def tail(self, session: SearchSession, status: str, stop_reason: str | None) -> dict[str, Any]:

@@ -186,7 +186,8 @@ def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn
     replay = Replay(trials, ledger.llm.phase_end_reason, planner_calls)
     writer = LedgerWriter(path, resume_header(ledger, budget, lm),
                           [record.model_dump(mode="json") for record in ledger.trials])
-    recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s, replayed=len(trials))
+    recorder = LedgerRecorder(writer, previous_wall_s=ledger.stats.wall_s, replayed=len(trials),
+                              finished=ledger.status == "finished")
     return _Search(session, recorder, budget, lm, replace(request, no_llm=request.no_llm or ledger.no_llm),
                    question, replay, warnings)
 

@@ -98,6 +98,10 @@ def test_ledger_commands_review_persisted_searches():
 
 def test_resume_through_the_cli_extends_the_budget():
     first = json.loads(invoke(*QWEN, "--budget", "6", "--json").output)
+    before = Path(first["ledger"]).read_bytes()
+    again = json.loads(invoke("--resume", first["ledger"], "--json").output)    # finished, same budget: a replay
+    assert again["num_trials"] == 6 and again["best"] == first["best"]
+    assert Path(first["ledger"]).read_bytes() == before                        # nothing priced: left as it was
     resumed = json.loads(invoke("--resume", first["ledger"], "--budget", "10", "--json").output)
     assert resumed["ledger"] == first["ledger"] and resumed["num_trials"] == 10
     assert resumed["warnings"] == []
