@@ -25,6 +25,7 @@ from agent.trial import Trial
 from ledgers.model import SCHEMA_VERSION
 from ledgers.store import SUFFIX, LedgerWriter, ledgers_dir
 from objectives.objectives import resolve_objective
+from predictor.units import MS_PER_S
 
 STOP_REASON = "plan-mix: every candidate of the entry priced once"
 ID_SUFFIX_HEX = 6
@@ -50,7 +51,9 @@ def write_plan_ledgers(report: MixReport, command_line: Sequence[str] = ()) -> t
         header = _header(search_id, stamp, command_line, tasks[0], trials, report)
         writer = LedgerWriter(ledgers_dir() / f"{search_id}{SUFFIX}", header,
                               [_record(task, trial) for task, trial in zip(tasks, trials)])
-        writer.write(_tail(trials, report.wall_s), durable=True)
+        # the run prices every entry's candidates in one pool: a ledger's own time is its
+        # candidates' pricing time, not the whole run's
+        writer.write(_tail(trials, sum(trial.wall_ms for trial in trials) / MS_PER_S), durable=True)
         paths.append(writer.path)
     return tuple(paths)
 

@@ -217,6 +217,8 @@ def test_report_json_and_ledgers(isolated_home):
     assert ledger.model == "gpt-oss-120b" and len(ledger.trials) == 5 == data["candidates_evaluated"]
     assert ledger.best.objective_value == pytest.approx(2000.0, abs=TOLERANCE)
     assert ledger.trials[2].proposed["disaggregated"] is True
+    # its own candidates' pricing time, not the whole run's
+    assert ledger.stats.wall_s == pytest.approx(sum(t.wall_ms for t in ledger.trials) / 1000, abs=1e-3)
 
 
 def test_des_requests_follow_the_clients_up_to_the_cap():
