@@ -1,9 +1,9 @@
 """`inferasim simulate`: run the discrete-event simulator (METHOD §5) on a synthetic
 workload or a trace and print latency distributions, throughput and prefix hit rates.
 
-The step model comes from `predictor.predict.step_model_for` (anchored when an anchor
-covers the configuration, else simulate mode, rank-only); the KV pools from the memory
-model. `--config` may repeat (merged left to right, later keys win); `--concurrency`
+The step model comes from the predictor's anchoring, as `predict` takes it (anchored when
+an anchor covers the configuration, else simulate mode, rank-only; unset levers take the
+calibrating anchor's recipe); the KV pools from the memory model. `--config` may repeat (merged left to right, later keys win); `--concurrency`
 overrides the concurrency lever. A rich progress bar shows on a terminal.
 """
 
@@ -33,11 +33,10 @@ from agent.cli.render import config_text, number, paragraph, percent, say, table
 from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration
-from predictor.predict import step_model_for
+from predictor.anchors.anchoring import Anchoring
 from predictor.sim import SimOptions, SimResult, load_trace, simulate
 from predictor.sim.results import JSON_STATS
 from predictor.step.cost import StepModel
-from predictor.target import Target
 from predictor.workload import parse_workload
 
 TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sessions, or CSV.")
@@ -47,13 +46,14 @@ LATENCIES = (("ttft_ms", "TTFT from arrival", "ms"), ("ttft_admission_ms", "TTFT
              ("interactivity_tok_s", "1/TPOT per request", "tok/s/user"), ("e2e_ms", "E2E", "ms"))
 
 
-def step_model_factory_for(target: Target) -> Callable[[Configuration], StepModel]:
-    """One step model per replica configuration, from the predictor (cached per run)."""
+def step_model_factory_for(anchoring: Anchoring) -> Callable[[Configuration], StepModel]:
+    """One step model per replica configuration, from the predictor's anchoring (cached per
+    run), as `predict` prices its DES replays."""
     models: dict[Configuration, StepModel] = {}
 
     def factory(config: Configuration) -> StepModel:
         if config not in models:
-            models[config] = step_model_for(target, config)
+            models[config] = anchoring.model(config)
         return models[config]
 
     factory.models = models
@@ -96,13 +96,18 @@ def simulate_command(
     configuration = configuration_from_options(config, concurrency)
     replay = _workload(workload, trace, skip_bad_lines, allow_large)
     context_tokens = getattr(replay, "context_tokens", DEFAULT_CONTEXT_TOKENS)
-    feasibility = check_configuration(target.card, target.cluster, target.engine, configuration, context_tokens)
+    # unset levers take the calibrating anchor's recipe, as `predict` takes them: the same
+    # command line prices the same kernels in both
+    anchoring = Anchoring.of(target, context_tokens=getattr(replay, "priced_context_tokens", None),
+                             split=configuration.disaggregated)
+    priced = anchoring.resolve(configuration)
+    feasibility = check_configuration(target.card, target.cluster, target.engine, priced, context_tokens)
     if not feasibility.legal:
         raise InputError("--config", "; ".join(feasibility.reasons), "a legal configuration (see inferasim check)")
-    factory = step_model_factory_for(target)
+    factory = step_model_factory_for(anchoring)
     options = SimOptions(keep_rows=csv is not None)
     with _progress(console.is_terminal and not json_out) as report:
-        result = simulate(target, configuration, replay, step_model_factory=factory, num_requests=requests,
+        result = simulate(target, priced, replay, step_model_factory=factory, num_requests=requests,
                           seed=seed, progress=report, options=options, replications=replications)
     if csv is not None:
         result.write_csv(csv)

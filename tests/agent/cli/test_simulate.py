@@ -11,6 +11,7 @@ from agent.cli.main import app
 from tests.predictor.sim.sim_fakes import fake_factory
 
 runner = CliRunner()
+REAL_FACTORY = commands_simulate.step_model_factory_for
 BASE = ["simulate", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--engine", "vllm"]
 
 
@@ -104,3 +105,20 @@ def test_a_replay_too_short_for_its_warm_up_says_its_figures_are_the_warm_ups():
     assert any(f.startswith("warm-up only: ") for f in json.loads(short.stdout)["flags"])
     longer = invoke("--workload", "agentic", "--concurrency", "8", "--requests", "200", "--json")
     assert not any(f.startswith("warm-up only") for f in json.loads(longer.stdout)["flags"])
+
+
+def test_a_plain_configuration_takes_its_anchors_recipe_as_predict_does(monkeypatch):
+    """`simulate` and `predict` of one command line price the same kernels: Llama-3.1-8B's
+    H200 vLLM anchor runs FP8, and a plain `tp=1` took BF16 in `simulate` (priced from the
+    FP8 anchor as a precision transfer: ITL 183 ms at 512 clients of 4096/20, `predict`
+    103 ms)."""
+    monkeypatch.setattr(commands_simulate, "step_model_factory_for", REAL_FACTORY)
+    args = ["--model", "llama-3.1-8b", "--cluster", "h200x8", "--engine", "vllm", "--config", "tp=1",
+            "--workload", "1k/1k", "--concurrency", "4", "--json"]
+    simulated = json.loads(runner.invoke(app, ["simulate", *args, "--requests", "20"]).stdout)
+    predicted = json.loads(runner.invoke(app, ["predict", *args]).stdout)
+    assert simulated["configuration_text"] == predicted["configuration_text"] == "concurrency=4"   # as typed
+    assert simulated["modes"] == ["anchored"]
+    # one decode step priced alike (BF16 from the FP8 anchor was 1.4x the FP8 step)
+    assert simulated["itl_ms"]["p50"] == pytest.approx(predicted["all_metrics"]["itl_ms_mean"], rel=0.1)
+
