@@ -148,11 +148,11 @@ def busiest_rank_prompts(prompts_per_step: float, ranks: int) -> float:
 
 def prompts_together(per_step: float, isl: int, chunk_tokens: int) -> float:
     """How many prompts a mixed step carries on average (module docstring): those arriving
-    per step, at most as many as its token budget holds; 1 when at most one arrives per
-    step or a prompt fills the budget."""
+    per step, at most as many as its token budget holds (a last one partly: the budget is
+    filled); 1 when at most one arrives per step or a prompt fills the budget."""
     if per_step <= 1.0 or isl >= chunk_tokens:
         return 1.0
-    return min(per_step, float(chunk_tokens // max(1, isl)))
+    return min(per_step, chunk_tokens / max(1, isl))
 
 
 def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: int, ctx: float,
@@ -162,20 +162,17 @@ def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: in
     prompts share a mixed step on average: steps of ``floor`` and ``floor + 1`` of them in
     the proportion that averages it, each priced once and split between its prompts. Under
     attention DP ``together`` is what the busiest rank carries and ``step_prompts`` the
-    step's prompts over every rank (their MoE tokens)."""
+    prompts of its step over every rank (their MoE tokens)."""
     base = model.decode_us(batch, ctx) if batch > 0 else 0.0
     if together > 1.0:
         low = int(together)
         share = together - low              # of steps carrying one prompt more
         mixed = mixed_marginal = 0.0
-        ranks = model.attention_dp
         for count, weight in ((low, 1.0 - share), (low + 1, share)):
             if weight <= 0.0:
                 continue
-            prompts = max(count, round(step_prompts)) if ranks > 1 else count
-            tokens = prompts * isl
-            step = (_mixed_us(model, tokens, batch, ctx, prompts, count) if batch > 0
-                    else model.prefill_us(tokens, prompts, 0.0))
+            step = (_on_ranks_us(model, count * isl, count, batch, ctx, 0.0, step_prompts) if batch > 0
+                    else model.prefill_us(count * isl, count, 0.0))
             mixed += weight * step
             mixed_marginal += weight * (step - base)
         return mixed, mixed_marginal / together
@@ -183,10 +180,30 @@ def prefill_marginal_us(model: StepModel, isl: int, chunk_tokens: int, batch: in
     mixed_total = 0.0
     for tokens, prior in pieces:
         if batch > 0:
-            mixed_total += model.mixed_us(tokens, batch, ctx, prior, prompts=1)
+            mixed_total += _on_ranks_us(model, tokens, 1, batch, ctx, prior, step_prompts)
         else:
             mixed_total += model.prefill_us(tokens, 1, prior)
     return mixed_total, mixed_total - base * len(pieces)
+
+
+def _on_ranks_us(model: StepModel, rank_tokens: int, rank_prompts: int, batch: int, ctx: float, prior: float,
+                 step_prompts: float) -> float:
+    """A mixed step whose busiest attention-DP rank carries ``rank_prompts`` prompts'
+    ``rank_tokens`` and whose ranks carry ``step_prompts`` such prompts in all (their MoE
+    tokens; between whole counts in proportion, so the price is continuous in the load).
+    Without attention DP, or no more prompts than the rank's: the rank's step alone."""
+    if model.attention_dp <= 1 or step_prompts <= rank_prompts:
+        return model.mixed_us(rank_tokens, batch, ctx, prior, prompts=rank_prompts)
+    per_prompt = rank_tokens / rank_prompts
+    low = int(step_prompts)
+    share = step_prompts - low
+    total = 0.0
+    for prompts, weight in ((low, 1.0 - share), (low + 1, share)):
+        if weight > 0.0:
+            prompts = max(prompts, rank_prompts)
+            total += weight * model.mixed_us(round(prompts * per_prompt), batch, ctx, prior, prompts=prompts,
+                                             rank_prompts=rank_prompts)
+    return total
 
 
 def _mixed_us(model: StepModel, tokens: int, batch: int, ctx: float, prompts: int, rank_prompts: int) -> float:
@@ -210,12 +227,14 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
     rate_per_s = load.arrival_rate
     overloaded = False
     ranks = model.attention_dp
-    # prompts a rank can start a step: as many as its chunk holds, or a share of one that
-    # takes several chunks; every attention-DP rank has its own budget
-    rank_capacity = max(1, load.chunk_tokens // max(1, load.isl)) if num_chunks == 1 else 1.0 / num_chunks
+    # the prompts a rank can start a step: its chunk's worth (a share of one that takes
+    # several chunks); every attention-DP rank has its own budget
+    rank_capacity = load.chunk_tokens / max(1, load.isl)
     prefill_bound = False
     step_us = model.decode_us(max(1, round(running)), ctx)
     for _ in range(ITERATIONS):
+        overloaded = False      # the last iteration's verdict, not a latch of the first guesses'
+
         batch = max(1, round(running))
         # A request's own prefill never stalls its own decode: each request sees the
         # prefills of the others only ((C-1)/C of the running set in a closed loop).
@@ -231,18 +250,18 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
         else:
             per_step = round(per_step, 3)
             busiest = busiest_rank_prompts(per_step, ranks)
-        # Past a rank's capacity its prompts queue: every step carries a full chunk on
-        # every rank (prefill-bound), not the busiest rank's extra prompts as extra work
-        # in the same step; the rate is capped below and the queue waits (Little's law).
-        step_prompts = per_step
-        if closed and busiest > rank_capacity:
-            busiest, step_prompts = rank_capacity, rank_capacity * ranks
-        together = prompts_together(busiest, load.isl, load.chunk_tokens)
+        # A rank's step holds its chunk's worth: its prompts beyond wait a step (the rate is
+        # capped below, so a loop asking more than every rank's budget queues). The step
+        # that carries the busiest rank's prompts carries the others' too: every prompt of
+        # the step, or of the steps that carry any when fewer than one arrives on it.
+        carried = min(busiest, rank_capacity)
+        step_prompts = min(per_step / min(1.0, busiest), rank_capacity * ranks) if busiest > 0 else 0.0
+        together = prompts_together(carried, load.isl, load.chunk_tokens)
         mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx,
                                                           together, step_prompts)
         # per prompt arriving a step, so that `_step_us` adds the busiest rank's work
         if per_step > 0:
-            marginal_us *= busiest / per_step
+            marginal_us *= carried / per_step
         if closed:
             busy_share = None
         else:
