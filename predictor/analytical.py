@@ -43,13 +43,14 @@ decode steps; throughput per GPU counts both pools.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from predictor.step.cost import StepModel
 from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
 
 ITERATIONS = 12
+BUSY_CEILING = 0.95           # an open loop's share of time in prefill work past which it is overloaded
 TOKENIZE_US_PER_TOKEN = 8.0   # METHOD §3.12: 5-11 us per prompt token (midpoint)
 HOST_BASE_MS = 1.0            # HTTP + scheduling + detokenisation per request (rank-only default)
 
@@ -215,7 +216,21 @@ def _mixed_us(model: StepModel, tokens: int, batch: int, ctx: float, prompts: in
 
 
 def steady_state(model: StepModel, load: Load) -> SteadyState:
-    """Colocated replica in steady state (closed or open loop)."""
+    """Colocated replica in steady state (closed or open loop). An open loop that arrives
+    faster than the replica serves is overloaded: its queue grows without end, and what it
+    serves is the replica full, a closed loop at its running cap (reporting the offered
+    load priced Llama-3.1-70B TP2 on H100 at 500 requests/s at 256,000 tok/s/GPU, 36x
+    the FP8 peak)."""
+    state = _steady_state(model, load)
+    if load.arrival_rate <= 0 or not state.overloaded:
+        return state
+    full = _steady_state(model, replace(load, arrival_rate=0.0, concurrency=float(max(1, load.running_cap))))
+    if full.requests_per_s >= load.arrival_rate:
+        return state
+    return replace(full, overloaded=True)
+
+
+def _steady_state(model: StepModel, load: Load) -> SteadyState:
     L = max(1.0, model.tokens_per_step)
     osl_steps = max(0.0, (load.osl - 1) / L)
     ctx = load.isl + load.osl / 2.0
@@ -266,8 +281,8 @@ def steady_state(model: StepModel, load: Load) -> SteadyState:
             busy_share = None
         else:
             busy_share = rate_per_s * marginal_us / US_PER_S
-            if busy_share >= 0.95:
-                overloaded, busy_share = True, 0.95
+            if busy_share >= BUSY_CEILING:
+                overloaded, busy_share = True, BUSY_CEILING
         step_us = _step_us(decode_us, marginal_us, others, osl_steps, busy_share)
         # An arrival waits for the running step to end: open loop by definition, closed
         # loop because a client's next request reaches the engine after its host

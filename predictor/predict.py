@@ -188,7 +188,11 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
     metrics.update(_memory_metrics(memory, config))
     metrics.update(step_metrics)
     flags = list(model.flags)
-    if state.overloaded:
+    if state.overloaded and load.arrival_rate > 0:
+        flags.append(f"overloaded: {load.arrival_rate * replicas:.3g} requests/s arrive, "
+                     f"{state.requests_per_s * replicas:.3g} are served: the queue grows without end and TTFT from "
+                     "arrival with it (the figures are the replicas full)")
+    elif state.overloaded:
         flags.append("overloaded")
     if config.concurrency / replicas > load.running_cap:
         flags.append(f"queueing: {load.running_cap} running per replica (cap or KV pool)")

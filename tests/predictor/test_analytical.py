@@ -159,6 +159,16 @@ def test_open_loop_below_capacity_serves_the_offered_rate():
     assert state.running == pytest.approx(2.0 * 256 * state.step_ms / 1000, rel=1e-6)
 
 
+def test_an_overloaded_open_loop_serves_what_the_full_replica_serves():
+    """Arrivals beyond what the replica serves: the throughput is the replica full (a
+    closed loop at its running cap), not the offered load, and it is flagged."""
+    load = Load(1024, 257, concurrency=0, arrival_rate=10_000.0, running_cap=64)
+    state = steady_state(LinearModel(), load)
+    full = steady_state(LinearModel(), replace(load, arrival_rate=0.0, concurrency=64))
+    assert state.overloaded and state.requests_per_s == pytest.approx(full.requests_per_s)
+    assert state.requests_per_s < 1000
+
+
 def test_disaggregated_pools_have_no_prefill_interference():
     model = LinearModel()
     pools = PoolLoad(prefill=Load(1024, 1025, 0, replicas=1), decode=Load(1024, 1025, 64, running_cap=256),
