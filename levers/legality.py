@@ -205,8 +205,11 @@ def _recipe_reasons(config: Configuration, model: ModelShape) -> list[str]:
 
 def _parallel(config: Configuration, model: ModelShape, cluster: ClusterShape) -> list[str]:
     reasons = _width_reasons("", config.tp, config.ep, config.attention_dp, model)
-    if model.num_layers % config.pp:
-        reasons.append(f"pp={config.pp} does not divide the {model.num_layers} layers")
+    # engines split the layers unevenly when pp does not divide them (vLLM's and SGLang's
+    # partitions give the remainder to some stages; the memory model sizes the fullest
+    # stage): DeepSeek-R1's 61 layers run TP8 x PP2 on two H100 nodes
+    if config.pp > model.num_layers:
+        reasons.append(f"pp={config.pp} exceeds the {model.num_layers} layers")
     if config.dcp > 1 and config.attention_tp % config.dcp:
         reasons.append(f"dcp={config.dcp} does not divide attention-TP {config.attention_tp}")
     if config.eplb_replicas and not model.is_moe:

@@ -103,7 +103,8 @@ def test_a_context_beyond_the_models_maximum_is_refused():
 
 def test_dep8_layout_is_legal_and_widths_are_checked():
     assert reasons("tp=8,attention_dp=8,ep=8,all_to_all_backend=mori") == []
-    assert any("does not divide the 60 layers" in r for r in reasons("pp=8"))
+    assert not any("layers" in r for r in reasons("pp=8"))        # 60 layers in stages of 8 and 7
+    assert any("exceeds the 4 layers" in r for r in reasons("pp=8", model=Model(num_layers=4)))
     assert any("must divide tp=4" in r for r in reasons("tp=4,ep=8"))
     assert any("does not divide tp=4" in r for r in reasons("tp=4,attention_dp=8"))
     model = Model(attention_heads=12)
