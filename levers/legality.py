@@ -62,12 +62,28 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     if config.attention_backend == "flashmla" and getattr(model, "uses_mla", True) is False:
         reasons.append(f"attention_backend=flashmla runs MLA attention only; {model.name} has MHA/GQA attention")
     reasons += _expert_parallel(config, engine)
+    reasons += _helix(config, engine, cluster)
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)
     reasons += _precision_and_kernels(config, model, cluster)
     reasons += _recipe_reasons(config, model)
     reasons += _scheduler(config)
     reasons += fusion_reasons(config.fusions, effective_activation_dtype(config, model), model.is_moe)
+    return reasons
+
+
+def _helix(config: Configuration, engine: Engine, cluster: ClusterShape) -> list[str]:
+    """TensorRT-LLM runs decode context parallelism as Helix, a decode-only feature of a
+    split's generation servers on Blackwell (its Helix blog: the prefill server runs without
+    CP; "designed for Blackwell systems"): a colocated replica cannot run it."""
+    if engine is not Engine.TRTLLM or config.dcp <= 1:
+        return []
+    reasons = []
+    if not config.disaggregated:
+        reasons.append(f"dcp={config.dcp} on trtllm runs on a split's decode pool only (Helix is decode-only: "
+                       "disaggregated=true, or vllm / sglang for a colocated DCP replica)")
+    if cluster.gpu.vendor == "nvidia" and not cluster.gpu.fp4_tflops:
+        reasons.append(f"dcp={config.dcp} on trtllm (Helix) needs Blackwell GPUs")
     return reasons
 
 

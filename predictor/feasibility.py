@@ -69,7 +69,9 @@ def pool_configs(config: Configuration) -> tuple[Configuration, Configuration] |
     """(prefill, decode) replica configurations of a disaggregated deployment. A layout
     with options keeps its text on its pool's configuration (`Configuration.layout_options`);
     a DWDP prefill pool of ``n`` ranks is ``n`` single-GPU replicas per prefill replica
-    (each rank runs whole layers on its own batch, no lockstep)."""
+    (each rank runs whole layers on its own batch, no lockstep). Decode context
+    parallelism is the decode pool's: the prefill pool runs without it (TensorRT-LLM's
+    Helix context servers do; the other engines' prefill pools are launched so)."""
     if config.pool_layouts() is None:
         return None
     prefill_options = parse_layout_options(config.prefill_layout)
@@ -82,7 +84,7 @@ def pool_configs(config: Configuration) -> tuple[Configuration, Configuration] |
                           replicas=config.prefill_replicas * prefill_options.dwdp)
         prefill = replace(prefill, prefill_layout=prefill_options.text)
     else:
-        prefill = replace(config, **plain, tp=ptp, ep=pep, attention_dp=pdp, replicas=config.prefill_replicas)
+        prefill = replace(config, **plain, tp=ptp, ep=pep, attention_dp=pdp, dcp=1, replicas=config.prefill_replicas)
         if prefill_options.subgroup > 1:
             prefill = replace(prefill, prefill_layout=prefill_options.text)
     decode = replace(config, **plain, tp=dtp, ep=dep, attention_dp=ddp, replicas=config.decode_replicas)

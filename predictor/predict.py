@@ -85,7 +85,14 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
         prediction = _des(target, config, workload, anchoring, feasibility.memory, seed, num_requests, replications,
                           stop_rules)
     prediction = _judged(prediction, anchoring, error_bars or shipped_error_bars(), workload.harness.name)
+    if target.engine is Engine.TRTLLM and config.dcp > 1:
+        prediction = replace(prediction, flags=(*prediction.flags, HELIX_FLAG))
     return replace(prediction, wall_ms=(time.perf_counter() - started) * MS_PER_S)
+
+
+#: what the step and memory models do not yet price of TensorRT-LLM's Helix decode pool
+HELIX_FLAG = ("helix: TensorRT-LLM keeps attention tp/dcp-wide on each CP rank (its QKV projections computed "
+              "on every rank); priced with them tp-wide, as vLLM's and SGLang's DCP runs them")
 
 
 def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars, harness: str | None = None) -> Prediction:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 
 from levers.errors import InputError
-from levers.precision import gemm_activation
+from levers.precision import DTYPE_BITS, gemm_activation
 
 ONLINE_SHORTHANDS = {"fp8": "fp8_per_block", "fp4": "mxfp4"}   # vLLM's online methods, per weight dtype
 ONLINE_ACTIVATION = {"fp8": "fp8", "fp4": "fp4"}     # ... and the activations each runs (W8A8, W4A4)
@@ -73,7 +73,13 @@ def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
 def vllm_quantization_args(weight: str | None, expert: str | None, activation: str | None,
                            native: dict[str, str | None]) -> list[str]:
     """`--quantization` / `--quantization-config` for the asked precisions (module
-    docstring); empty when every slot is the checkpoint's own."""
+    docstring); empty when every slot is the checkpoint's own. A published recipe or
+    per-component dtypes (`levers.precision`) are a checkpoint's layout, which vLLM loads
+    rather than makes: they need the checkpoint (``--model-path``)."""
+    if weight is not None and weight not in DTYPE_BITS:
+        raise InputError("--config weight_dtype", f"weight_dtype={weight} is a checkpoint's layout; vLLM quantizes "
+                         "a whole BF16 checkpoint online to one dtype, not into a recipe or per component",
+                         "one dtype (bf16, fp8, fp4) for vLLM to quantize online")
     native_weight = str(native.get("weight_dtype") or "bf16")
     native_expert = native.get("expert_dtype")
     linear_weight = weight or native_weight

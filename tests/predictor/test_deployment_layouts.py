@@ -57,6 +57,13 @@ def test_legality_of_the_new_layouts():
     dense = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8"), Engine.TRTLLM,
                                load_card("llama-3.1-70b"), parse_cluster("gb300x4x4"))
     assert any("MoE" in r for r in dense)
+    # TensorRT-LLM's decode context parallelism is Helix: a split's decode pool, on Blackwell
+    colocated = structural_reasons(Configuration(tp=8, ep=8, dcp=8), Engine.TRTLLM, card, parse_cluster("gb300x4x2"))
+    assert any("decode pool only" in r for r in colocated)
+    assert not structural_reasons(Configuration(tp=8, ep=8, dcp=8), Engine.VLLM, card, parse_cluster("gb300x4x2"))
+    hopper = structural_reasons(split("disaggregated=true,prefill_layout=TP8/EP8/DP1,decode_layout=TP8/EP8/DP1,dcp=8"),
+                                Engine.TRTLLM, load_card("deepseek-r1"), parse_cluster("h200x8x2"))
+    assert any("needs Blackwell" in r for r in hopper) and not any("decode pool only" in r for r in hopper)
     r1 = load_card("deepseek-r1")     # fp8 experts: TensorRT-LLM's DWDP runs NVFP4 experts only
     fp8 = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8"),
                              Engine.TRTLLM, r1, parse_cluster("gb300x4x4"))
@@ -72,6 +79,9 @@ def test_pool_configs_keep_the_options():
     assert (decode.tp, decode.attention_dp, decode.tp_subgroup, decode.dwdp_ranks) == (16, 16, 4, 1)
     plain_prefill, plain_decode = pool_configs(split("disaggregated=true,prefill_layout=TP8,decode_layout=TP8"))
     assert plain_prefill.prefill_layout is None and plain_decode.decode_layout is None   # unchanged for old layouts
+    # decode context parallelism is the decode pool's (TensorRT-LLM's Helix context servers run without it)
+    helix_prefill, helix_decode = pool_configs(split("disaggregated=true,prefill_layout=TP8,decode_layout=TP8,dcp=8"))
+    assert (helix_prefill.dcp, helix_decode.dcp) == (1, 8)
 
 
 # -- DEP with TP subgroups -------------------------------------------------------------------------

@@ -80,7 +80,9 @@ def test_example_json_is_the_deployment_the_issue_names():
 
 def test_the_families_plan_is_legal_and_spans_8_to_32_gpus():
     """examples/kimi-k3-gb300-families.yaml (docs/EXAMPLES.md's plan-mix): every candidate
-    legal and fits, both families present, 8 to 32 GPUs."""
+    legal and fits on one of the entry's engines (DCP8 replicas on vLLM: TensorRT-LLM's
+    decode context parallelism is decode-pool only; DWDP on TensorRT-LLM), both families
+    present, 8 to 32 GPUs."""
     from agent.mix.config import parse_mix_text
     from levers.catalog import Engine
     from predictor.cards.registry import load_card
@@ -90,7 +92,8 @@ def test_the_families_plan_is_legal_and_spans_8_to_32_gpus():
     (plan,) = spec.models
     card, cluster = load_card(plan.name), parse_cluster(plan.cluster)
     for config in plan.candidates:
-        assert check_configuration(card, cluster, Engine.TRTLLM, config, 32768).legal, config.describe()
+        engine = Engine.TRTLLM if config.disaggregated else Engine.VLLM
+        assert check_configuration(card, cluster, engine, config, 32768).legal, config.describe()
     assert {c.disaggregated for c in plan.candidates} == {False, True}
     assert {c.total_gpus for c in plan.candidates} == {8, 16, 24, 32}
 

@@ -271,3 +271,11 @@ def test_redundant_experts_reach_the_engines_that_have_them():
     for engine in ("atom", "trtllm"):
         with pytest.raises(InputError, match="eplb_replicas"):
             argv(engine, tp=8, ep=8, eplb_replicas=32)
+
+
+def test_vllm_refuses_a_recipe_it_cannot_make_online_instead_of_crashing():
+    """A published recipe (or per-component dtypes) is a checkpoint's layout: plan-mix's
+    deploy line of a vLLM pick with weight_dtype=recipe:nvfp4 crashed (KeyError)."""
+    for spec in ("recipe:nvfp4", "fp8+shared_experts:bf16"):
+        with pytest.raises(InputError, match="checkpoint's layout"):
+            argv("vllm", tp=8, weight_dtype=spec)
