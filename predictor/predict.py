@@ -87,6 +87,11 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     prediction = _judged(prediction, anchoring, error_bars or shipped_error_bars(), workload.harness.name)
     if target.engine is Engine.TRTLLM and config.dcp > 1:
         prediction = replace(prediction, flags=(*prediction.flags, HELIX_FLAG))
+    forced = getattr(workload.acceptance, "forced_al", None)
+    if forced is not None and config.spec_depth and forced > config.spec_depth + 1:
+        prediction = replace(prediction, flags=(*prediction.flags, (
+            f"acceptance: al={forced:g} is beyond spec_depth={config.spec_depth}'s {config.spec_depth + 1} tokens a "
+            f"verify step: priced at {config.spec_depth + 1}")))
     return replace(prediction, wall_ms=(time.perf_counter() - started) * MS_PER_S)
 
 

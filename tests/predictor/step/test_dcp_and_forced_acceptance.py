@@ -92,3 +92,22 @@ def test_models_yaml_takes_a_per_model_acceptance():
     with pytest.raises(InputError) as caught:
         parse_mix_text("models:\n  - name: kimi-k3\n    acceptance: al=0\n")
     assert "models[0].acceptance" in caught.value.message
+
+
+def test_a_forced_acceptance_beyond_the_depth_is_priced_at_the_depth_and_says_so():
+    from predictor.predict import predict
+    from predictor.target import resolve_target
+    from predictor.workload import WorkloadSpec
+    target = resolve_target("deepseek-r1", "b200x8", "sglang")
+    config = Configuration(tp=8, spec_method="mtp", spec_depth=3, concurrency=8)
+    spec = WorkloadSpec("fixed", 1024, 1024)
+    beyond = predict(target, config, _with_acceptance(spec, "al=5"))
+    at = predict(target, config, _with_acceptance(spec, "al=4"))
+    assert beyond.metrics["tpot_ms_mean"] == pytest.approx(at.metrics["tpot_ms_mean"])
+    assert any("al=5 is beyond spec_depth=3" in flag for flag in beyond.flags)
+    assert not any("beyond spec_depth" in flag for flag in at.flags)
+
+
+def _with_acceptance(spec, text: str):
+    import dataclasses
+    return dataclasses.replace(spec, acceptance=parse_acceptance(text))
