@@ -32,6 +32,7 @@ from agent.cli.info import (ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt,
 from agent.cli.render import config_text, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
 from levers.errors import InputError
+from levers.legality import context_reasons
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration
 from predictor.anchors.anchoring import Anchoring
 from predictor.sim import SimOptions, SimResult, load_trace, simulate
@@ -96,6 +97,10 @@ def simulate_command(
     configuration = configuration_from_options(config, concurrency)
     replay = _workload(workload, trace, skip_bad_lines, allow_large)
     context_tokens = getattr(replay, "context_tokens", DEFAULT_CONTEXT_TOKENS)
+    too_long = context_reasons(context_tokens, target.card)
+    if too_long:   # the workload's requests, not the configuration, are what does not fit
+        raise InputError("--trace" if trace is not None else "--workload", too_long[0],
+                         f"requests of at most {target.card.max_context:,} tokens, prompt and output")
     # unset levers take the calibrating anchor's recipe, as `predict` takes them: the same
     # command line prices the same kernels in both
     anchoring = Anchoring.of(target, context_tokens=getattr(replay, "priced_context_tokens", None),

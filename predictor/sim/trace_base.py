@@ -55,6 +55,12 @@ class TraceWorkload:
         return sum(len(s.requests) for s in self.trace_sessions)
 
     @property
+    def context_tokens(self) -> int:
+        """The longest request's prompt and output: what the model's context must hold
+        (`inferasim simulate` checks it as `predict` checks a workload's)."""
+        return max((r.prompt_tokens + r.output_tokens for s in self.trace_sessions for r in s.requests), default=1)
+
+    @property
     def counts_sent_requests(self) -> bool:
         """A closed loop of sessions counts requests sent (a turn still thinking when the
         budget is reached is never sent), as a benchmark does."""

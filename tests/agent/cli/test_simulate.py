@@ -122,3 +122,10 @@ def test_a_plain_configuration_takes_its_anchors_recipe_as_predict_does(monkeypa
     # one decode step priced alike (BF16 from the FP8 anchor was 1.4x the FP8 step)
     assert simulated["itl_ms"]["p50"] == pytest.approx(predicted["all_metrics"]["itl_ms_mean"], rel=0.1)
 
+
+
+def test_a_trace_request_longer_than_the_models_context_is_the_traces_error(tmp_path):
+    trace = tmp_path / "long.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 300000, "output_length": 10}\n')
+    result = invoke("--trace", str(trace))
+    assert result.exit_code == 2 and "--trace: a context of 300,010 tokens exceeds" in result.output
