@@ -283,7 +283,7 @@ def _steady_state(model: StepModel, load: Load) -> SteadyState:
             busy_share = rate_per_s * marginal_us / US_PER_S
             if busy_share >= BUSY_CEILING:
                 overloaded, busy_share = True, BUSY_CEILING
-        step_us = _step_us(decode_us, marginal_us, others, osl_steps, busy_share)
+        step_us = _step_us(decode_us, marginal_us, others, osl_steps, busy_share, per_step)
         # An arrival waits for the running step to end: open loop by definition, closed
         # loop because a client's next request reaches the engine after its host
         # turnaround, at no particular phase of the other clients' step; a scheduler that
@@ -391,17 +391,18 @@ def _with_first_wave(wave_ms: float, state: SteadyState, requests_per_client: in
 
 
 def _step_us(decode_us: float, marginal_us: float, running: float, osl_steps: float,
-             busy_share: float | None) -> float:
+             busy_share: float | None, per_step: float = 1.0) -> float:
     """Mean step time with each finishing request's prefill spread over the steps.
 
     Closed loop: per step, ``running / osl_steps`` requests finish and are replaced,
-    each bringing ``marginal_us`` of prefill work. Open loop: the prefill work takes a
-    ``busy_share`` of wall time.
+    each bringing ``marginal_us`` of prefill work; with one output token (no decode) the
+    steps are the prompts' own, ``per_step`` of them each (at least one). Open loop: the
+    prefill work takes a ``busy_share`` of wall time.
     """
     if busy_share is not None:
         return decode_us / (1.0 - busy_share)
     if osl_steps <= 0:
-        return decode_us + marginal_us
+        return decode_us + marginal_us * max(1.0, per_step)
     return decode_us + marginal_us * running / osl_steps
 
 

@@ -89,6 +89,16 @@ def test_a_closed_loop_past_the_prefill_budget_queues_its_prompts():
     assert state.ttft_ms - state.ttft_admission_ms > 100 * state.step_ms
 
 
+def test_one_output_token_each_step_carries_the_prompts_of_the_step():
+    """With no decode a step is its prompts': 100 clients of 1k prompts and one output
+    token in an 8k budget run eight prompts a step, and Little's law gives the wait (one
+    prompt a step was charged: DeepSeek-R1 DEP8 at 100/1 priced at 7x the DES's output)."""
+    state = steady_state(LinearModel(), Load(1024, 1, concurrency=100, running_cap=256, chunk_tokens=8192))
+    assert state.requests_per_s * state.step_ms / 1000 == pytest.approx(8.0)
+    assert state.step_ms == pytest.approx((5000 + 50 + 2000 + 0.1 * 8192) / 1000)   # the eight prompts' work
+    assert state.ttft_ms == pytest.approx(100 / state.requests_per_s * 1000, rel=0.02)
+
+
 def test_balanced_attention_dp_starts_one_prompt_per_rank_together():
     # TRT-LLM's enable_balance: prompts wait until every rank has one, so a step carries
     # k / dp one-prompt rounds, below the busiest rank of k random placements.
