@@ -48,7 +48,7 @@ LAYOUTS = (   # (cluster, engine, levers): speculative, DWDP prefill, DEP decode
     ("mi355x", "vllm", {"tp": 8, "spec_method": "eagle3", "spec_depth": 3}),
     ("gb300x4x8", "trtllm", {"prefill_layout": "DWDP16", "spec_method": "eagle3", "spec_depth": 3,
                              "disaggregated": True, "decode_layout": "TP16/EP16/DP16"}),
-    ("gb300x4x8", "trtllm", {"tp": 8, "dcp": 8, "spec_method": "eagle3", "spec_depth": 4}),
+    ("gb300x4x8", "vllm", {"tp": 8, "dcp": 8, "spec_method": "eagle3", "spec_depth": 4}),   # colocated DCP: vLLM
 )
 
 
