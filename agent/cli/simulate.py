@@ -1,10 +1,11 @@
 """`inferasim simulate`: run the discrete-event simulator (METHOD §5) on a synthetic
 workload or a trace and print latency distributions, throughput and prefix hit rates.
 
-The step model comes from the predictor's anchoring, as `predict` takes it (anchored when
-an anchor covers the configuration, else simulate mode, rank-only; unset levers take the
-calibrating anchor's recipe); the KV pools from the memory model. `--config` may repeat (merged left to right, later keys win); `--concurrency`
-overrides the concurrency lever. A rich progress bar shows on a terminal.
+The step model comes from the predictor's anchoring, as `predict` takes it (unset levers
+take the calibrating anchor's recipe), and so does the mode: anchored or rank-only by the
+measured error of the transfer kinds (`predictor.uncertainty`); the KV pools from the
+memory model. `--config` may repeat (merged left to right, later keys win);
+`--concurrency` overrides the concurrency lever. A rich progress bar shows on a terminal.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration
 from predictor.anchors.anchoring import Anchoring
 from predictor.sim import SimOptions, SimResult, load_trace, simulate
 from predictor.sim.results import JSON_STATS
+from predictor.uncertainty import shipped_error_bars
 from predictor.step.cost import StepModel
 from predictor.workload import parse_workload
 
@@ -117,9 +119,12 @@ def simulate_command(
     if csv is not None:
         result.write_csv(csv)
     models = list(factory.models.values())
+    # the mode follows the measured error of the transfer kinds, as `predict` judges it
+    # (a step model's own label says only whether an anchor calibrates it)
+    mode = shipped_error_bars().mode(anchoring.kinds, anchoring.has_anchor)
     info = {**target.to_json(), "workload": replay.name,
             "configuration": configuration.to_dict(), "configuration_text": configuration.describe(),
-            "modes": sorted({str(m.mode) for m in models}),
+            "modes": [str(mode)],
             "flags": sorted({f for m in models for f in m.flags}) + list(result.flags)}
     if json_out:
         return print_json({**info, **simulation_json(result)})

@@ -118,7 +118,7 @@ def test_a_plain_configuration_takes_its_anchors_recipe_as_predict_does(monkeypa
     simulated = json.loads(runner.invoke(app, ["simulate", *args, "--requests", "20"]).stdout)
     predicted = json.loads(runner.invoke(app, ["predict", *args]).stdout)
     assert simulated["configuration_text"] == predicted["configuration_text"] == "concurrency=4"   # as typed
-    assert simulated["modes"] == ["anchored"]
+    assert simulated["modes"] == [predicted["mode"]]       # judged by the transfer's measured error, as predict is
     # one decode step priced alike (BF16 from the FP8 anchor was 1.4x the FP8 step)
     assert simulated["itl_ms"]["p50"] == pytest.approx(predicted["all_metrics"]["itl_ms_mean"], rel=0.1)
 
@@ -129,3 +129,16 @@ def test_a_trace_request_longer_than_the_models_context_is_the_traces_error(tmp_
     trace.write_text('{"timestamp": 0, "input_length": 300000, "output_length": 10}\n')
     result = invoke("--trace", str(trace))
     assert result.exit_code == 2 and "--trace: a context of 300,010 tokens exceeds" in result.output
+
+
+def test_a_precision_transfer_is_rank_only_in_simulate_as_in_predict(monkeypatch):
+    """The step model's own label says only that an anchor calibrates it; BF16 priced from
+    Llama-3.1-8B's FP8 anchor is a precision transfer `predict` calls rank-only, and
+    `simulate` called it anchored."""
+    monkeypatch.setattr(commands_simulate, "step_model_factory_for", REAL_FACTORY)
+    args = ["--model", "llama-3.1-8b", "--cluster", "h200x8", "--engine", "vllm", "--config", "tp=1,weight_dtype=bf16",
+            "--workload", "1k/1k", "--concurrency", "64", "--json"]
+    simulated = json.loads(runner.invoke(app, ["simulate", *args, "--requests", "128"]).stdout)
+    predicted = json.loads(runner.invoke(app, ["predict", *args]).stdout)
+    assert predicted["mode"] == "rank-only" and simulated["modes"] == ["rank-only"]
+
