@@ -21,9 +21,9 @@ Decode context parallelism is TensorRT-LLM's Helix (`docs/source/features/helix.
 disaggregated deployment: each CP rank keeps a slice of every request's KV and the CP
 ranks serve as TP ranks for the FFN/MoE layers, so a replica of ``tp`` GPUs with ``dcp``
 runs `--tp_size tp/dcp` and `context_parallel_size dcp` (world ``tp``). A decode pool
-runs it; its prefill pool runs a context server of ``tp`` GPUs without CP (the KV moves
-to the CP ranks in the transfer, as TensorRT-LLM's Helix example pairs them); a colocated
-replica with ``dcp > 1`` is refused (no Helix context phase in the release checked).
+runs it, without block reuse; its prefill pool runs a context server of ``tp`` GPUs
+without CP (the KV moves to the CP ranks in the transfer, as TensorRT-LLM's Helix example
+pairs them); a colocated replica with ``dcp > 1`` is refused (no Helix context phase).
 
 `trtllm-serve` quantizes nothing online: precisions come from the checkpoint (ModelOpt
 FP8/NVFP4 exports). A precision other than the card's checkpoint's is accepted only when
@@ -88,11 +88,14 @@ class TrtllmAdapter(GpuAdapter):
 
     def options(self, config: Configuration, request: LaunchRequest, draft: str | None = None) -> dict:
         """The LLM API options written to the YAML file (module docstring)."""
-        kv_cache: dict = {"enable_block_reuse": request.prefix_caching,
+        helix = self._helix(config, request)
+        # a Helix pool runs without block reuse: TensorRT-LLM's Helix tests turn it off on
+        # both servers and its cache transceiver refuses reused blocks at a Helix peer (the
+        # prefix cache of a split lives in its prefill pool)
+        kv_cache: dict = {"enable_block_reuse": request.prefix_caching and helix <= 1,
                           "free_gpu_memory_fraction": request.memory_share(config)}
         if config.kv_cache_dtype == "fp8":
             kv_cache["dtype"] = "fp8"
-        helix = self._helix(config, request)
         block = config.kv_block_size or (self.HELIX_BLOCK_TOKENS if helix > 1 else None)
         if block:
             kv_cache["tokens_per_block"] = block

@@ -191,6 +191,8 @@ def test_trtllm_runs_decode_context_parallelism_as_helix_on_a_decode_pool():
     assert options["context_parallel_size"] == 8
     assert options["cp_config"] == {"cp_type": "HELIX", "tokens_per_block": 32}
     assert options["kv_cache_config"]["tokens_per_block"] == 32
+    reused = adapter.launch(config, replace(REQUEST, pool=PoolRole(DECODE, "nixl"), prefix_caching=True), FP8)
+    assert yaml.safe_load(reused.files[0][1])["kv_cache_config"]["enable_block_reuse"] is False
     prefill = adapter.launch(config, replace(REQUEST, pool=PoolRole(PREFILL, "nixl")), FP8)
     assert value(list(prefill.argv), "--tp_size") == "8" and "cp_config" not in yaml.safe_load(prefill.files[0][1])
     with pytest.raises(InputError, match="dcp=8.*decode pool"):
