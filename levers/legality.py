@@ -117,15 +117,23 @@ def effective_activation_dtype(config: Configuration, model: ModelShape) -> str:
 def attention_weight_dtype(config: Configuration, model: ModelShape) -> str:
     """The attention projections' stored dtype: the lever's own item, else its recipe's
     (a card's `recipe(name)`), else the checkpoint's (levers.precision)."""
-    spec = parse_weight_spec(config.weight_dtype)
-    own = spec.component("attention")
+    own = parse_weight_spec(config.weight_dtype).component("attention")
     if own is not None:
         return own
-    recipe = model.recipe(spec.recipe) if spec.recipe and hasattr(model, "recipe") else None
-    if recipe is not None and recipe.attention:
-        return recipe.attention
+    recipe = _recipe_dtype(config, model, "attention")
+    if recipe is not None:
+        return recipe
     native = getattr(model, "native_dtypes", None)
     return str(native.weight) if native is not None else "bf16"
+
+
+def _recipe_dtype(config: Configuration, model: ModelShape, component: str) -> str | None:
+    """The dtype the `weight_dtype` lever's recipe stores ``component`` in (None: no recipe,
+    or it keeps the checkpoint's)."""
+    spec = parse_weight_spec(config.weight_dtype)
+    recipe = model.recipe(spec.recipe) if spec.recipe and hasattr(model, "recipe") else None
+    found = getattr(recipe, component, None) if recipe is not None else None
+    return str(found) if found else None
 
 
 def routed_expert_dtype(config: Configuration, model: ModelShape) -> str | None:
@@ -133,10 +141,9 @@ def routed_expert_dtype(config: Configuration, model: ModelShape) -> str | None:
     the checkpoint's (None on a dense model)."""
     if config.expert_dtype:
         return config.expert_dtype
-    spec = parse_weight_spec(config.weight_dtype)
-    recipe = model.recipe(spec.recipe) if spec.recipe and hasattr(model, "recipe") else None
-    if recipe is not None and recipe.routed_experts:
-        return str(recipe.routed_experts)
+    recipe = _recipe_dtype(config, model, "routed_experts")
+    if recipe is not None:
+        return recipe
     native = getattr(model, "native_dtypes", None)
     expert = getattr(native, "expert", None)
     return str(expert) if expert is not None else None

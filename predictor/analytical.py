@@ -192,9 +192,12 @@ def _on_ranks_us(model: StepModel, rank_tokens: int, rank_prompts: int, batch: i
     """A mixed step whose busiest attention-DP rank carries ``rank_prompts`` prompts'
     ``rank_tokens`` and whose ranks carry ``step_prompts`` such prompts in all (their MoE
     tokens; between whole counts in proportion, so the price is continuous in the load).
-    Without attention DP, or no more prompts than the rank's: the rank's step alone."""
-    if model.attention_dp <= 1 or step_prompts <= rank_prompts:
+    Without attention DP every prompt is on the one rank; with no more prompts than the
+    rank's, the step is the rank's alone."""
+    if model.attention_dp <= 1:
         return model.mixed_us(rank_tokens, batch, ctx, prior, prompts=rank_prompts)
+    if step_prompts <= rank_prompts:
+        return model.mixed_us(rank_tokens, batch, ctx, prior, prompts=rank_prompts, rank_prompts=rank_prompts)
     per_prompt = rank_tokens / rank_prompts
     low = int(step_prompts)
     share = step_prompts - low
@@ -205,14 +208,6 @@ def _on_ranks_us(model: StepModel, rank_tokens: int, rank_prompts: int, batch: i
             total += weight * model.mixed_us(round(prompts * per_prompt), batch, ctx, prior, prompts=prompts,
                                              rank_prompts=rank_prompts)
     return total
-
-
-def _mixed_us(model: StepModel, tokens: int, batch: int, ctx: float, prompts: int, rank_prompts: int) -> float:
-    """A mixed step of ``prompts`` prompts, ``rank_prompts`` of them on the busiest
-    attention-DP rank (without attention DP, every prompt is on the one rank)."""
-    if model.attention_dp > 1:
-        return model.mixed_us(tokens, batch, ctx, 0.0, prompts=prompts, rank_prompts=rank_prompts)
-    return model.mixed_us(tokens, batch, ctx, 0.0, prompts=prompts)
 
 
 def steady_state(model: StepModel, load: Load) -> SteadyState:
@@ -240,7 +235,6 @@ def _steady_state(model: StepModel, load: Load) -> SteadyState:
     in_system = min(load.concurrency, cap) if closed else 1.0
     running = max(1.0, in_system * osl_steps / (osl_steps + num_chunks)) if osl_steps else 0.0
     rate_per_s = load.arrival_rate
-    overloaded = False
     ranks = model.attention_dp
     # the prompts a rank can start a step: its chunk's worth (a share of one that takes
     # several chunks); every attention-DP rank has its own budget
@@ -314,8 +308,8 @@ def _steady_state(model: StepModel, load: Load) -> SteadyState:
         # Little's law over the whole closed loop: clients beyond the cap, or beyond what
         # the prefill budget starts, wait.
         queue_us += max(0.0, load.concurrency / rate_per_s * US_PER_S - e2e_us - load.host_us)
-    mixed_one_us = _mixed_us(model, min(load.chunk_tokens, round(together) * load.isl), max(1, round(running)), ctx,
-                             round(together), round(together))
+    mixed_one_us = _on_ranks_us(model, min(load.chunk_tokens, round(together) * load.isl), round(together),
+                                max(1, round(running)), ctx, 0.0, 0.0)
     steps_per_s = US_PER_S / step_us
     mixed_fraction = min(1.0, rate_per_s * num_chunks / together / steps_per_s) if steps_per_s else 0.0
     return SteadyState(
