@@ -138,15 +138,26 @@ def _recipe_dtype(config: Configuration, model: ModelShape, component: str) -> s
 
 def routed_expert_dtype(config: Configuration, model: ModelShape) -> str | None:
     """The routed experts' stored dtype: the `expert_dtype` lever, else the recipe's, else
-    the checkpoint's (None on a dense model)."""
+    the checkpoint's (None on a dense model), a 4-bit checkpoint's by its format when it
+    names one other than the platform's FP4 (`NativeDtypes.expert_format`: mxfp4, int4)."""
     if config.expert_dtype:
         return config.expert_dtype
     recipe = _recipe_dtype(config, model, "routed_experts")
-    if recipe is not None:
+    if recipe is not None and parse_weight_spec(config.weight_dtype).recipe != "native":
         return recipe
     native = getattr(model, "native_dtypes", None)
     expert = getattr(native, "expert", None)
-    return str(expert) if expert is not None else None
+    if expert is None:
+        return None
+    return getattr(native, "expert_format", None) or str(expert)
+
+
+def _nvfp4_expert_options(model: ModelShape) -> str:
+    """How to give ``model`` NVFP4 routed experts: its recipes that store them so, or a
+    requantized checkpoint (`expert_dtype=fp4`: the platform's FP4, NVFP4 on NVIDIA)."""
+    recipes = [f"weight_dtype=recipe:{r.name}" for r in getattr(model, "recipes", ())
+               if r.routed_experts in DWDP_EXPERT_DTYPES]
+    return " or ".join([*recipes, "expert_dtype=fp4 (an NVFP4 requantization)"])
 
 
 def _engine_support(config: Configuration, engine: Engine) -> list[str]:
@@ -296,6 +307,7 @@ def _disaggregation(config: Configuration, engine: Engine, model: ModelShape,
 DWDP_ENGINES = (Engine.TRTLLM,)   # TensorRT-LLM's DWDP (arXiv 2604.01621)
 #: its routed experts' dtypes: "DWDP only supports the CuteDSL MoE backend with NVFP4"
 #: (TensorRT-LLM's DWDP blog, "Current Code-Level Constraints"); fp4 is NVFP4 on NVIDIA
+#: (a checkpoint's MXFP4 or INT4 experts are not: `routed_expert_dtype` names them)
 DWDP_EXPERT_DTYPES = ("fp4", "nvfp4")
 
 
@@ -317,7 +329,7 @@ def _layout_option_reasons(name: str, config: Configuration, engine: Engine, mod
         reasons.append(f"{name}=DWDP{options.dwdp} needs a MoE model (it shares routed-expert storage)")
     elif (experts := routed_expert_dtype(config, model)) not in DWDP_EXPERT_DTYPES:
         reasons.append(f"{name}=DWDP{options.dwdp} needs NVFP4 routed experts (TensorRT-LLM's DWDP runs only its "
-                       f"CuteDSL NVFP4 MoE path), not {experts}: e.g. weight_dtype=recipe:nvfp4 or expert_dtype=fp4")
+                       f"CuteDSL NVFP4 MoE path), not {experts}: {_nvfp4_expert_options(model)}")
     if config.pp > 1:
         reasons.append(f"{name}=DWDP{options.dwdp} runs whole layers per rank; pp must be 1")
     if options.dwdp > cluster.scale_up_gpus():

@@ -17,6 +17,9 @@ Native dtype rules (`native_dtypes`), read from `quantization_config`:
    quantized groups' width (4 bits -> fp4, 8 bits -> fp8) for routed experts; attention,
    dense MLP and shared experts too unless the ignore list names `self_attn` (both Kimi
    checkpoints keep them bf16). INT4 weights are sized like a 4-bit format with scales;
+   the format of 4-bit experts is kept (`NativeDtypes.expert_format`): integer weights
+   are INT4, float weights in 32-value groups (or a format naming mxfp4) MXFP4, like the
+   mxfp4 method's and a fp8 checkpoint's fp4 experts with ue8m0 scales (DeepSeek-V4);
 5. embeddings and LM head are bf16 in every checkpoint above; the KV cache is bf16
    unless a `kv_cache_scheme` with 8 bits is present.
 """
@@ -144,19 +147,37 @@ def native_dtypes(cfg: ConfigReader) -> NativeDtypes:
     quant = cfg.opt("quantization_config", default=None) or {}
     method = str(quant.get("quant_method", "")).lower()
     weight = expert = Dtype.BF16
+    expert_format = None
     if method == "fp8":
         weight = expert = Dtype.FP8
         if str(cfg.opt("expert_dtype", default="")).lower() == "fp4":
             expert = Dtype.FP4
+            expert_format = "mxfp4" if str(quant.get("scale_fmt", "")).lower() == "ue8m0" else None
     elif method == "mxfp4":
-        expert = Dtype.FP4
+        expert, expert_format = Dtype.FP4, "mxfp4"
     elif method == "compressed-tensors":
         expert = _compressed_tensors_dtype(quant)
+        expert_format = _compressed_tensors_format(quant) if expert is Dtype.FP4 else None
         ignored = " ".join(str(pattern) for pattern in quant.get("ignore", []))
         weight = Dtype.BF16 if "self_attn" in ignored else expert
     kv_scheme = quant.get("kv_cache_scheme") or {}
     kv_cache = Dtype.FP8 if kv_scheme.get("num_bits") == 8 else Dtype.BF16
-    return NativeDtypes(weight=weight, expert=expert, kv_cache=kv_cache, embedding=Dtype.BF16)
+    return NativeDtypes(weight=weight, expert=expert, kv_cache=kv_cache, embedding=Dtype.BF16,
+                        expert_format=expert_format)
+
+
+def _compressed_tensors_format(quant: dict) -> str | None:
+    """The 4-bit groups' format (rule 4): INT4, MXFP4, or None (the platform's FP4)."""
+    for group in (quant.get("config_groups") or {}).values():
+        weights = group.get("weights") or {}
+        if weights.get("num_bits") != 4:
+            continue
+        if str(weights.get("type", "")).lower() == "int":
+            return "int4"
+        named = f"{group.get('format', '')} {quant.get('format', '')}".lower()
+        if "mxfp4" in named or weights.get("group_size") == 32:
+            return "mxfp4"
+    return None
 
 
 def _compressed_tensors_dtype(quant: dict) -> Dtype:

@@ -64,12 +64,17 @@ class CardSource(_Frozen):
 
 
 class NativeDtypes(_Frozen):
-    """The checkpoint's per-component dtypes, used for any precision lever left unset."""
+    """The checkpoint's per-component dtypes, used for any precision lever left unset.
+    ``expert_format``: the 4-bit format of ``fp4`` routed experts when the checkpoint names
+    one other than the platform's FP4 (NVFP4 on NVIDIA): MXFP4 (32-value blocks, e8m0
+    scales: gpt-oss, Kimi-K3, DeepSeek-V4) or INT4 (Kimi-K2.5). Kernels that run only
+    NVFP4 (TensorRT-LLM's DWDP) refuse such a checkpoint without a requantized recipe."""
 
     weight: Dtype = Dtype.BF16      # attention projections, dense MLP, shared experts
     expert: Dtype = Dtype.BF16      # routed experts
     kv_cache: Dtype = Dtype.BF16
     embedding: Dtype = Dtype.BF16   # input embedding and LM head
+    expert_format: Literal["mxfp4", "int4"] | None = None
 
 
 StoredDtype = Literal["bf16", "fp8", "fp4", "nvfp4", "mxfp4"]   # levers.precision.WEIGHT_DTYPES

@@ -71,6 +71,18 @@ def test_legality_of_the_new_layouts():
     assert not any("NVFP4" in r for r in structural_reasons(
         split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8,expert_dtype=fp4"),
         Engine.TRTLLM, r1, parse_cluster("gb300x4x4")))
+    # a native 4-bit checkpoint is MXFP4 (Kimi-K3, gpt-oss) or INT4 (Kimi-K2.5), not NVFP4
+    for name, native in (("kimi-k3", "mxfp4"), ("gpt-oss-120b", "mxfp4"), ("kimi-k2.5", "int4")):
+        for extra in ("", ",weight_dtype=recipe:native"):
+            reasons = structural_reasons(split(f"disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8{extra}"),
+                                         Engine.TRTLLM, load_card(name), parse_cluster("gb300x4x4"))
+            assert any("needs NVFP4 routed experts" in r and f"not {native}" in r for r in reasons), (name, extra)
+    k3 = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8"),
+                            Engine.TRTLLM, card, parse_cluster("gb300x4x4"))
+    assert any("weight_dtype=recipe:nvfp4 or expert_dtype=fp4" in r for r in k3)   # its NVFP4 recipe offered
+    assert not any("NVFP4" in r for r in structural_reasons(
+        split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8,weight_dtype=recipe:nvfp4"),
+        Engine.TRTLLM, card, parse_cluster("gb300x4x4")))
 
 
 def test_pool_configs_keep_the_options():

@@ -9,6 +9,8 @@ import pytest
 
 from levers.errors import InputError
 from predictor.cards import registry as cards
+from predictor.cards.builder import native_dtypes
+from predictor.cards.config_reader import ConfigReader
 from predictor.cards.registry import (
     COMPONENTS,
     AttentionKind,
@@ -130,6 +132,22 @@ def test_native_dtypes_from_quantization_config():
     assert dtypes("kimi-k3") == (bf16, fp4, bf16, bf16)           # compressed-tensors MXFP4, self_attn ignored
     assert dtypes("kimi-k2.5") == (bf16, fp4, bf16, bf16)         # INT4 group-32 sized as a 4-bit format
     assert dtypes("llama-3.1-8b") == (bf16, bf16, bf16, bf16)
+
+
+def test_native_fp4_experts_keep_their_format():
+    """A 4-bit checkpoint's experts name their format when it is not the platform's FP4
+    (NVFP4 on NVIDIA): TensorRT-LLM's DWDP refuses them (test_deployment_layouts)."""
+    def expert_format(name):
+        return load_card(name).native_dtypes.expert_format
+    assert expert_format("gpt-oss-120b") == "mxfp4"        # quant_method mxfp4
+    assert expert_format("kimi-k3") == "mxfp4"             # compressed-tensors float, group 32
+    assert expert_format("kimi-k2.5") == "int4"            # compressed-tensors int
+    assert expert_format("deepseek-v4-pro") == "mxfp4"     # fp4 experts with ue8m0 scales
+    assert expert_format("deepseek-r1") is None and expert_format("llama-3.1-8b") is None
+    nvfp4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+             "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}}}
+    native = native_dtypes(ConfigReader({"quantization_config": nvfp4}, "config.json"))
+    assert (native.expert, native.expert_format) == (Dtype.FP4, None)     # the platform's FP4
 
 
 def test_attention_groups_of_hybrid_models():
