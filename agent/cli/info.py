@@ -70,9 +70,12 @@ def models(json_out: bool = JsonOpt) -> None:
     for row in rows:
         dtypes = row["native_dtypes"]
         experts = f"{row['routed_experts']}/{row['top_k']}" if row["routed_experts"] else "dense"
+        expert = dtypes["expert"] or "-"
+        if dtypes.get("expert_format"):   # a 4-bit checkpoint's own format (MXFP4, INT4)
+            expert = f"{expert} ({dtypes['expert_format']})"
         grid.add_row(row["name"], number(row["total_params_b"]), number(row["active_params_b"]),
                      str(row["layers"]), experts, number(row["max_context"]),
-                     f"{dtypes['weight']} / {dtypes['expert'] or '-'}")
+                     f"{dtypes['weight']} / {expert}")
     console.print(grid)
 
 
