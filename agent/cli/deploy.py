@@ -78,6 +78,14 @@ def resolve_pick(ledger: str | None, trial: int | None, plan: str | None, slot: 
         raise InputError("deploy", problem, SOURCES_ACCEPTED)
     if trial is not None and not ledger:
         raise InputError("--trial", "needs a LEDGER", SOURCES_ACCEPTED)
+    if slot is not None and not plan:
+        raise InputError("--slot", "needs --plan REPORT.json", SOURCES_ACCEPTED)
+    # a ledger's or a report's pick carries its own model, cluster, engine and configuration
+    overridden = [name for name, value in (("--cluster", cluster), ("--engine", engine), ("--config", config))
+                  if value] if not model else []
+    if overridden:
+        raise InputError(overridden[0], f"cannot change the pick of {given[0]} (it names its own cluster, engine "
+                                        "and configuration)", "--model M with --cluster, --engine and --config")
     if ledger:
         return from_ledger(ledger, trial)
     if plan:

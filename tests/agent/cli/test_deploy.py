@@ -133,6 +133,10 @@ def test_a_model_listed_twice_in_the_plan_is_deployed_by_its_entry(tmp_path):
     (["--model", "kimi-k3", "--trial", "3"], "--trial: needs a LEDGER"),
     (["--model", "kimi-k3", "--config", "tp=1"], "cannot run: memory"),
     (["no-such-ledger"], "ledger"),
+    (["x.json", "--config", "tp=4"], "--config: cannot change the pick of LEDGER"),
+    (["x.json", "--engine", "vllm"], "--engine: cannot change the pick of LEDGER"),
+    (["--plan", "p.json", "--slot", "a/b", "--cluster", "mi355x"], "--cluster: cannot change the pick of --plan"),
+    (["--model", "llama-3.1-8b", "--slot", "a/b"], "--slot: needs --plan"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     result = deploy(*args)
