@@ -118,6 +118,9 @@ def score(
 ) -> None:
     """Score the predictor on a measured corpus: anchors from its rows, predictions for the rest."""
     protocols = _protocols(protocol) if protocol is not None else None
+    if protocols is not None and anchor_where is not None:   # a protocol chooses its own anchors
+        raise InputError("--anchor-where", "cannot be combined with --protocol (each protocol picks its anchors "
+                         "by its own rule)", "one of --anchor-where or --protocol")
     read_text(corpus, "corpus", expected=CORPUS_EXPECTED)   # bounded, UTF-8: before the reader streams it
     try:
         read = read_corpus(corpus, fmt)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.files import atomic_write
 from predictor.sim.pricing import StepShape
 from predictor.sim.request import Request
 from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
@@ -162,11 +163,15 @@ class SimResult:
         return data
 
     def write_csv(self, path: str | Path) -> None:
+        """One row per request, written atomically (its folder created if missing)."""
         fields = list(self.rows[0]) if self.rows else list(ROW_FIELDS)
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(self.rows)
+
+        def write(temporary: str) -> None:
+            with open(temporary, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(self.rows)
+        atomic_write(Path(path), write)
 
 
 ROW_FIELDS = ("rid", "session", "index_in_session", "label", "unit", "entry_unit", "is_warmup", "is_measured", "prompt_tokens",

@@ -52,6 +52,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         (["score", str(missing_columns), "--format", "native"], "missing required column"),
         (["score", str(FIXTURES / "native_small.csv"), "--format", "xlsx"], "unknown corpus format"),
         (["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "tp>>2"], "--anchor-where"),
+        (["score", str(FIXTURES / "native_small.csv"), "--protocol", "in-ladder", "--anchor-where", "tp=2"],
+         "--anchor-where: cannot be combined with --protocol"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)

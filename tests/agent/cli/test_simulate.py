@@ -64,6 +64,10 @@ def test_csv_has_one_row_per_request(tmp_path):
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 12 and float(rows[-1]["ttft_ms"]) > 0
+    nested = tmp_path / "new" / "folder" / "requests.csv"     # the option's own promise: its folder is created
+    again = invoke("--workload", "512/32", "--concurrency", "4", "--requests", "12", "--csv", str(nested), "--json")
+    assert again.exit_code == 0, again.output
+    assert len(list(csv.DictReader(nested.open()))) == 12 and not list(nested.parent.glob(".*.tmp"))
 
 
 def test_workload_and_trace_together_are_refused(tmp_path):
