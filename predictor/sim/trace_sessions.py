@@ -149,6 +149,10 @@ class _SessionBuilder:
         self.last_ids: dict[int, np.ndarray] = {}      # stream -> previous prompt's ids
 
     def _ids(self, request: TraceRequest, stream: int) -> np.ndarray:
+        blocks = -(-request.in_tokens // self.trace.block_size)
+        if len(request.hash_ids) > blocks:   # each id names a block of the prompt: more would be hits it cannot hold
+            raise ValueError(f"{len(request.hash_ids):,} hash ids for a prompt of {request.in_tokens:,} tokens "
+                             f"(at most {blocks:,} blocks of {self.trace.block_size} tokens)")
         ids = np.asarray(request.hash_ids, dtype=np.int64)
         if self.offset and ids.size and (ids.min() < 0 or ids.max() >= LOCAL_ID_LIMIT):
             raise ValueError(f"local hash ids must be in [0, 2^{SESSION_ID_SHIFT})")

@@ -132,6 +132,20 @@ def test_local_hash_scope_separates_sessions(tmp_path):
     assert len(first) == len(second) and not set(first.tolist()) & set(second.tolist())
 
 
+def test_a_session_request_names_no_more_blocks_than_its_prompt_holds(tmp_path):
+    """Each hash id is a block of the prompt: 500 ids on a 640-token prompt (block 64)
+    replayed a 100% hit rate (a review's trace; 0.82 with its true ids)."""
+    request = {"t": 0, "in": 640, "out": 8, "hash_ids": list(range(10))}
+    good, bad = ({"id": "s", "block_size": 64, "requests": [{**request, "hash_ids": ids}]}
+                 for ids in (list(range(10)), list(range(500))))
+    path = tmp_path / "sessions.jsonl"
+    path.write_text(json.dumps(good) + "\n")
+    assert load_trace(path).num_requests == 1
+    path.write_text(json.dumps(bad) + "\n")
+    with pytest.raises(InputError, match="500 hash ids for a prompt of 640 tokens \\(at most 10 blocks of 64"):
+        load_trace(path)
+
+
 def test_length_csv_is_open_loop():
     trace = load_trace(FIXTURES / "splitwise_conv.csv")
     assert trace.mode is ArrivalMode.OPEN and trace.num_requests == 19366
