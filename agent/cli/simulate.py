@@ -182,5 +182,7 @@ def _render(info: dict, result: SimResult) -> None:
                  f"{number(data['num_requests'])} requests measured over {data['replications']} replication(s); "
                  f"{number(data['sim_wall_s'])} s wall; "
                  f"mode {', '.join(info['modes'])}")
+    if info["flags"]:   # what qualifies the numbers (extrapolation, transfers), as predict prints them
+        paragraph(console, "; ".join(info["flags"]), first="flags: ")
     if data.get("bad_lines_skipped"):
         say(console, f"skipped {number(data['bad_lines_skipped'])} bad trace lines")

@@ -145,4 +145,7 @@ def test_a_precision_transfer_is_rank_only_in_simulate_as_in_predict(monkeypatch
     simulated = json.loads(runner.invoke(app, ["simulate", *args, "--requests", "128"]).stdout)
     predicted = json.loads(runner.invoke(app, ["predict", *args]).stdout)
     assert predicted["mode"] == "rank-only" and simulated["modes"] == ["rank-only"]
+    # the table prints the flags that say why, as predict's does (they were --json only)
+    table = runner.invoke(app, ["simulate", *args[:-1], "--requests", "128"])
+    assert table.exit_code == 0 and "flags: " in table.stdout and "kernel-set-transfer" in table.stdout
 
