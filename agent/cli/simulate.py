@@ -38,6 +38,7 @@ from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration
 from predictor.anchors.anchoring import Anchoring
 from predictor.sim import SimOptions, SimResult, load_trace, simulate
 from predictor.sim.results import JSON_STATS
+from predictor.sim.trace_base import ArrivalMode
 from predictor.uncertainty import shipped_error_bars
 from predictor.step.cost import StepModel
 from predictor.workload import parse_workload
@@ -98,6 +99,10 @@ def simulate_command(
     target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency)
     replay = _workload(workload, trace, skip_bad_lines, allow_large)
+    if concurrency is not None and getattr(replay, "mode", None) is ArrivalMode.OPEN:
+        # its timestamps set the load: the option changed no figure, only the mode judged at it
+        raise InputError("--concurrency", f"does not apply to {trace.name}, an open-loop trace (its timestamps "
+                         "set the load)", "--concurrency with a closed-loop trace (sessions) or a --workload")
     context_tokens = getattr(replay, "context_tokens", DEFAULT_CONTEXT_TOKENS)
     too_long = context_reasons(context_tokens, target.card)
     if too_long:   # the workload's requests, not the configuration, are what does not fit

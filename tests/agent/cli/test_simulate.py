@@ -77,6 +77,15 @@ def test_workload_and_trace_together_are_refused(tmp_path):
     assert result.exit_code == 2 and "not both" in result.stderr
 
 
+def test_concurrency_is_refused_on_an_open_loop_trace(tmp_path):
+    """Its timestamps set the load: --concurrency changed no figure, only the mode judged at it."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,10\n0.5,200,20\n")
+    assert invoke("--trace", str(trace), "--json").exit_code == 0
+    result = invoke("--trace", str(trace), "--concurrency", "1")
+    assert result.exit_code == 2 and "--concurrency: does not apply to lengths.csv, an open-loop trace" in result.stderr
+
+
 def test_an_empty_trace_is_refused(tmp_path):
     trace = tmp_path / "empty.jsonl"
     trace.write_text("\n")
