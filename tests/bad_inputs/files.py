@@ -252,7 +252,13 @@ def deploy_cases() -> list[Case]:
               Case("deploy-port-zero", ("deploy", *SMALL, "--port", "0"), "--port"),
               Case("deploy-port-unicode", ("deploy", *SMALL, "--port", "٨٠٨٠"), "--port"),
               Case("deploy-out-file", ("deploy", *SMALL, "--out", "{f:x}"), "--out", files=(("x", "file"),)),
-              Case("deploy-nothing", ("deploy",), "deploy", "LEDGER")]
+              Case("deploy-nothing", ("deploy",), "deploy", "LEDGER"),
+              # a ledger's or report's pick names its own layout: an override was silently ignored
+              Case("deploy-ledger-config", ("deploy", "{f:l.json}", "--config", "tp=4"), "--config",
+                   files=(("l.json", _ledger()),)),
+              Case("deploy-plan-engine", ("deploy", "--plan", "{f:p.json}", "--slot", "qwen3-30b-a3b/bulk",
+                                          "--engine", "sglang"), "--engine", files=(("p.json", json.dumps(plan)),)),
+              Case("deploy-slot-without-plan", ("deploy", *SMALL, "--slot", "a/b"), "--slot")]
     cases += [Case(f"deploy-ledger-{label}", ("deploy", "{f:l.json}"), "ledger", files=(("l.json", text),))
               for label, text in (("nan", _ledger().replace('"seed": 0', '"seed": NaN')), ("latin1", "latin1"),
                                   ("bad-config", _ledger(trial0__configuration={"router": ESCAPES})))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.bad_inputs.case import (
+    CSV_TRACE_HEADER,
     ESCAPES,
     LONG,
     MODEL,
@@ -119,8 +120,12 @@ def text_option_cases() -> list[Case]:
                files=(("c.csv", _corpus_row()),)),
           Case("score-where-unknown-field", ("score", "{f:c.csv}", "--anchor-where", "colour=red"), "--anchor-where",
                files=(("c.csv", _corpus_row()),)),
+          Case("score-where-with-protocol", ("score", "{f:c.csv}", "--protocol", "in-ladder", "--anchor-where", "tp=1"),
+               "--anchor-where", files=(("c.csv", _corpus_row()),)),
           Case("simulate-trace-and-workload", ("simulate", *SMALL, "--workload", "1k/1k", "--trace", "{f:t.jsonl}"),
                "--trace", files=(("t.jsonl", MOONCAKE_OK),)),
+          Case("simulate-open-loop-concurrency", ("simulate", *SMALL, "--trace", "{f:t.csv}", "--concurrency", "4"),
+               "--concurrency", files=(("t.csv", CSV_TRACE_HEADER + "0.0,100,10\n0.5,200,20\n"),)),
           Case("simulate-requests-cap", ("simulate", *SMALL, "--requests", "1000000000000"), "--requests",
                "--allow-large"),
           # predict has no --allow-large: its cap is the same 1,000,000 (README)
