@@ -130,7 +130,7 @@ def _memory_metrics(memory: MemoryBreakdown, config: Configuration) -> dict[str,
 # out), not on its final length. TensorRT-LLM's default GUARANTEED_NO_EVICT reserves the
 # final length, and so does a split's decode pool, which allocates a request's KV before
 # the hand-off.
-ON_DEMAND_KV = frozenset({Engine.VLLM, Engine.SGLANG})
+ON_DEMAND_KV = frozenset(engine for engine, profile in PROFILES.items() if profile.on_demand_kv)   # vLLM, SGLang
 
 
 def _running_cap(engine: Engine, config: Configuration, memory: MemoryBreakdown, workload: WorkloadSpec,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError
 from predictor.sim.agentic import AgenticWorkload, load_profile
@@ -38,6 +39,7 @@ from predictor.sim.replications import combine, seed_sequence
 from predictor.sim.reuse import STORE, Bounds, Recording, fingerprint, workload_key
 from predictor.sim.results import Recorder, SimResult
 from predictor.sim.router import Router
+from predictor.sim.scheduler import PROFILES
 from predictor.sim.simulator import Progress, Simulation
 from predictor.sim.source import SessionSource
 from predictor.sim.stop import StopRule
@@ -152,6 +154,18 @@ def _share(progress: Progress | None, replication: int, replications: int) -> Pr
     return lambda done, total: progress(replication * total + done, replications * total)
 
 
+ON_DEMAND_OUTPUT_SHARE = 0.5   # a staggered request's average share of its output (`EngineProfile.on_demand_kv`)
+
+
+def on_demand_output_share(engine: Engine | str, workload: Workload) -> float:
+    """The share of its output a colocated request holds KV pages for in the replay: half
+    on an on-demand engine's synthetic (fixed-length) traffic, its steady state as the
+    analytical model holds it (`predictor.predict._running_cap`), else the whole. Agentic
+    and trace replays keep the whole: their outputs are short beside their prompts."""
+    synthetic = isinstance(workload, SyntheticWorkload)
+    return ON_DEMAND_OUTPUT_SHARE if synthetic and PROFILES[Engine(engine)].on_demand_kv else 1.0
+
+
 def _replay(target: Target, config: Configuration, replayable: Workload, requests: int,
             root: np.random.SeedSequence, step_model_factory: StepModelFactory, capacity: CapacityModel,
             options: SimOptions, progress: Progress | None, stop_rules: tuple[StopRule, ...] = ()) -> SimResult:
@@ -161,7 +175,8 @@ def _replay(target: Target, config: Configuration, replayable: Workload, request
     cluster = target.cluster
     inputs = BuildInputs(target.engine, recording.factory(step_model_factory), capacity, replayable.block_tokens,
                          options.eviction, cluster.gpu.host_link_gbps, recorder, options.exact_prices,
-                         cluster.gpu.nic_bw_gbps, host_on_engine=cluster.gpu.vendor == "cpu")
+                         cluster.gpu.nic_bw_gbps, host_on_engine=cluster.gpu.vendor == "cpu",
+                         output_share=on_demand_output_share(target.engine, replayable))
     deployment = build_deployment(config, inputs, scale_up_gpus=cluster.scale_up_gpus(),
                                   fabric_gbps=cluster.gpu.intra_node_bw_gbps, nic_gbps=cluster.gpu.nic_bw_gbps)
     key = _replay_key(deployment, config, replayable, requests, root, options, stop_rules)

@@ -105,6 +105,7 @@ class BuildInputs:
     exact_prices: bool = False      # no price rounding or merged runs (predictor.sim.pricing)
     nic_gbps: float = 0.0           # per GPU, toward a shared host pool
     host_on_engine: bool = False    # host work runs on the cores that run the steps (a CPU engine)
+    output_share: float = 1.0       # of its output a colocated request holds pages for (`KvPool`)
 
 
 def build_deployment(config: Configuration, inputs: BuildInputs, *, scale_up_gpus: int,
@@ -174,7 +175,8 @@ def _pool(role: str, config: Configuration, inputs: BuildInputs, host_billed: fl
             cache = CACHES[inputs.eviction](dram_blocks) if caching else None
             link = HostLink(inputs.host_link_gbps) if caching and dram_blocks else None
             net = NetworkLink(inputs.nic_gbps) if caching and shared is not None else None
-            pool = KvPool(shape, cache, holds_output=role != "prefill", shared=shared if caching else None)
+            pool = KvPool(shape, cache, holds_output=role != "prefill", shared=shared if caching else None,
+                          output_share=inputs.output_share if role == "colocated" else 1.0)
             rank = Rank(len(units), r, pool, link, tokens_per_step, net)
             ranks.append(rank)
             units.append(rank)

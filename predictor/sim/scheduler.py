@@ -58,11 +58,16 @@ class EngineProfile:
     running_cap: int | None = None          # engine cap on any pool
     balances_attention_dp: bool = False     # attention-DP prompts start together, one per rank
     splits_chunk_over_dp: bool = False      # the chunk size is engine-wide: each DP rank gets 1/dp
+    # a colocated replica's requests take KV pages as they grow (vLLM allocates a block at a
+    # time and preempts; SGLang reserves a decaying share of the output and retracts): in a
+    # fixed-length steady state each holds its prompt plus half its output on average
+    # (`predictor.predict._running_cap`, `predictor.sim.kv_pool.KvPool.output_share`)
+    on_demand_kv: bool = False
 
 
 PROFILES: dict[Engine, EngineProfile] = {
     Engine.VLLM: EngineProfile(Engine.VLLM, mixes_prefill=True, chunks_prefill=True, prefill_step_uses_chunk=False,
-                               policy=AdmissionPolicy.FCFS, default_page_tokens=16),
+                               policy=AdmissionPolicy.FCFS, default_page_tokens=16, on_demand_kv=True),
     # TRT-LLM's attention-DP deployments (its DeepSeek recipes, InferenceX's and
     # AIConfigurator's launch scripts) set ``attention_dp_config.enable_balance``.
     Engine.TRTLLM: EngineProfile(Engine.TRTLLM, mixes_prefill=True, chunks_prefill=True,
@@ -70,7 +75,8 @@ PROFILES: dict[Engine, EngineProfile] = {
                                  balances_attention_dp=True),
     Engine.SGLANG: EngineProfile(Engine.SGLANG, mixes_prefill=False, chunks_prefill=True,
                                  prefill_step_uses_chunk=True, policy=AdmissionPolicy.LPM, default_page_tokens=1,
-                                 decode_pool_cap=SGLANG_DECODE_POOL_CAP, splits_chunk_over_dp=True),
+                                 decode_pool_cap=SGLANG_DECODE_POOL_CAP, splits_chunk_over_dp=True,
+                                 on_demand_kv=True),
     Engine.ATOM: EngineProfile(Engine.ATOM, mixes_prefill=False, chunks_prefill=False, prefill_step_uses_chunk=False,
                                policy=AdmissionPolicy.FCFS, default_page_tokens=16),
     # llama.cpp's server (predictor.harvest): one request at a time, whole prompts, no paging.
