@@ -85,7 +85,7 @@ def as_workload(workload: WorkloadSpec | Workload, config: Configuration, target
         return SyntheticWorkload(LengthRange.fixed(workload.isl), LengthRange.fixed(workload.osl),
                                  mode=ArrivalMode.OPEN if open_loop else ArrivalMode.CLOSED,
                                  arrival_rate=config.arrival_rate, warmup_sessions_per_slot=0 if open_loop else 1,
-                                 name=workload.name)
+                                 name=workload.name, staggered_warmups=0 if open_loop else config.concurrency)
     profile = load_profile()
     card_limit = getattr(getattr(target, "card", None), "max_context", None) or profile.max_context_tokens
     return AgenticWorkload(profile, config.concurrency, min(profile.max_context_tokens, card_limit))
