@@ -163,8 +163,11 @@ def render(result: TuneResult) -> None:
     tied = {t.index for t in outcome.ties}
     console.print(trial_table(shown, None, goal, [slo.key for slo in context.slos], tied))
     if tied:
+        replicated = outcome.best.interval(goal.metric) is not None
+        why = ("90% replication intervals overlap, so their order is inside the simulator's noise" if replicated
+               else f"{goal.name} values are equal (priced without replications, so no order between them)")
         say(console, f"Tie: {', '.join(f'#{i}' for i in sorted(tied))} with the best #{outcome.best.index}: their "
-                     "90% replication intervals overlap, so their order is inside the simulator's noise.")
+                     f"{why}.")
     print_configurations(shown)
     if result.rank_only_best:
         say(console, "Rank-only: no anchor covers these configurations; SLOs were applied to their "

@@ -57,3 +57,16 @@ def test_default_tune_on_the_real_predictor(monkeypatch):
     shown = data["best"] or data["nearest_misses"][0]   # the answer is a replicated confirm trial
     assert shown["phase"] == "confirm"
     assert data["stats"]["trials_per_s"] > 0
+
+
+def test_an_analytical_tie_says_the_values_are_equal_not_that_intervals_overlap(monkeypatch):
+    """Fixed-length traffic is priced without replications: trials that fall back to one
+    anchor's recipe (weight, expert or activation fp4 on DeepSeek-R1's FP4 anchor) price
+    alike, and the tie line spoke of replication intervals no simulator produced."""
+    monkeypatch.delenv("INFERASIM_LM", raising=False)
+    result = CliRunner().invoke(app, ["tune", "--model", "deepseek-r1", "--cluster", "b200x8", "--workload", "1k/1k",
+                                      "--objective", "throughput", "--slo", "ttft<=300ms", "--budget", "25",
+                                      "--no-llm", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    tie = next(line for line in result.output.splitlines() if line.startswith("Tie:"))
+    assert "values are equal (priced without replications" in tie and "replication intervals" not in tie
