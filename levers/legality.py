@@ -129,9 +129,11 @@ def attention_weight_dtype(config: Configuration, model: ModelShape) -> str:
 
 def _recipe_dtype(config: Configuration, model: ModelShape, component: str) -> str | None:
     """The dtype the `weight_dtype` lever's recipe stores ``component`` in (None: no recipe,
-    or it keeps the checkpoint's)."""
+    or it keeps the checkpoint's, as `recipe:native` does: the caller reads the checkpoint,
+    with its 4-bit format)."""
     spec = parse_weight_spec(config.weight_dtype)
-    recipe = model.recipe(spec.recipe) if spec.recipe and hasattr(model, "recipe") else None
+    named = spec.recipe if spec.recipe != "native" else None
+    recipe = model.recipe(named) if named and hasattr(model, "recipe") else None
     found = getattr(recipe, component, None) if recipe is not None else None
     return str(found) if found else None
 
@@ -143,7 +145,7 @@ def routed_expert_dtype(config: Configuration, model: ModelShape) -> str | None:
     if config.expert_dtype:
         return config.expert_dtype
     recipe = _recipe_dtype(config, model, "routed_experts")
-    if recipe is not None and parse_weight_spec(config.weight_dtype).recipe != "native":
+    if recipe is not None:
         return recipe
     native = getattr(model, "native_dtypes", None)
     expert = getattr(native, "expert", None)

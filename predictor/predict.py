@@ -125,19 +125,15 @@ def _memory_metrics(memory: MemoryBreakdown, config: Configuration) -> dict[str,
     }
 
 
-# Engines whose colocated scheduler admits a request on the KV it holds now (blocks
-# allocated as tokens are generated; vLLM preempts, SGLang retracts when the pool runs
-# out), not on its final length. TensorRT-LLM's default GUARANTEED_NO_EVICT reserves the
-# final length, and so does a split's decode pool, which allocates a request's KV before
-# the hand-off.
-ON_DEMAND_KV = frozenset(engine for engine, profile in PROFILES.items() if profile.on_demand_kv)   # vLLM, SGLang
-
-
 def _running_cap(engine: Engine, config: Configuration, memory: MemoryBreakdown, workload: WorkloadSpec,
                  *, split: bool = False) -> int:
     """Running requests one (decode) replica holds in the steady state: the engine cap or
-    the KV pool. A colocated `ON_DEMAND_KV` engine's staggered requests hold their current
-    length, on average the prompt plus half the output (measured on AIConfigurator's 1k/8k
+    the KV pool. A colocated on-demand engine's (`EngineProfile.on_demand_kv`: vLLM and
+    SGLang allocate blocks as tokens are generated and preempt or retract when the pool runs
+    out) staggered requests hold their current length, on average the prompt plus half the
+    output, the workload's priced context; TensorRT-LLM's GUARANTEED_NO_EVICT reserves the
+    final length, and so does a split's decode pool, which allocates a request's KV before
+    the hand-off (measured on AIConfigurator's 1k/8k
     rows: priced at their final length, Llama-3.1-70B on two H100s under vLLM queued 7 of
     32 clients and its TTFT came out 180x the measured; SGLang's split decode pools at 288
     clients queue as measured only when priced at the final length).
@@ -149,8 +145,8 @@ def _running_cap(engine: Engine, config: Configuration, memory: MemoryBreakdown,
     (InferenceX, one DEP32 decode pool) ran 2,048 of them and queued the rest: TTFT 97 s
     against 20 s measured."""
     fitting = memory.max_concurrency
-    if workload.is_fixed and not split and Engine(engine) in ON_DEMAND_KV:
-        fitting = max(fitting, memory.sequences_at(math.ceil(workload.isl + workload.osl / 2.0))[1])
+    if workload.is_fixed and not split and PROFILES[Engine(engine)].on_demand_kv:
+        fitting = max(fitting, memory.sequences_at(math.ceil(workload.priced_context_tokens))[1])
     return max(1, min(config.max_running_requests * max(1, config.attention_dp), fitting))
 
 

@@ -39,7 +39,7 @@ from predictor.sim.replications import combine, seed_sequence
 from predictor.sim.reuse import STORE, Bounds, Recording, fingerprint, workload_key
 from predictor.sim.results import Recorder, SimResult
 from predictor.sim.router import Router
-from predictor.sim.scheduler import PROFILES
+from predictor.sim.scheduler import ON_DEMAND_OUTPUT_SHARE, PROFILES
 from predictor.sim.simulator import Progress, Simulation
 from predictor.sim.source import SessionSource
 from predictor.sim.stop import StopRule
@@ -152,9 +152,6 @@ def _share(progress: Progress | None, replication: int, replications: int) -> Pr
     if progress is None or replications == 1:
         return progress
     return lambda done, total: progress(replication * total + done, replications * total)
-
-
-ON_DEMAND_OUTPUT_SHARE = 0.5   # a staggered request's average share of its output (`EngineProfile.on_demand_kv`)
 
 
 def on_demand_output_share(engine: Engine | str, workload: Workload) -> float:

@@ -60,9 +60,12 @@ class EngineProfile:
     splits_chunk_over_dp: bool = False      # the chunk size is engine-wide: each DP rank gets 1/dp
     # a colocated replica's requests take KV pages as they grow (vLLM allocates a block at a
     # time and preempts; SGLang reserves a decaying share of the output and retracts): in a
-    # fixed-length steady state each holds its prompt plus half its output on average
-    # (`predictor.predict._running_cap`, `predictor.sim.kv_pool.KvPool.output_share`)
+    # fixed-length steady state each holds its prompt plus `ON_DEMAND_OUTPUT_SHARE` of its
+    # output on average (`predictor.predict._running_cap`, `predictor.sim.kv_pool.KvPool`)
     on_demand_kv: bool = False
+
+
+ON_DEMAND_OUTPUT_SHARE = 0.5   # a staggered request's average share of its output (`EngineProfile.on_demand_kv`)
 
 
 PROFILES: dict[Engine, EngineProfile] = {
