@@ -49,7 +49,8 @@ _NAME_MARKS = ("key", "secret", "passw", "token")
 # another secret's when it looks like one (8 characters or more, a digit among them), so
 # that prose such as ``secret: /run/secrets/hf`` or code such as ``api_key = os.environ
 # .get(...)`` stays readable; a bare ``token`` is a secret's name only as a quoted key
-# (``token: gpt-oss-120b`` is prose). Found from where a name meets its separator (a
+# (``token: gpt-oss-120b`` is prose); a name ending a path (``/etc/passwd: ...``) is a
+# file's. Found from where a name meets its separator (a
 # literal search), then checked: a ledger of hundreds of trials passes through here.
 _NAME_END = re.compile(r"(?i)(?:key|secret|token|passwd|password)(?=\\?[\"']?\s*[:=])")
 _SECRET_NAME_WORD = re.compile(
@@ -110,6 +111,8 @@ def _mask_named(text: str) -> str:
             start -= 1
         name = text[start:end.end()].lower()
         quoted = start > 0 and text[start - 1] in "\"'"
+        if start > 0 and text[start - 1] in "/\\":
+            continue  # a file's name (``'/etc/passwd': Permission denied``), not a secret's
         if not (_SECRET_NAME_WORD.fullmatch(name) or (quoted and name == "token")):
             continue
         value = _SECRET_VALUE.match(text, _NAME_SEPARATOR.match(text, end.end()).end())

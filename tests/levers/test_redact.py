@@ -52,6 +52,9 @@ def test_provider_token_shapes_and_named_secrets_are_masked_and_lever_text_is_no
     untouched = ('{"max_batched_tokens":32768,"num_speculative_tokens":3,"tokens":1024,"token_budget":8192}',
                  "max_batched_tokens=32768,chunked_prefill_size=32768", "ttft_ms: 123.4", "prefix_hash token=5",
                  "routed experts: fp4, shared: bf16", "gh200x4 cluster", "per prompt token: gpt-oss-120b",
-                 "secret: /run/secrets/hf", "api_key = os.environ.get(LM_API_KEY_ENV)", "monkey: abcdefgh12345")
+                 "secret: /run/secrets/hf", "api_key = os.environ.get(LM_API_KEY_ENV)", "monkey: abcdefgh12345",
+                 "cannot read '/etc/passwd': Permission denied", "'C:\\keys\\api_key': Permission2 denied",
+                 "/tmp/auth_token: abcdef12345 exists")
+    assert redact("settings.api_key = 'abcd1234efgh'") == f"settings.api_key = '{MASK}'"
     for text in untouched:
         assert redact(text) == text, text
