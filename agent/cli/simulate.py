@@ -130,10 +130,18 @@ def simulate_command(
     info = {**target.to_json(), "workload": replay.name,
             "configuration": configuration.to_dict(), "configuration_text": configuration.describe(),
             "modes": [str(mode)],
-            "flags": sorted({f for m in models for f in m.flags}) + list(result.flags)}
+            "flags": sorted({f for m in models for f in m.flags}) + list(result.flags) + _capped(requests, replay)}
     if json_out:
         return print_json({**info, **simulation_json(result)})
     _render(info, result)
+
+
+def _capped(requests: int | None, replay) -> list[str]:
+    """A trace replays at most the requests it holds: asking for more is said, not silent."""
+    held = getattr(replay, "num_requests", None)
+    if requests is None or held is None or requests <= held:
+        return []
+    return [f"requests-capped: --requests {requests:,} is more than {replay.name} holds; its {held:,} replayed"]
 
 
 class _progress:

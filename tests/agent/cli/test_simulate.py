@@ -86,6 +86,15 @@ def test_concurrency_is_refused_on_an_open_loop_trace(tmp_path):
     assert result.exit_code == 2 and "--concurrency: does not apply to lengths.csv, an open-loop trace" in result.stderr
 
 
+def test_more_requests_than_a_trace_holds_are_flagged_not_silent(tmp_path):
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,10\n0.5,200,20\n")
+    flags = json.loads(invoke("--trace", str(trace), "--requests", "5", "--json").stdout)["flags"]
+    assert "requests-capped: --requests 5 is more than lengths.csv holds; its 2 replayed" in flags
+    assert not any(f.startswith("requests-capped") for f in
+                   json.loads(invoke("--trace", str(trace), "--requests", "2", "--json").stdout)["flags"])
+
+
 def test_an_empty_trace_is_refused(tmp_path):
     trace = tmp_path / "empty.jsonl"
     trace.write_text("\n")
