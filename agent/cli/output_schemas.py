@@ -80,6 +80,12 @@ def command_schema(title: str, properties: dict[str, Any], *, optional: tuple[st
     return {"$schema": DRAFT, "title": title, **({"type": "array", "items": item} if array else item)}
 
 
+def either(title: str, *outputs: dict) -> dict:
+    """A command whose output is one of several objects (`command_schema`s, titles dropped)."""
+    return {"$schema": DRAFT, "title": title,
+            "anyOf": [{k: v for k, v in out.items() if k not in ("$schema", "title")} for out in outputs]}
+
+
 def _v(*names: str) -> dict[str, dict]:
     """Vocabulary properties by name."""
     return {name: QUANTITIES[name] for name in names}
@@ -122,12 +128,15 @@ def commands() -> dict[str, dict]:
                            "transfer", "transfer_kinds", "calibration"),
             "anchor_id": nullable(STR), "breakdown": OBJ, "fusion_opportunities": arr(OBJ)},
             optional=("seed_intervals",)),
-        "simulate": command_schema("inferasim simulate --json", {
+        "simulate": either("inferasim simulate --json", command_schema("", {
             **TARGET, **_v("workload", "configuration", "configuration_text", "modes", "flags"),
             **{k: OBJ for k in ("ttft_ms", "ttft_admission_ms", "tpot_ms", "itl_ms", "e2e_ms", "interactivity_tok_s",
                                 "hit_rate")},
             "num_requests": INT, "sim_wall_s": NUM, "sim_time_s": NUM, "seed_intervals": None},
             optional=("seed_intervals",), extra=nullable(NUM)),   # the simulator's scalar metrics
+            # a configuration that does not fit or is illegal: why, as predict says it (exit 1)
+            command_schema("", {**TARGET, **_v("workload", "configuration", "configuration_text", "legal", "reasons",
+                                               "memory", "metrics")})),
         "pareto": command_schema("inferasim pareto --json", {
             **TARGET, **_v("workload", "num_points", "workers", "wall_s", "files"), "frontier": arr(SWEEP_POINT),
             "modes": arr(STR), "num_priced": INT, "num_groups": INT, "num_illegal_families": INT,

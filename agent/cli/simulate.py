@@ -6,6 +6,8 @@ take the calibrating anchor's recipe), and so does the mode: anchored or rank-on
 measured error of the transfer kinds (`predictor.uncertainty`); the KV pools from the
 memory model. `--config` may repeat (merged left to right, later keys win);
 `--concurrency` overrides the concurrency lever. A rich progress bar shows on a terminal.
+A configuration that does not fit or is illegal is a result, as `predict` reports it: the
+reasons, `metrics: null` and exit 1.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from agent.cli.app import (
     ALLOW_LARGE_HELP,
@@ -114,8 +117,9 @@ def simulate_command(
                              split=configuration.disaggregated)
     priced = anchoring.resolve(configuration)
     feasibility = check_configuration(target.card, target.cluster, target.engine, priced, context_tokens)
-    if not feasibility.legal:
-        raise InputError("--config", "; ".join(feasibility.reasons), "a legal configuration (see inferasim check)")
+    if not feasibility.legal:   # a result, as predict reports it: why, and exit 1
+        _does_not_fit(target, replay.name, configuration, feasibility, json_out)
+        raise typer.Exit(1)
     factory = step_model_factory_for(anchoring)
     options = SimOptions(keep_rows=csv is not None)
     with _progress(console.is_terminal and not json_out) as report:
@@ -142,6 +146,19 @@ def _capped(requests: int | None, replay) -> list[str]:
     if requests is None or held is None or requests <= held:
         return []
     return [f"requests-capped: --requests {requests:,} is more than {replay.name} holds; its {held:,} replayed"]
+
+
+def _does_not_fit(target, workload: str, configuration: Configuration, feasibility, json_out: bool) -> None:
+    if json_out:
+        return print_json({**target.to_json(), "workload": workload, "configuration": configuration.to_dict(),
+                           "configuration_text": configuration.describe(), "legal": False,
+                           "reasons": list(feasibility.reasons),
+                           "memory": feasibility.memory.to_json() if feasibility.memory else None, "metrics": None})
+    title = f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: {configuration.describe()}"
+    console.print(f"[red]does not fit / illegal[/red]: {escape(title)}", soft_wrap=True)
+    for reason in feasibility.reasons:
+        paragraph(console, reason, first="  - ")
+    console.print("metrics: null")
 
 
 class _progress:

@@ -3,11 +3,13 @@
 import csv
 import json
 
+import jsonschema
 import pytest
 from typer.testing import CliRunner
 
 from agent.cli import simulate as commands_simulate
 from agent.cli.main import app
+from agent.cli.output_schemas import SCHEMA_DIR
 from tests.predictor.sim.sim_fakes import fake_factory
 
 runner = CliRunner()
@@ -93,6 +95,21 @@ def test_more_requests_than_a_trace_holds_are_flagged_not_silent(tmp_path):
     assert "requests-capped: --requests 5 is more than lengths.csv holds; its 2 replayed" in flags
     assert not any(f.startswith("requests-capped") for f in
                    json.loads(invoke("--trace", str(trace), "--requests", "2", "--json").stdout)["flags"])
+
+
+def test_a_configuration_that_does_not_fit_is_a_result_as_predict_reports_it():
+    """Why it does not fit, `metrics: null`, exit 1 (PRODUCT §2's contract for predict), not
+    a bad-input error: the same configuration gets the same answer from both commands."""
+    text = invoke("--config", "tp=2", "--workload", "1k/1k")
+    assert text.exit_code == 1 and "does not fit / illegal" in text.stdout and "needs 2 GPUs" in text.stdout
+    assert "metrics: null" in text.stdout and "Traceback" not in text.output
+    result = invoke("--config", "tp=2", "--workload", "1k/1k", "--json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["legal"] is False and data["metrics"] is None and any("needs 2 GPUs" in r for r in data["reasons"])
+    jsonschema.validate(data, json.loads((SCHEMA_DIR / "simulate.schema.json").read_text()))
+    predicted = runner.invoke(app, ["predict", *BASE[1:], "--config", "tp=2", "--workload", "1k/1k", "--json"])
+    assert predicted.exit_code == 1 and json.loads(predicted.stdout)["reasons"] == data["reasons"]
 
 
 def test_an_empty_trace_is_refused(tmp_path):
