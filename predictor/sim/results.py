@@ -44,6 +44,8 @@ class Recorder:
     def __init__(self) -> None:
         self.itl_values: list[float] = []
         self.itl_weights: list[float] = []
+        # per ITL threshold (ms): [values counted, weight at or below it, all weight]
+        self.itl_counts: dict[float, list] = {}
         self.input_tokens = 0.0
         self.output_tokens = 0.0
         self.decode_steps = 0
@@ -251,16 +253,20 @@ def latency_distributions(requests: list[Request], recorder: Recorder,
 def itl_quantile_exceeds(recorder: Recorder, stat: str, threshold_ms: float) -> bool | None:
     """Whether the ITL statistic ``stat`` (a quantile key) `latency_distributions` would
     report is above ``threshold_ms``, from one weighted count instead of a sort (a stop
-    check asks this every 16th of a replay, with every ITL so far): the weighted quantile
-    is above it exactly when the weight at or below it is short of the quantile's share.
-    None when the count is too close to call (a float summation-order margin) or the
-    samples are unweighted: then sort as the report does."""
+    check asks this every 16th of a replay, with every ITL so far; the count carries on
+    from the previous check's, `Recorder.itl_counts`): the weighted quantile is above it
+    exactly when the weight at or below it is short of the quantile's share. None when
+    the count is too close to call (a float summation-order margin) or the samples are
+    unweighted: then sort as the report does."""
     if stat not in QUANTILES or not recorder.itl_values:
         return None
-    values = np.asarray(recorder.itl_values, float) / US_PER_MS
-    weights = np.asarray(recorder.itl_weights, float)
-    total = float(weights.sum())
-    below = float(weights[values <= threshold_ms].sum())
+    count = recorder.itl_counts.setdefault(threshold_ms, [0, 0.0, 0.0])
+    done, held = count[0], len(recorder.itl_values)
+    if done < held:
+        values = np.asarray(recorder.itl_values[done:], float) / US_PER_MS
+        weights = np.asarray(recorder.itl_weights[done:], float)
+        count[:] = held, count[1] + float(weights[values <= threshold_ms].sum()), count[2] + float(weights.sum())
+    _, below, total = count
     target = QUANTILES[stat] / 100.0 * total
     if abs(below - target) <= 1e-9 * max(total, 1.0):
         return None

@@ -328,6 +328,24 @@ def test_the_stop_checks_count_agrees_with_the_sorted_quantile(seed):
     assert itl_quantile_exceeds(recorder, "mean", 1.0) is None      # not a quantile: computed in full
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_stop_checks_count_carries_on_between_checks_and_still_agrees(seed):
+    """A replay's checks come every 16th of it; each counts only the samples since the last."""
+    rng = np.random.default_rng(seed)
+    recorder, fresh = Recorder(), Recorder()
+    for chunk in range(6):
+        for value, weight in zip(rng.lognormal(3.0, 1.0, 500) * 1000.0, rng.integers(1, 40, 500)):
+            recorder.itl(float(value), float(weight))
+            fresh.itl(float(value), float(weight))
+        reported = latency_distributions([], recorder, ("itl_ms",))["itl_ms"]
+        for stat, threshold in (("p90", 25.0), ("p90", reported["p90"] * 0.999), ("p50", reported["p50"] * 1.001)):
+            verdict = itl_quantile_exceeds(recorder, stat, threshold)
+            assert verdict is None or verdict == (reported[stat] > threshold)
+            fresh.itl_counts.clear()   # counted from scratch: the same verdict
+            assert itl_quantile_exceeds(fresh, stat, threshold) == verdict
+        assert recorder.itl_counts[25.0][0] == len(recorder.itl_values)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS[:1] + LAYOUTS[2:], ids=("tp8-eagle3", "dcp8-eagle3"))
 def test_a_mixed_step_priced_at_a_reference_context_matches_the_step_model(layout):
     """`StepPricer._mixed_us` against the step model's own mixed price at the step's
