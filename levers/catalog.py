@@ -194,6 +194,8 @@ def _matches(value: Any, raw: Any) -> bool:
             return parse_number(raw, "", integer=True) == value
         except InputError:
             return False
+    if isinstance(raw, bool) and value in ("on", "off"):
+        return raw is (value == "on")   # YAML reads a bare on / off as a boolean
     return str(raw).strip().lower() == str(value)
 
 

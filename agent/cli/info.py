@@ -17,7 +17,7 @@ from levers.inputs import read_text
 from levers.legality import structural_reasons
 from objectives.objectives import list_objectives
 from predictor.cards.registry import list_cards
-from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for
+from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for, pool_configs
 from predictor.hardware import list_gpus
 from predictor.step.speculation import parse_acceptance
 from predictor.target import Target, check_workload_context, resolve_target
@@ -206,31 +206,48 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
            context: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context", parser=int_option("--context", 1, MAX_CONTEXT_TOKENS),
                                         help="Tokens per sequence."),
            json_out: bool = JsonOpt) -> None:
-    """Per-GPU memory: weights by component, KV per token, pool, largest concurrency."""
+    """Per-GPU memory: weights by component, KV per token, pool, largest concurrency (each
+    pool of a disaggregated deployment: its prefill and decode layouts)."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT_TOKENS)
-    breakdown = memory_for(target.card, target.cluster, configuration, context)
+    pools = pool_configs(configuration)
+    shown = {None: configuration} if pools is None else {"prefill pool": pools[0], "decode pool": pools[1]}
+    memories = {label: memory_for(target.card, target.cluster, pool, context) for label, pool in shown.items()}
     reasons = structural_reasons(configuration, target.engine, target.card, target.cluster)
-    data = breakdown.to_json()
+    main = memories[None] if pools is None else memories["decode pool"]     # the pool that holds the KV
+    short = [(label, m.reason) for label, m in memories.items() if not m.fits]
+    data = {**main.to_json(), "fits": not short,
+            "reason": "; ".join(f"{label}: {why}" if label else why for label, why in short) or None}
     if json_out:
+        extra = {} if pools is None else {"prefill_pool": memories["prefill pool"].to_json(),
+                                          "decode_layout": pools[1].describe(), "prefill_layout": pools[0].describe()}
         return print_json({"model": target.card.name, "cluster": target.cluster.spec, "engine": str(target.engine),
                            "configuration_text": configuration.describe(), "recipe": taken,
-                           "legal": not reasons, "reasons": reasons, "context_tokens": context, **data})
+                           "legal": not reasons, "reasons": reasons, "context_tokens": context, **data, **extra})
     if taken:
         say(console, recipe_text(taken))
-    grid = table(f"Memory per GPU: {target.card.name} on {target.cluster.spec}, context {number(context)} tokens",
-                 [("item", "left"), ("value", "right"), ("unit", "left")], wrap=(1,))
+    for label, memory in memories.items():
+        pool = "" if label is None else f" ({label}: {shown[label].describe()})"
+        console.print(_memory_table(f"Memory per GPU{pool}: {target.card.name} on {target.cluster.spec}, "
+                                    f"context {number(context)} tokens", memory.to_json(), context))
+    if reasons:     # the memory of a layout that cannot run is still shown, but not as a verdict
+        paragraph(console, "; ".join(reasons), first="legal (inferasim check): no: ")
+
+
+def _memory_table(title: str, data: dict, context: int):
+    grid = table(title, [("item", "left"), ("value", "right"), ("unit", "left")], wrap=(1,))
     for component, gb in data["weights_by_component_gb"].items():
         grid.add_row(f"weights: {component}", number(gb), "GB")
     grid.add_row("weights total", number(data["weights_per_gpu_gb"]), "GB")
-    grid.add_row("KV per token", number(data["kv_bytes_per_token"]), "bytes")
-    grid.add_row("state per sequence", number(data["state_bytes_per_sequence"]), "bytes")
+    drafter = data["drafter_kv_bytes_per_token"]
+    grid.add_row("KV per token" + (" (drafter incl.)" if drafter else ""),
+                 number(data["kv_bytes_per_token"] + drafter), "bytes")
+    grid.add_row("state per sequence" + (" (drafter incl.)" if data["drafter_bytes_per_sequence"] else ""),
+                 number(data["state_bytes_per_sequence"] + data["drafter_bytes_per_sequence"]), "bytes")
     grid.add_row(f"KV + state per {number(context)}-token sequence", number(data["bytes_per_sequence"]), "bytes")
     grid.add_row("activations + graphs", number(data["activations_gb"] + data["graph_gb"]), "GB")
     grid.add_row("KV pool", number(data["kv_pool_per_gpu_gb"]), "GB")
     grid.add_row("max concurrency", number(data["max_concurrency"]), "sequences")
     grid.add_row("fits (90% HBM)", "yes" if data["fits"] else f"no: {data.get('reason')}", "")
-    if reasons:     # the memory of a layout that cannot run is still shown, but not as a verdict
-        grid.add_row("legal (inferasim check)", "no: " + "; ".join(reasons), "")
-    console.print(grid)
+    return grid

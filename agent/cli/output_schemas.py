@@ -153,7 +153,9 @@ def commands() -> dict[str, dict]:
             **{k: INT for k in ("kv_bytes_per_token", "state_bytes_per_sequence", "window_bytes_per_sequence",
                                 "bytes_per_sequence", "drafter_kv_bytes_per_token", "drafter_bytes_per_sequence")},
             "weights_by_component_gb": {"type": "object", "additionalProperties": NUM},
-            "weight_dtypes_by_component": {"type": "object", "additionalProperties": STR}, "kv_cache_dtype": STR}),
+            "weight_dtypes_by_component": {"type": "object", "additionalProperties": STR}, "kv_cache_dtype": STR,
+            "prefill_pool": OBJ, "prefill_layout": STR, "decode_layout": STR},   # disaggregated: the decode pool above
+            optional=("prefill_pool", "prefill_layout", "decode_layout")),
         "models": command_schema("inferasim models --json", {
             **_v("name", "aliases"), "hf_id": STR, "total_params_b": NUM, "active_params_b": NUM, "layers": INT,
             "routed_experts": nullable(INT), "top_k": nullable(INT), "max_context": INT, "native_dtypes": OBJ,

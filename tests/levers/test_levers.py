@@ -207,3 +207,11 @@ def test_a_host_tier_holds_at_most_the_host_dram_behind_each_gpu():
     assert reasons("host_kv_tier_gb=200", cluster=dram) == reasons("host_kv_tier_gb=200:shared", cluster=dram) == []
     assert reasons("host_kv_tier_gb=4096", cluster=dram) == [
         "host_kv_tier_gb=4096 exceeds the 240 GB of host DRAM per GPU of this GPU"]
+
+
+def test_yaml_on_off_read_as_booleans_are_the_levers_on_off():
+    """YAML 1.1 reads a bare `off` as false: `prefix_cache: off` in a --config file was
+    refused as "False is not a legal value (accepted: on, off)"."""
+    from levers.configuration import parse_partial
+    assert parse_partial({"prefix_cache": False}) == {"prefix_cache": "off"}
+    assert parse_partial({"prefix_cache": True}) == {"prefix_cache": "on"}

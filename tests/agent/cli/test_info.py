@@ -130,6 +130,35 @@ def test_memory_says_when_the_layout_cannot_run():
     assert run_json("memory", "--model", "kimi-k3", "--config", "tp=8")["legal"] is True
 
 
+def test_memory_of_a_split_shows_both_pools_and_fits_only_when_both_do():
+    """A disaggregated deployment's memory is its pools' (check's verdict): the decode pool's
+    layout, not the top-level tp, holds the KV; a prefill pool that does not fit is no fit."""
+    split = ("--model", "kimi-k3", "--cluster", "gb300x4x4", "--config",
+             "tp=8,disaggregated=true,prefill_layout=TP4/EP4/DP1,decode_layout=TP8/EP8/DP1")
+    data = run_json("memory", *split)
+    assert data["fits"] is False and data["reason"].startswith("prefill pool: weights")
+    assert data["prefill_pool"]["fits"] is False and (data["prefill_layout"], data["decode_layout"]) == ("tp=4,ep=4",
+                                                                                                    "tp=8,ep=8")
+    decode = run_json("memory", "--model", "kimi-k3", "--cluster", "gb300x4x4", "--config", "tp=8,ep=8")
+    assert data["kv_pool_per_gpu_gb"] == decode["kv_pool_per_gpu_gb"]
+    checked = run("check", *split, "--json")
+    assert checked.exit_code == 1 and json.loads(checked.stdout)["legal"] is False
+    text = runner.invoke(app, ["memory", *split], terminal_width=200).output
+    assert "Memory per GPU (prefill pool: tp=4,ep=4)" in text and "Memory per GPU (decode pool: tp=8,ep=8)" in text
+    fits = run_json("memory", "--model", "kimi-k3", "--cluster", "gb300x4x4", "--config",
+                    "disaggregated=true,prefill_layout=TP8/EP8/DP1,decode_layout=TP8/EP8/DP1")
+    assert fits["fits"] is True and fits["reason"] is None
+
+
+def test_memory_shows_the_drafters_kv_it_counts():
+    data = run_json("memory", "--model", "kimi-k3", "--config", "tp=8,spec_method=eagle3,spec_depth=3")
+    assert data["drafter_kv_bytes_per_token"] > 0
+    text = runner.invoke(app, ["memory", "--model", "kimi-k3", "--config", "tp=8,spec_method=eagle3,spec_depth=3"],
+                         terminal_width=200).output
+    shown = data["kv_bytes_per_token"] + data["drafter_kv_bytes_per_token"]
+    assert f"{shown:,}" in text and "KV per token (drafter incl.)" in text
+
+
 def test_cluster_help_shows_the_multi_node_grammar():
     for command in ("tune", "check", "memory", "predict"):
         assert "GPU[xPER_NODE[xNODES]]" in " ".join(runner.invoke(app, [command, "--help"], terminal_width=200)
