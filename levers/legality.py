@@ -239,6 +239,13 @@ def _recipe_reasons(config: Configuration, model: ModelShape) -> list[str]:
     return []
 
 
+def _kv_duplication(attention_tp: int, model: ModelShape) -> int:
+    """How many attention-TP ranks hold the same KV heads (1 when TP shards distinct heads);
+    a model that does not say its KV heads is not bounded here."""
+    kv_heads = getattr(model, "num_kv_heads", 0)
+    return max(1, attention_tp // kv_heads) if kv_heads else attention_tp
+
+
 def _parallel(config: Configuration, model: ModelShape, cluster: ClusterShape) -> list[str]:
     reasons = _width_reasons("", config.tp, config.ep, config.attention_dp, model)
     # engines split the layers unevenly when pp does not divide them (vLLM's and SGLang's
@@ -248,6 +255,12 @@ def _parallel(config: Configuration, model: ModelShape, cluster: ClusterShape) -
         reasons.append(f"pp={config.pp} exceeds the {model.num_layers} layers")
     if config.dcp > 1 and config.attention_tp % config.dcp:
         reasons.append(f"dcp={config.dcp} does not divide attention-TP {config.attention_tp}")
+    elif config.dcp > (duplicated := _kv_duplication(config.attention_tp, model)):
+        # DCP shards the copies of the KV that attention TP duplicates: dcp <= tp / kv_heads
+        # (vLLM's bound); beyond it a GPU would hold less than its share of the heads
+        reasons.append(f"dcp={config.dcp} exceeds the {duplicated}x KV duplication of attention-TP "
+                       f"{config.attention_tp} over {model.name}'s {getattr(model, 'num_kv_heads', 0)} KV heads "
+                       f"(dcp at most attention-TP / KV heads; a latent cache, MLA, has one)")
     if config.eplb_replicas and not model.is_moe:
         reasons.append("eplb_replicas needs a MoE model")
     if config.eplb_replicas > model.num_experts:

@@ -206,8 +206,9 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
            context: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context", parser=int_option("--context", 1, MAX_CONTEXT_TOKENS),
                                         help="Tokens per sequence."),
            json_out: bool = JsonOpt) -> None:
-    """Per-GPU memory: weights by component, KV per token, pool, largest concurrency (each
-    pool of a disaggregated deployment: its prefill and decode layouts)."""
+    """Per-GPU memory: weights by component, KV per token, pool, largest concurrency.
+
+    A disaggregated deployment shows each pool: its prefill and decode layouts."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT_TOKENS)

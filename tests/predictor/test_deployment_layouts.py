@@ -165,3 +165,20 @@ def test_the_des_sizes_pools_with_tp_subgroups_and_dwdp():
     for pool in (prefill, decode):
         sized = capacity(pool)
         assert sized.kv_capacity_tokens > 0 and sized.copy_kv_bytes_per_token == latent    # FP8: 1 byte a value
+
+
+def test_dcp_is_bounded_by_the_kv_duplication_attention_tp_makes():
+    """DCP shards the KV copies attention TP duplicates (vLLM: dcp in [1, tp / kv_heads]):
+    gpt-oss-120b's 8 KV heads over TP8 are not duplicated, so DCP there would leave a GPU
+    less than its share (the memory model sized 576 bytes a token, 1/64 of the model's);
+    Qwen3-235B's 4 heads at TP8 are duplicated twice; a latent cache (MLA) TP-fold."""
+    from predictor.hardware import parse_cluster
+    cluster = parse_cluster("b200x8")
+
+    def reasons(model, **levers):
+        return [r for r in structural_reasons(Configuration(**levers), "vllm", load_card(model), cluster)
+                if "KV duplication" in r]
+
+    assert reasons("gpt-oss-120b", tp=8, dcp=2) and reasons("gpt-oss-120b", tp=8, dcp=8)
+    assert not reasons("qwen3-235b", tp=8, dcp=2) and reasons("qwen3-235b", tp=8, dcp=4)
+    assert not reasons("deepseek-r1", tp=8, dcp=8) and not reasons("kimi-k3", tp=8, dcp=8)
