@@ -46,7 +46,7 @@ def memory_for(card: ModelCard, cluster: Cluster, config: Configuration,
         kv_memory_fraction=config.kv_memory_fraction, max_batched_tokens=config.max_batched_tokens,
         max_captured_batch=config.max_captured_batch, graph_capture=config.graph_capture,
         context_tokens=context_tokens, spec_method=config.spec_method if config.spec_depth > 0 else "none",
-        tp_subgroup=config.tp_subgroup, dwdp=config.dwdp_ranks,
+        tp_subgroup=config.tp_subgroup, dwdp=config.dwdp_ranks, eplb_replicas=config.eplb_replicas,
     )
 
 

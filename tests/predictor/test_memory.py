@@ -286,3 +286,14 @@ def test_a_layout_the_model_prices_no_pool_for_is_launched_with_the_lever():
     assert engine_memory_flag(card, cluster, "trtllm", tight) is None
     roomy = Configuration(tp=2, kv_memory_fraction=0.9)
     assert 0 < engine_memory_flag(card, cluster, "trtllm", roomy) < 1
+
+
+def test_eplb_redundant_experts_are_stored_beside_the_cards():
+    """64 redundant experts on Kimi-K3's 896 at EP8: the routed experts' bytes grow by
+    960 / 896 and the KV pool gives that room up (the lever cost no memory before)."""
+    card = load_card("kimi-k3")
+    plain = memory_breakdown(card, hbm_bytes=288 * 10**9, vendor="nvidia", tp=8, ep=8)
+    eplb = memory_breakdown(card, hbm_bytes=288 * 10**9, vendor="nvidia", tp=8, ep=8, eplb_replicas=64)
+    grown = eplb.weights_by_component_bytes["routed_experts"] / plain.weights_by_component_bytes["routed_experts"]
+    assert grown == pytest.approx(960 / 896, rel=1e-9)
+    assert plain.kv_pool_bytes - eplb.kv_pool_bytes == eplb.weights_bytes - plain.weights_bytes > 0
