@@ -53,6 +53,7 @@ def _card_row(card) -> dict:
         "active_params_b": round(card.active_params() / 1e9, 2),
         "layers": card.num_layers, "routed_experts": card.num_experts, "top_k": card.top_k,
         "max_context": card.max_context, "native_dtypes": card.native_dtypes.model_dump(),
+        "recipes": list(card.recipe_names),     # weight_dtype=recipe:NAME (native: the checkpoint)
         "provenance": card.source.model_dump() if hasattr(card.source, "model_dump") else card.source,
     }
 
@@ -66,7 +67,7 @@ def models(json_out: bool = JsonOpt) -> None:
         return print_json(rows)
     grid = table("Model cards", [("name", "left"), ("params\ntotal B", "right"), ("params\nactive B", "right"),
                                  ("layers", "right"), ("experts\n/ top-k", "right"), ("context\ntokens", "right"),
-                                 ("dtypes\nw / e", "left")], wrap_last=True)
+                                 ("dtypes\nw / e", "left"), ("recipes", "left")], wrap_last=True)
     for row in rows:
         dtypes = row["native_dtypes"]
         experts = f"{row['routed_experts']}/{row['top_k']}" if row["routed_experts"] else "dense"
@@ -75,8 +76,9 @@ def models(json_out: bool = JsonOpt) -> None:
             expert = f"{expert} ({dtypes['expert_format']})"
         grid.add_row(row["name"], number(row["total_params_b"]), number(row["active_params_b"]),
                      str(row["layers"]), experts, number(row["max_context"]),
-                     f"{dtypes['weight']} / {expert}")
+                     f"{dtypes['weight']} / {expert}", ", ".join(row["recipes"]))
     console.print(grid)
+    say(console, "recipes: the checkpoints weight_dtype=recipe:NAME selects (native: the model's own)")
 
 
 @app.command("hardware")

@@ -159,7 +159,7 @@ def commands() -> dict[str, dict]:
         "models": command_schema("inferasim models --json", {
             **_v("name", "aliases"), "hf_id": STR, "total_params_b": NUM, "active_params_b": NUM, "layers": INT,
             "routed_experts": nullable(INT), "top_k": nullable(INT), "max_context": INT, "native_dtypes": OBJ,
-            "provenance": nullable(OBJ)}, array=True),
+            "recipes": arr(STR), "provenance": nullable(OBJ)}, array=True),
         "levers": command_schema("inferasim levers --json", {
             **_v("index", "name", "description"), "kind": STR, "optional": BOOL, "values": OBJ, "range": arr(NUM),
             "values_text": STR}, optional=("values", "range", "values_text"), array=True),

@@ -37,6 +37,9 @@ def test_models_and_hardware_list_the_embedded_cards():
     assert len(rows) >= 35 and {"Kimi-K3", "DeepSeek-V4-Pro", "gpt-oss-120b"} <= set(rows)
     assert rows["Kimi-K3"]["native_dtypes"]["expert_format"] == "mxfp4"
     assert "fp4 (mxfp4)" in run("models").output and "fp4 (int4)" in run("models").output
+    # the checkpoints weight_dtype=recipe:NAME names (the lever's help points here)
+    assert rows["Kimi-K3"]["recipes"] == ["native", "nvfp4"] and rows["gpt-oss-120b"]["recipes"] == ["native"]
+    assert "native, nvfp4" in run("models").output
     gpus = {row["name"]: row for row in run_json("hardware")}
     assert set(gpus) >= {"H100", "H200", "B200", "GB200", "B300", "GB300", "MI300X", "MI325X", "MI355X"}
     assert gpus["GB200"]["scale_up_domain"] == 72 and gpus["MI355X"]["scale_up_domain"] == 8
