@@ -48,8 +48,23 @@ def _gb(value: float) -> str:
     return number(value / BYTES_PER_GB)
 
 
-def memory_table(pools: list[tuple[str, MemoryBreakdown, int]]):
-    """The per-GPU table (GB unless the row says otherwise), one column per pool."""
+def sizing(card) -> tuple[int, str]:
+    """(the long request the table sizes: 200k tokens, or the model's context when shorter;
+    what its fixed per-request state is: linear-attention state or sliding windows)."""
+    linear = sorted({g.kind.value.upper() for g in card.attention if g.kind.is_linear})
+    windows = any(g.window_tokens or g.compress_ratio for g in card.attention)
+    state = "/".join(linear) or ("sliding windows" if windows else "none")
+    return min(REQUEST_TOKENS, card.max_context), state
+
+
+def _tokens(value: int) -> str:
+    return f"{value // 1000}k" if value % 1000 == 0 else number(value)
+
+
+def memory_table(pools: list[tuple[str, MemoryBreakdown, int]], request_tokens: int = REQUEST_TOKENS,
+                 state: str = "KDA/GDN"):
+    """The per-GPU table (GB unless the row says otherwise), one column per pool; a long
+    request of ``request_tokens`` and the fixed state's kind as `sizing` says them."""
     grid = table("memory per GPU (GB)", [("component", "left"), *((label, "right") for label, _, _ in pools)],
                  wrap=(0,))
     keys = list(dict.fromkeys(key for _, m, _ in pools for key in m.weights_by_component_bytes))
@@ -64,13 +79,13 @@ def memory_table(pools: list[tuple[str, MemoryBreakdown, int]]):
     grid.add_row("activations + graphs", *(_gb(m.activations_bytes + m.graph_bytes) for _, m, _ in pools))
     grid.add_row("KV pool", *(f"{_gb(max(0, m.kv_pool_bytes))} {m.kv_cache_dtype}" for _, m, _ in pools))
     grid.add_row("KV per token (bytes, drafter incl.)", *(number(m.cache_bytes_per_token) for _, m, _ in pools))
-    grid.add_row("state per request (KDA/GDN, MB)",
+    grid.add_row(f"state per request ({state}, MB)",
                  *(number((m.state_bytes_per_sequence + m.drafter_bytes_per_sequence) / 1e6) for _, m, _ in pools))
-    grid.add_row(f"KV + state per {REQUEST_TOKENS // 1000}k-token request",
-                 *(_gb(m.sequences_at(REQUEST_TOKENS)[0]) for _, m, _ in pools))
-    grid.add_row(f"{REQUEST_TOKENS // 1000}k-token requests that fit (per replica / all replicas)",
+    grid.add_row(f"KV + state per {_tokens(request_tokens)}-token request",
+                 *(_gb(m.sequences_at(request_tokens)[0]) for _, m, _ in pools))
+    grid.add_row(f"{_tokens(request_tokens)}-token requests that fit (per replica / all replicas)",
                  *(f"{number(fit)} / {number(fit * replicas)}"
-                   for _, m, replicas in pools for fit in (m.sequences_at(REQUEST_TOKENS)[1],)))
+                   for _, m, replicas in pools for fit in (m.sequences_at(request_tokens)[1],)))
     grid.add_row(f"max concurrency at {number(pools[0][1].context_tokens)} tokens (per replica)",
                  *(number(m.max_concurrency) for _, m, _ in pools))
     return grid

@@ -25,7 +25,7 @@ from agent.cli.info import (
     target_with_default_engine,
     with_acceptance,
 )
-from agent.cli.memory_view import memory_pools, memory_table
+from agent.cli.memory_view import memory_pools, memory_table, sizing
 from agent.cli.render import MISSING, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
 from predictor.predict import predict
@@ -150,7 +150,8 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
     if result.memory is not None:
-        console.print(memory_table(memory_pools(target, configuration, result.memory, priced_context)))
+        console.print(memory_table(memory_pools(target, configuration, result.memory, priced_context),
+                                   *sizing(target.card)))
     step = result.breakdown.get("decode_step")
     if step:
         terms = ", ".join(f"{k.removesuffix('_us')} {number(v / US_PER_MS)}" for k, v in step.items()

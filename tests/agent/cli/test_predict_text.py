@@ -54,3 +54,19 @@ def test_one_output_token_carries_no_decode_metrics_and_no_search_can_aim_at_the
         result = runner.invoke(app, ["tune", "--model", "gpt-oss-120b", "--workload", "1k/1", "--budget", "3",
                                      "--no-llm", option, value])
         assert result.exit_code == 2 and f"error: {what}:" in result.stderr and "one output token" in result.stderr
+
+
+def test_the_memory_table_sizes_a_long_request_the_model_can_take_and_names_its_state():
+    """200k tokens, or the model's context when shorter (gpt-oss-120b's 131,072: it printed
+    '200k-token requests that fit' for a model that takes none); the fixed state is named
+    by what it is (KDA state, sliding windows), not always 'KDA/GDN'."""
+    from agent.cli.memory_view import sizing
+    from predictor.cards.registry import load_card
+    assert sizing(load_card("gpt-oss-120b")) == (131_072, "sliding windows")
+    assert sizing(load_card("kimi-k3")) == (200_000, "KDA")
+    assert sizing(load_card("qwen3.5-397b")) == (200_000, "GDN")
+    assert sizing(load_card("llama-3.1-8b")) == (131_072, "none")
+    out = runner.invoke(app, ["predict", "--model", "gpt-oss-120b", "--cluster", "b200x8", "--config", "tp=8"],
+                        terminal_width=200).output
+    assert "131,072-token requests that fit" in out and "200k" not in out
+    assert "state per request (sliding windows, MB)" in out
