@@ -222,6 +222,11 @@ def _text_pairs(text: str) -> list[tuple[str, str]]:
         name, _, value = item.partition("=")
         if not name.strip():
             raise InputError("--config", f"{quote(item)} has no lever name", "lever=value")
+        earlier = [v for n, v in pairs if n == name.strip()]
+        if earlier:   # one list is one intent (a YAML file refuses a repeated key too)
+            raise InputError("--config", f"{quote(name.strip())} given twice ({quote(earlier[0])}, then "
+                             f"{quote(value.strip())})", "each lever once per --config (a later --config "
+                             "overrides an earlier one)")
         pairs.append((name.strip(), value.strip()))
     return pairs
 

@@ -8,6 +8,8 @@ does not fit prints the memory reason, `metrics: null`, and exits 1.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Optional
 
 import typer
@@ -93,6 +95,15 @@ def predict_command(
     spec = with_acceptance(parse_workload(workload), acceptance)
     check_workload_context(target.card, spec.context_tokens, spec.name)
     result = predict(target, configuration, spec, seed=seed, replications=replications, num_requests=requests)
+    unused = [name for name, given in (("--requests", requests is not None), ("--seed", seed != 0),
+                                       ("--replications", replications != PREDICT_REPLICATIONS)) if given]
+    notes = []   # options the prediction had no use for are said, not silently dropped
+    if unused and result.metrics is not None and result.source != "des":
+        notes.append(f"{', '.join(unused)}: DES options, unused: this prediction is {result.source} (no replay)")
+    if acceptance is not None and (configuration.spec_method == "none" or configuration.spec_depth == 0):
+        notes.append("--acceptance: unused without speculative decoding (set spec_method and spec_depth)")
+    if notes:
+        result = dataclasses.replace(result, flags=(*result.flags, *notes))
     if json_out:
         print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
                     "configuration_text": configuration.describe(), **prediction_json(result)})

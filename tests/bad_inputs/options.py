@@ -128,6 +128,7 @@ def text_option_cases() -> list[Case]:
                "--concurrency", files=(("t.csv", CSV_TRACE_HEADER + "0.0,100,10\n0.5,200,20\n"),)),
           Case("simulate-requests-cap", ("simulate", *SMALL, "--requests", "1000000000000"), "--requests",
                "--allow-large"),
+          Case("config-lever-twice", ("check", *SMALL, "--config", "tp=8,tp=4"), "--config", "given twice"),
           # predict has no --allow-large: its cap is the same 1,000,000 (README)
           Case("predict-requests-cap", ("predict", *SMALL, "--workload", "agentic", "--requests", "1000001"),
                "--requests", "1,000,000"),

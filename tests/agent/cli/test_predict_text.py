@@ -70,3 +70,18 @@ def test_the_memory_table_sizes_a_long_request_the_model_can_take_and_names_its_
                         terminal_width=200).output
     assert "131,072-token requests that fit" in out and "200k" not in out
     assert "state per request (sliding windows, MB)" in out
+
+
+def test_options_a_prediction_had_no_use_for_are_flagged():
+    """DES options on an analytical prediction, --acceptance without speculation: the
+    output was byte-identical to the defaults, as if they had been applied."""
+    import json
+    base = ["predict", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--json"]
+    flags = json.loads(runner.invoke(app, [*base, "--requests", "100", "--seed", "7"]).stdout)["flags"]
+    assert "--requests, --seed: DES options, unused: this prediction is analytical (no replay)" in flags
+    assert not any("unused" in f for f in json.loads(runner.invoke(app, base).stdout)["flags"])
+    flags = json.loads(runner.invoke(app, [*base, "--acceptance", "al=3.2"]).stdout)["flags"]
+    assert any(f.startswith("--acceptance: unused without speculative decoding") for f in flags)
+    speculating = json.loads(runner.invoke(app, [*base, "--config", "spec_method=eagle3,spec_depth=3",
+                                                 "--acceptance", "al=2.2"]).stdout)["flags"]
+    assert not any(f.startswith("--acceptance") for f in speculating)
