@@ -186,8 +186,13 @@ def _hints(target: Target, trials: list[TrialRecord]) -> str:
     lines = harvest_plan(target, shown)
     if not lines:
         return paragraph("The best trials are anchored: no harvest is needed to verify them.")
-    return (paragraph("The best trials are rank-only: these harvests measure the anchors that would verify "
-                      "their SLO compliance.") + pre(lines))
+    rank_only = sum(t.mode == "rank-only" for t in trials if t.configuration)
+    if trials and trials[0].mode != "rank-only":   # the best is anchored: say which of the rest are not
+        lead = (f"The best trial is anchored; {rank_only} of the {len(shown)} shown are rank-only: these harvests "
+                "measure the anchors that would verify theirs.")
+    else:
+        lead = "The best trials are rank-only: these harvests measure the anchors that would verify their SLO compliance."
+    return paragraph(lead) + pre(lines)
 
 
 def _llm(ledger: Ledger) -> str:

@@ -134,3 +134,18 @@ def test_a_search_with_no_trial_draws_its_figure_without_a_warning():
         warnings.simplefilter("error")
         text = trials_svg([], [], [], [], [], "max", "tok/s/GPU")
     assert text.startswith("<svg")
+
+
+def test_harvest_hints_do_not_call_an_anchored_best_rank_only(ledger, tmp_path):
+    """A best trial that is anchored above rank-only runners-up: the page said 'The best
+    trials are rank-only' all the same."""
+    data = json.loads(Path(ledger["ledger"]).read_text())
+    best = ledger["best"]["index"]
+    for trial in data["trials"]:
+        if trial["configuration"]:
+            trial["mode"] = "anchored" if trial["index"] == best else "rank-only"
+    Path(ledger["ledger"]).write_text(json.dumps(data))
+    out = tmp_path / "r.html"
+    assert runner.invoke(app, ["report", ledger["ledger"], "-o", str(out)]).exit_code == 0
+    text = out.read_text()
+    assert "The best trial is anchored;" in text and "The best trials are rank-only" not in text
