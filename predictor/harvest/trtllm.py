@@ -3,7 +3,9 @@
 Flags and options checked against TensorRT-LLM's source (`tensorrt_llm/commands/serve.py`,
 `tensorrt_llm/llmapi/llm_args.py`): `trtllm-serve serve MODEL --host --port --backend
 pytorch --tp_size --pp_size --ep_size --max_batch_size --max_num_tokens --max_seq_len
---kv_cache_free_gpu_memory_fraction --extra_llm_api_options FILE.yaml` (the release checked,
+--kv_cache_free_gpu_memory_fraction --enable_chunked_prefill --extra_llm_api_options FILE.yaml`
+(chunked prefill is off by default: a prompt longer than ``max_num_tokens`` is then refused,
+and the simulator chunks TensorRT-LLM's prompts, `predictor.sim.scheduler.PROFILES`; the release checked,
 `tests/fixtures/engine_flags/trtllm.json`, names the file option so; later releases
 accept `--config` as an alias of it). What has no flag goes into the YAML options file
 (LLM API arguments): `enable_attention_dp`, `kv_cache_config` (`enable_block_reuse`:
@@ -77,7 +79,7 @@ class TrtllmAdapter(GpuAdapter):
                 "--ep_size", str(config.ep), "--max_batch_size", str(config.max_running_requests),
                 "--max_num_tokens", str(config.max_batched_tokens), "--max_seq_len", str(request.context_tokens),
                 "--kv_cache_free_gpu_memory_fraction", request.memory_flag(config),
-                "--extra_llm_api_options", path)
+                "--enable_chunked_prefill", "--extra_llm_api_options", path)
         text = yaml.safe_dump(self.options(config, request, draft), sort_keys=False)
         return LaunchCommand(argv, {}, ((path, text),))
 

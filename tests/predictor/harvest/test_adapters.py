@@ -158,6 +158,8 @@ def test_trtllm_serve_flags_and_options_file():
     assert args[:3] == ["trtllm-serve", "serve", "deepseek-ai/DeepSeek-R1"]
     assert value(args, "--backend") == "pytorch" and value(args, "--tp_size") == "8"
     assert value(args, "--ep_size") == "8" and value(args, "--max_seq_len") == "16384"
+    # off by default: a prompt over max_num_tokens would be refused; the simulator chunks prompts
+    assert "--enable_chunked_prefill" in args
     ((path, text),) = command.files
     assert value(args, "--extra_llm_api_options") == path and path.endswith(".yaml")
     options = yaml.safe_load(text)
