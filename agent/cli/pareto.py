@@ -80,6 +80,7 @@ def pareto_command(
     rule = frontier_rule(ttft_max, slo)
     target = target_with_default_engine(model, cluster, engine)
     spec = parse_workload(workload)
+    check_bounds_recorded(rule, spec)
     check_workload_context(target.card, spec.context_tokens, spec.name)
     kept_modes = parse_modes(modes)
     options = SpaceOptions(max_spec_depth=max_spec_depth, include_disaggregated=disaggregated,
@@ -113,6 +114,21 @@ def frontier_rule(ttft_max: str, slos: list[str] | None) -> FrontierRule:
                              accepted_list(sorted(k for k in POINT_METRICS if "_ms_" in k or "interactivity" in k)))
         bounds.append(Bound(parsed.key, parsed.op, parsed.value, str(parsed)))
     return FrontierRule(cap_ms, tuple(bounds))
+
+
+DES_ONLY_METRICS = ("ttft_ms_p90", "itl_ms_p90")   # tails: a DES replay records them, the analytical model not
+
+
+def check_bounds_recorded(rule: FrontierRule, spec) -> None:
+    """A fixed-length sweep is priced analytically (means, no tails): a bound on a tail
+    would admit every point (nothing to check), so it is refused, not ignored."""
+    if not spec.is_fixed:
+        return
+    for bound in rule.bounds:
+        if bound.key in DES_ONLY_METRICS:
+            raise InputError("--slo", f"{bound.text} bounds {bound.key}, which a fixed-length sweep does not record "
+                             "(priced analytically: means, not tails)",
+                             "a mean or median bound (itl, tpot, ttft, interactivity) or --workload agentic (the DES)")
 
 
 class _progress:
@@ -154,15 +170,17 @@ def render_sweep(result: SweepResult, paths: dict[str, Path]) -> None:
                  f"({number(result.num_ineligible)} excluded)")
     shown = spread(frontier, MAX_TABLE_ROWS)
     for line in frontier_chart([(p.interactivity, p.throughput_per_gpu) for p in shown], min(console.width, 78),
-                               "tok/s/user (p50)", "tok/s/GPU"):
+                               "tok/s/user (p50)", "total tok/s/GPU"):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     grid = table(None, [("key", "left"), ("tok/s/user\np50", "right"), ("TPOT\np50 ms", "right"),
-                        ("tok/s\nper GPU", "right"), ("TTFT\nmean ms", "right"), ("GPUs", "right"),
+                        ("total tok/s\nper GPU", "right"), ("output tok/s\nper GPU", "right"),
+                        ("TTFT\nmean ms", "right"), ("GPUs", "right"),
                         ("mode", "left"), ("configuration", "left")], wrap_last=True)
     for index, point in enumerate(shown):
         metrics = point.metrics
         grid.add_row(key_of(index), number(point.interactivity), number(metrics.get("tpot_ms_p50")),
-                     number(point.throughput_per_gpu), number(metrics.get("ttft_ms_mean")),
+                     number(point.throughput_per_gpu), number(metrics.get("output_throughput_per_gpu")),
+                     number(metrics.get("ttft_ms_mean")),
                      str(point.config.total_gpus), str(point.mode), config_text(point.config))
     console.print(grid)
     if len(frontier) > MAX_TABLE_ROWS:

@@ -162,3 +162,20 @@ def test_off_a_terminal_progress_is_a_line_per_tenth_on_stderr(runner, tmp_path)
     assert "groups" in lines[-1] and "ETA" in lines[-1]
     done, total = lines[-1].split()[1].split("/")
     assert done == total
+
+
+def test_a_tail_bound_on_a_fixed_length_sweep_is_refused_not_ignored(runner, tmp_path):
+    """Analytical points record means, not tails: `--slo p90-itl<=10` admitted every point
+    (a missing metric counts as met) while the output said the frontier met it."""
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--slo", "p90-itl<=10", "--no-plot"])
+    assert result.exit_code == 2 and "which a fixed-length sweep does not record" in result.stderr
+    assert "Traceback" not in result.output
+    assert runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--slo", "itl<=30", "--no-plot",
+                               "--max-points", "20"]).exit_code == 0
+
+
+def test_the_table_says_total_and_output_throughput(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--no-plot", "--max-points", "20"],
+                           terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "total tok/s" in result.stdout and "output tok/s" in result.stdout
