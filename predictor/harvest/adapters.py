@@ -68,12 +68,17 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
     PoolRole,
     changed_dtype,
     draft_for,
+    host_tier_gb,
     ladder,
     native_dtypes,
     refuse,
 )
 from predictor.harvest.quantization import vllm_quantization_args
+from predictor.units import BYTES_PER_GB
 from predictor.harvest.trtllm import TrtllmAdapter
+
+
+GIB = 1 << 30
 
 
 def expert_parallel_flag(engine: Engine, config: Configuration) -> str:
@@ -150,6 +155,9 @@ class VllmAdapter(GpuAdapter):
             argv += ["--speculative-config", json.dumps({"method": config.spec_method,
                                                          "num_speculative_tokens": config.spec_depth,
                                                          **({"model": draft} if draft else {})})]
+        if (host := host_tier_gb(self.engine, config)) > 0:   # GiB summed over the TP ranks (vLLM's unit)
+            argv += ["--kv-offloading-backend", "native", "--kv-offloading-size",
+                     f"{host * attention_tp * BYTES_PER_GB / GIB:.4g}"]
         if request.pool is not None:
             argv += ["--kv-transfer-config", json.dumps({
                 "kv_connector": self._CONNECTORS[request.pool.kv_transfer_backend],
@@ -222,6 +230,8 @@ class SglangAdapter(GpuAdapter):
                      "--speculative-num-steps", str(config.spec_depth), "--speculative-eagle-topk", "1",
                      "--speculative-num-draft-tokens", str(config.spec_depth + 1),
                      *(("--speculative-draft-model-path", draft) if draft else ())]
+        if (host := host_tier_gb(self.engine, config)) > 0:   # GB of host KV per rank
+            argv += ["--enable-hierarchical-cache", "--hicache-size", f"{host:g}"]
         if request.pool is not None:
             argv += ["--disaggregation-mode", request.pool.role,
                      "--disaggregation-transfer-backend", request.pool.kv_transfer_backend]

@@ -121,6 +121,17 @@ def refuse(engine: Engine, lever: str, value: object, accepted: str) -> InputErr
                       accepted + ENDPOINT_HINT)
 
 
+def host_tier_gb(engine: Engine, config: Configuration) -> float:
+    """The private host KV tier per GPU a launch asks its engine for (0: none). A tier
+    shared by every node (``N:shared``) is a store outside the engine (Mooncake, LMCache),
+    not written here: refused, never launched as a private tier or dropped."""
+    if config.is_host_tier_shared:
+        raise refuse(engine, "host_kv_tier_gb", config.host_kv_tier_gb,
+                     "a private tier per GPU (host_kv_tier_gb=N): a pool shared over the nodes is a store outside "
+                     "the engine, not written here; it stays a what-if for predict, tune and plan-mix")
+    return config.host_tier_gb_per_gpu
+
+
 def ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:
     """``ladder`` cut at the largest batch the configuration captures and runs."""
     limit = min(config.max_captured_batch, config.max_running_requests)

@@ -44,7 +44,9 @@ import yaml
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from predictor.harvest.launch import GpuAdapter, LaunchCommand, LaunchRequest, changed_dtype, draft_for, refuse
+from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, changed_dtype, draft_for,
+                                      host_tier_gb, refuse)
+from predictor.units import BYTES_PER_GB
 
 PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype")
 
@@ -98,6 +100,8 @@ class TrtllmAdapter(GpuAdapter):
                           "free_gpu_memory_fraction": request.memory_share(config)}
         if config.kv_cache_dtype == "fp8":
             kv_cache["dtype"] = "fp8"
+        if (host := host_tier_gb(self.engine, config)) > 0:    # bytes of host KV per rank
+            kv_cache["host_cache_size"] = int(host * BYTES_PER_GB)
         block = config.kv_block_size or (self.HELIX_BLOCK_TOKENS if helix > 1 else None)
         if block:
             kv_cache["tokens_per_block"] = block

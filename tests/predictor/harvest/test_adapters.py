@@ -283,3 +283,23 @@ def test_vllm_refuses_a_recipe_it_cannot_make_online_instead_of_crashing():
     for spec in ("recipe:nvfp4", "fp8+shared_experts:bf16"):
         with pytest.raises(InputError, match="checkpoint's layout"):
             argv("vllm", tp=8, weight_dtype=spec)
+
+
+def test_a_private_host_kv_tier_is_launched_and_a_shared_one_refused():
+    """host_kv_tier_gb (per GPU) changes the price by a factor (agentic Kimi-K3: 12 -> 62
+    tok/s/GPU) and was dropped from every launch: vLLM's offloading buffer (GiB summed over
+    the TP ranks), SGLang's hierarchical cache (GB per rank), TensorRT-LLM's host cache
+    (bytes per rank); a pool shared by every node is a store outside the engine."""
+    config = Configuration(tp=8, host_kv_tier_gb=200.0)
+    vllm = list(adapter_for("vllm").launch(config, REQUEST, FP8).argv)
+    assert value(vllm, "--kv-offloading-backend") == "native"
+    assert float(value(vllm, "--kv-offloading-size")) == pytest.approx(200e9 * 8 / 2**30, rel=1e-3)
+    sglang = list(adapter_for("sglang").launch(config, REQUEST, FP8).argv)
+    assert "--enable-hierarchical-cache" in sglang and value(sglang, "--hicache-size") == "200"
+    options = yaml.safe_load(adapter_for("trtllm").launch(config, REQUEST, FP8).files[0][1])
+    assert options["kv_cache_config"]["host_cache_size"] == 200 * 10**9
+    for engine in ("vllm", "sglang", "trtllm"):
+        plain = adapter_for(engine).launch(Configuration(tp=8), REQUEST, FP8)
+        assert "offloading" not in " ".join(plain.argv) and "hicache" not in " ".join(plain.argv)
+        with pytest.raises(InputError, match="shared over the nodes"):
+            adapter_for(engine).launch(Configuration(tp=8, host_kv_tier_gb="200:shared"), REQUEST, FP8)
