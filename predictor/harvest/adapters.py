@@ -18,16 +18,20 @@ vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM and ATOM at the commits recorded there)
   --kv-cache-dtype, --attention-backend, --moe-backend, --all2all-backend,
   --speculative-config, online quantization (`--quantization`, `--quantization-config`:
   `predictor.harvest.quantization`), --max-num-seqs, --max-num-batched-tokens,
-  --gpu-memory-utilization, --block-size; a pool: --kv-transfer-config (NIXL, Mooncake
-  or MoRIIO connector, producer or consumer).
+  --gpu-memory-utilization, --block-size, --long-prefill-token-threshold (a prompt's chunk
+  below the step's token budget), --kv-offloading-backend native --kv-offloading-size (a
+  private host KV tier, GiB over the TP ranks); a pool: --kv-transfer-config (NIXL,
+  Mooncake or MoRIIO connector, producer or consumer).
 - SGLang (`python -m sglang.launch_server`): --tp-size, --ep-size, --attn-dp-size,
   --pp-size, --disable-radix-cache, --cuda-graph-max-bs-decode / --cuda-graph-bs-decode,
   or --cuda-graph-backend-{decode,prefill} disabled, --kv-cache-dtype fp8_e4m3,
   --attention-backend, --moe-runner-backend, --moe-a2a-backend,
   --speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens,
   --max-running-requests, --max-prefill-tokens, --chunked-prefill-size,
-  --mem-fraction-static, --page-size; a pool: --disaggregation-mode,
-  --disaggregation-transfer-backend.
+  --mem-fraction-static, --page-size, --enable-hierarchical-cache --hicache-size (a private
+  host KV tier, GB per rank); a pool: --disaggregation-mode, --disaggregation-transfer-backend.
+- A host KV pool shared by every node (``host_kv_tier_gb=N:shared``) is a store outside the
+  engines (`launch.host_tier_gb`): refused on every engine.
 - ATOM (`python -m atom.entrypoints.openai_server`): --tensor-parallel-size,
   --data-parallel-size with --enable-dp-attention, --enable-expert-parallel,
   --kv_cache_dtype, --cudagraph-capture-sizes "[..]" / --enforce-eager, --method mtp
@@ -121,6 +125,8 @@ class VllmAdapter(GpuAdapter):
                 "--max-num-batched-tokens", str(config.max_batched_tokens),
                 "--gpu-memory-utilization", request.memory_flag(config)]
         env: dict[str, str] = {}
+        if config.chunked_prefill_size < config.max_batched_tokens:   # a prompt's chunk per step (V1 scheduler)
+            argv += ["--long-prefill-token-threshold", str(config.chunked_prefill_size)]
         if config.ep > 1:
             argv.append(expert_parallel_flag(self.engine, config))
         if config.dcp > 1:
@@ -250,6 +256,9 @@ class AtomAdapter(GpuAdapter):
         if config.eplb_replicas:
             raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (no redundant-expert flag in the "
                          "release checked)")
+        if host_tier_gb(self.engine, config) > 0:
+            raise refuse(self.engine, "host_kv_tier_gb", config.host_kv_tier_gb, "0 (no host KV tier flag in the "
+                         "release checked)")
         if request.pool is not None:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")
@@ -304,6 +313,8 @@ class LlamaCppAdapter:
                 raise refuse(self.engine, lever, getattr(config, lever), "the GGUF file's own quantisation")
         if config.kv_cache_dtype not in (None, "bf16"):
             raise refuse(self.engine, "kv_cache_dtype", config.kv_cache_dtype, "bf16 (llama.cpp's f16 cache)")
+        if config.host_tier_gb_per_gpu > 0:
+            raise refuse(self.engine, "host_kv_tier_gb", config.host_kv_tier_gb, "0 (no host KV tier)")
         argv = [request.python, "-m", "llama_cpp.server", "--model", request.model_path,
                 "--model_alias", request.served_name, "--host", request.host, "--port", str(request.port),
                 "--n_ctx", str(request.context_tokens), "--interrupt_requests", "False"]

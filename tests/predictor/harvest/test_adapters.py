@@ -225,6 +225,7 @@ def test_llamacpp_command_and_sweep():
      "spec_depth": 3},
     {"tp": 2, "pp": 2, "max_running_requests": 64, "max_batched_tokens": 4096, "chunked_prefill_size": 2048,
      "kv_memory_fraction": 0.8},
+    {"tp": 2, "max_batched_tokens": 4096, "chunked_prefill_size": 4096, "host_kv_tier_gb": 100.0},
 ])
 def test_harvest_commands_pass_the_engines_own_argument_definitions(engine, levers):
     """Every flag, value and environment variable is one the engine's released source
@@ -285,6 +286,17 @@ def test_vllm_refuses_a_recipe_it_cannot_make_online_instead_of_crashing():
             argv("vllm", tp=8, weight_dtype=spec)
 
 
+def test_a_prompts_chunk_is_launched_where_the_engine_has_a_flag_for_it():
+    """vLLM's V1 scheduler caps a prompt's tokens per step at --long-prefill-token-threshold;
+    trtllm-serve's context chunk is max_num_tokens: a smaller chunk is refused, not dropped."""
+    args, _ = argv("vllm", tp=8, max_batched_tokens=16384, chunked_prefill_size=1024)
+    assert value(args, "--long-prefill-token-threshold") == "1024"
+    assert "--long-prefill-token-threshold" not in argv("vllm", tp=8)[0]
+    with pytest.raises(InputError, match="chunked_prefill_size"):
+        adapter_for("trtllm").launch(Configuration(tp=8, max_batched_tokens=16384, chunked_prefill_size=1024),
+                                     REQUEST, FP8)
+
+
 def test_a_private_host_kv_tier_is_launched_and_a_shared_one_refused():
     """host_kv_tier_gb (per GPU) changes the price by a factor (agentic Kimi-K3: 12 -> 62
     tok/s/GPU) and was dropped from every launch: vLLM's offloading buffer (GiB summed over
@@ -303,3 +315,5 @@ def test_a_private_host_kv_tier_is_launched_and_a_shared_one_refused():
         assert "offloading" not in " ".join(plain.argv) and "hicache" not in " ".join(plain.argv)
         with pytest.raises(InputError, match="shared over the nodes"):
             adapter_for(engine).launch(Configuration(tp=8, host_kv_tier_gb="200:shared"), REQUEST, FP8)
+    with pytest.raises(InputError, match="host_kv_tier_gb"):     # ATOM has no flag for it: refused, not dropped
+        adapter_for("atom").launch(Configuration(tp=8, host_kv_tier_gb=100.0), REQUEST, FP8)
