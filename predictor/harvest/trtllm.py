@@ -11,7 +11,9 @@ accept `--config` as an alias of it). What has no flag goes into the YAML option
 (LLM API arguments): `enable_attention_dp`, `kv_cache_config` (`enable_block_reuse`:
 false for a harvest, true for a deployment; `dtype: fp8`; `tokens_per_block`;
 `host_cache_size`, bytes per rank, for a private host KV tier), a context chunk is
-`max_num_tokens` (a smaller `chunked_prefill_size` is refused),
+`max_num_tokens` (trtllm-serve has no chunk size of its own: `chunked_prefill_size` is not
+launched; the seed planner moves `max_batched_tokens` alone, so refusing it would leave
+such a pick undeployable),
 `cache_transceiver_config` (`backend: NIXL`) for one pool of a disaggregated deployment,
 `cuda_graph_config` (`batch_sizes`, `enable_padding`; null: eager), `moe_config.backend`
 (CUTLASS, TRTLLM, DEEPGEMM), `attn_backend`, and `speculative_config` with
@@ -76,10 +78,6 @@ class TrtllmAdapter(GpuAdapter):
         if config.eplb_replicas:
             raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (its MoE load balancer's slots "
                          "are not written here)")
-        if config.chunked_prefill_size != config.max_batched_tokens:
-            raise refuse(self.engine, "chunked_prefill_size", config.chunked_prefill_size,
-                         f"max_batched_tokens={config.max_batched_tokens} (a context chunk is max_num_tokens: "
-                         "trtllm-serve has no separate chunk size)")
         path = os.path.join(request.files_dir or tempfile.gettempdir(),
                             f"inferasim-trtllm-{request.served_name}-{request.port}.yaml")
         argv = ("trtllm-serve", "serve", request.model_path, "--host", request.host, "--port", str(request.port),
