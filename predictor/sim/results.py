@@ -33,6 +33,7 @@ from predictor.sim.pricing import StepShape
 from predictor.sim.request import Request
 from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
 
+WARMUP_ONLY_FLAG = "warm-up only"   # the flag of a replay too short to measure past its warm-up
 STATS = ("mean", "p50", "p90", "p95", "p99", "p999")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 JSON_STATS = ("mean", "p50", "p90", "p99", "p999")
@@ -142,7 +143,7 @@ class SimResult:
         count = self.extra.get(WARMUP_ONLY, 0)
         if not count:
             return ()
-        return (f"warm-up only: no request finished after the warm-up in {count} of {self.replications} "
+        return (f"{WARMUP_ONLY_FLAG}: no request finished after the warm-up in {count} of {self.replications} "
                 "replication(s), so their figures are the warm-up's (replay more requests)",)
 
     @property

@@ -155,3 +155,21 @@ def test_a_model_too_big_for_the_whole_cluster_blames_the_cluster_not_max_gpus(t
     result = runner.invoke(app, ["plan-mix", str(path), "--workers", "1"])
     assert result.exit_code == 2
     assert "models[0]: Kimi-K3 does not fit on h100 " in result.stderr and "max_gpus" not in result.stderr
+
+
+def test_a_pick_priced_by_a_replay_too_short_says_so_in_the_text(monkeypatch, models_yaml):
+    """`--requests 200` at 144 clients measured warm-up only (11.6 tok/s/GPU against 75.7
+    with 2,000): the flag was in --json only and the table read as a result."""
+    import dataclasses
+
+    def short(*args, **kwargs):
+        found = fake_predict(*args, **kwargs)
+        return dataclasses.replace(found, flags=(*found.flags, "warm-up only: no request finished after the "
+                                                 "warm-up in 1 of 1 replication(s), so their figures are the "
+                                                 "warm-up's (replay more requests)"))
+
+    monkeypatch.setattr(agent.mix.planner, "default_predict_fn", lambda: short)
+    result = runner.invoke(app, ["plan-mix", str(models_yaml), "--workers", "1"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    assert "gpt-oss-120b: warm-up only: no request finished" in result.stdout
+    assert "raise --requests" in result.stdout
