@@ -58,6 +58,7 @@ class EngineProfile:
     running_cap: int | None = None          # engine cap on any pool
     balances_attention_dp: bool = False     # attention-DP prompts start together, one per rank
     splits_chunk_over_dp: bool = False      # the chunk size is engine-wide: each DP rank gets 1/dp
+    chunk_is_budget: bool = False           # no chunk size of its own: a prompt's chunk is the step's budget
     # a colocated replica's requests take KV pages as they grow (vLLM allocates a block at a
     # time and preempts; SGLang reserves a decaying share of the output and retracts): in a
     # fixed-length steady state each holds its prompt plus `ON_DEMAND_OUTPUT_SHARE` of its
@@ -73,9 +74,10 @@ PROFILES: dict[Engine, EngineProfile] = {
                                policy=AdmissionPolicy.FCFS, default_page_tokens=16, on_demand_kv=True),
     # TRT-LLM's attention-DP deployments (its DeepSeek recipes, InferenceX's and
     # AIConfigurator's launch scripts) set ``attention_dp_config.enable_balance``.
+    # trtllm-serve has no chunk size: a context chunk is max_num_tokens (the launch's)
     Engine.TRTLLM: EngineProfile(Engine.TRTLLM, mixes_prefill=True, chunks_prefill=True,
                                  prefill_step_uses_chunk=False, policy=AdmissionPolicy.FCFS, default_page_tokens=32,
-                                 balances_attention_dp=True),
+                                 balances_attention_dp=True, chunk_is_budget=True),
     Engine.SGLANG: EngineProfile(Engine.SGLANG, mixes_prefill=False, chunks_prefill=True,
                                  prefill_step_uses_chunk=True, policy=AdmissionPolicy.LPM, default_page_tokens=1,
                                  decode_pool_cap=SGLANG_DECODE_POOL_CAP, splits_chunk_over_dp=True,
@@ -94,7 +96,11 @@ def rank_chunk_tokens(engine: Engine, config: Configuration) -> int:
     max_batched_tokens)``, except where the engine reads ``chunked_prefill_size`` as the
     replica's: SGLang divides it by ``dp_size`` when DP attention is on (its
     ``server_args``: "The chunked prefill size is adjusted to ... to avoid MoE kernel
-    issues"), so a DEP8 replica at 8,192 prefills 1,024 tokens of a prompt per rank and step."""
+    issues"), so a DEP8 replica at 8,192 prefills 1,024 tokens of a prompt per rank and step;
+    and where the engine has no chunk size at all (TensorRT-LLM: its context chunk is
+    ``max_num_tokens``, what its launch sets), so the lever prices what runs."""
+    if PROFILES[engine].chunk_is_budget:
+        return config.max_batched_tokens
     chunk = config.chunked_prefill_size
     if PROFILES[engine].splits_chunk_over_dp and config.attention_dp > 1:
         chunk = max(1, chunk // config.attention_dp)
