@@ -132,6 +132,20 @@ def host_tier_gb(engine: Engine, config: Configuration) -> float:
     return config.host_tier_gb_per_gpu
 
 
+def allreduce_flags(engine: Engine, config: Configuration, flags: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The launch flags of the `allreduce_algorithm` lever on an engine whose flags for it
+    are ``flags`` (value -> arguments); a value the engine has no flag for is refused, not
+    dropped (the lever changes the priced communication)."""
+    value = config.allreduce_algorithm
+    if value is None:
+        return ()
+    if value not in flags:
+        raise refuse(engine, "allreduce_algorithm", value,
+                     (", ".join(sorted(flags)) or "unset") + " (the others have no flag on this engine's command "
+                     "line: it picks its own)")
+    return flags[value]
+
+
 def ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:
     """``ladder`` cut at the largest batch the configuration captures and runs."""
     limit = min(config.max_captured_batch, config.max_running_requests)

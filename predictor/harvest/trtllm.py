@@ -48,8 +48,8 @@ import yaml
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, changed_dtype, draft_for,
-                                      host_tier_gb, refuse)
+from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, allreduce_flags, changed_dtype,
+                                      draft_for, host_tier_gb, refuse)
 from predictor.units import BYTES_PER_GB
 
 PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype")
@@ -61,6 +61,8 @@ class TrtllmAdapter(GpuAdapter):
     tokenize_path = None
     _MOE = MappingProxyType({"trtllm": "TRTLLM", "cutlass": "CUTLASS", "deepgemm": "DEEPGEMM"})
     _SPEC = MappingProxyType({"mtp": "MTP", "ngram": "NGram"})
+    # the LLM API's allreduce_strategy (fused_rmsnorm and quick_reduce have no strategy of their own)
+    _ALLREDUCE = MappingProxyType({"library": "NCCL", "custom_one_shot": "ONESHOT", "custom_two_shot": "TWOSHOT"})
     HELIX_BLOCK_TOKENS = 32       # the block size TensorRT-LLM's Helix example runs, when the lever is unset
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
@@ -75,6 +77,7 @@ class TrtllmAdapter(GpuAdapter):
             raise refuse(self.engine, "dcp", config.dcp, "1 on a colocated replica (TensorRT-LLM runs decode "
                          "context parallelism, Helix, on a disaggregated deployment's decode pool only)")
         draft = draft_for(self.engine, config, request)
+        allreduce_flags(self.engine, config, {v: () for v in self._ALLREDUCE})   # refuses the others
         if config.eplb_replicas:
             raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (its MoE load balancer's slots "
                          "are not written here)")
@@ -114,6 +117,8 @@ class TrtllmAdapter(GpuAdapter):
             "enable_attention_dp": config.attention_dp > 1, "kv_cache_config": kv_cache,
             "cuda_graph_config": {"batch_sizes": list(sizes), "enable_padding": True} if sizes else None,
         }
+        if config.allreduce_algorithm:
+            options["allreduce_strategy"] = self._ALLREDUCE[config.allreduce_algorithm]
         if config.moe_backend:
             options["moe_config"] = {"backend": self._MOE[config.moe_backend]}
         if config.attention_backend:

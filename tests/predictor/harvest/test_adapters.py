@@ -226,6 +226,7 @@ def test_llamacpp_command_and_sweep():
     {"tp": 2, "pp": 2, "max_running_requests": 64, "max_batched_tokens": 4096, "chunked_prefill_size": 2048,
      "kv_memory_fraction": 0.8},
     {"tp": 2, "max_batched_tokens": 4096, "chunked_prefill_size": 4096, "host_kv_tier_gb": 100.0},
+    {"tp": 8, "allreduce_algorithm": "library", "max_batched_tokens": 16384},
 ])
 def test_harvest_commands_pass_the_engines_own_argument_definitions(engine, levers):
     """Every flag, value and environment variable is one the engine's released source
@@ -314,3 +315,18 @@ def test_a_private_host_kv_tier_is_launched_and_a_shared_one_refused():
             adapter_for(engine).launch(Configuration(tp=8, host_kv_tier_gb="200:shared"), REQUEST, FP8)
     with pytest.raises(InputError, match="host_kv_tier_gb"):     # ATOM has no flag for it: refused, not dropped
         adapter_for("atom").launch(Configuration(tp=8, host_kv_tier_gb=100.0), REQUEST, FP8)
+
+
+def test_the_allreduce_algorithm_is_launched_or_refused_never_dropped():
+    """The lever changes the priced communication; every launch dropped it."""
+    assert "--disable-custom-all-reduce" in argv("vllm", tp=8, allreduce_algorithm="library")[0]
+    sglang = list(adapter_for("sglang").launch(Configuration(tp=8, allreduce_algorithm="fused_rmsnorm"), REQUEST,
+                                               FP8).argv)
+    assert "--enable-flashinfer-allreduce-fusion" in sglang
+    options = yaml.safe_load(adapter_for("trtllm").launch(Configuration(tp=8, allreduce_algorithm="custom_one_shot"),
+                                                          REQUEST, FP8).files[0][1])
+    assert options["allreduce_strategy"] == "ONESHOT"
+    for engine, value in (("vllm", "custom_one_shot"), ("trtllm", "fused_rmsnorm"), ("atom", "library")):
+        with pytest.raises(InputError, match="allreduce_algorithm"):
+            adapter_for(engine).launch(Configuration(tp=8, allreduce_algorithm=value), REQUEST, FP8)
+    assert "all-reduce" not in " ".join(argv("vllm", tp=8)[0])
