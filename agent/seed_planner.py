@@ -26,6 +26,7 @@ from levers.configuration import Configuration, engine_only_values
 from levers.errors import InputError
 from levers.legality import effective_activation_dtype
 from predictor.harvest.adapters import adapter_for
+from predictor.sim.scheduler import PROFILES
 
 # Ladders for ranged levers (values a first search should try; the LLM may go further).
 CONCURRENCY_LADDER = (1, 4, 16, 32, 64, 128, 256, 512, 1024)
@@ -231,12 +232,16 @@ class SeedPlanner:
 
     def _scheduler(self, base: Configuration) -> Iterator[Partial]:
         yield from _ladder(base, "max_running_requests", RUNNING_REQUESTS_LADDER)
+        # an engine without a chunk size of its own (TensorRT-LLM: its chunk is the budget)
+        # moves the two together and is not offered chunk sizes that price and launch alike
+        own_chunk = not PROFILES[self.context.target.engine].chunk_is_budget
         for budget in TOKEN_BUDGET_LADDER:
             if budget != base.max_batched_tokens:
                 yield {"max_batched_tokens": budget,
-                       "chunked_prefill_size": min(base.chunked_prefill_size, budget)}
-        yield from _ladder(base, "chunked_prefill_size",
-                           [c for c in CHUNK_LADDER if c <= base.max_batched_tokens])
+                       "chunked_prefill_size": min(base.chunked_prefill_size, budget) if own_chunk else budget}
+        if own_chunk:
+            yield from _ladder(base, "chunked_prefill_size",
+                               [c for c in CHUNK_LADDER if c <= base.max_batched_tokens])
         yield from _ladder(base, "kv_memory_fraction", KV_FRACTION_LADDER)
         for lever in ("kv_block_size", "prefix_cache", "graph_capture", "max_captured_batch"):
             yield from _ladder(base, lever, allowed_values(self.context, lever))

@@ -92,3 +92,17 @@ def test_no_split_seed_on_an_engine_whose_command_line_cannot_start_one(engine, 
     _, seeds = _round_zero(context)
     assert any(seed.config.disaggregated for seed in seeds) is splits
     assert any(seed.group == "disaggregation" for seed in seeds) is splits
+
+
+@pytest.mark.parametrize("engine, own_chunk", [("trtllm", False), ("vllm", True)])
+def test_an_engine_without_a_chunk_size_moves_it_with_the_budget(engine, own_chunk):
+    """TensorRT-LLM's prompt chunk is its step budget (no flag of its own): chunk-size seeds
+    would price and launch like their baseline, wasted trials under other names."""
+    context = make_context("gpt-oss-120b", cluster="b200x8", engine=engine)
+    start, seeds = _round_zero(context)
+    moved = [s.config for s in seeds if s.config.max_batched_tokens != start.max_batched_tokens]
+    chunk_only = [s.config for s in seeds if s.config.max_batched_tokens == start.max_batched_tokens
+                  and s.config.chunked_prefill_size != start.chunked_prefill_size]
+    assert moved and bool(chunk_only) is own_chunk
+    if not own_chunk:
+        assert all(c.chunked_prefill_size == c.max_batched_tokens for c in moved)
