@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from levers.errors import InputError, accepted_list
 from predictor.cards.model_card import AttentionGroup, AttentionKind, Dtype, ModelCard
 from predictor.cards.precision import component_dtypes, stored_bytes
-from predictor.cards.weights import EAGLE3_HEAD_DIM, EAGLE3_KV_HEADS, Layout, WeightTable, weight_table
+from predictor.cards.weights import EAGLE3_HEAD_DIM, EAGLE3_KV_HEADS, Layout, weight_table
 from predictor.hardware import FP4_BITS_PER_VALUE_BY_VENDOR
 from predictor.step.speculation import DSPARK_LAYERS
 from predictor.units import BYTES_PER_GB
@@ -187,10 +187,9 @@ def memory_breakdown(card: ModelCard, *, hbm_bytes: int, vendor: str, tp: int = 
                      max_batched_tokens: int = 8192, max_captured_batch: int = 256,
                      graph_capture: str = "full", context_tokens: int = 2048, spec_method: str = "none",
                      tp_subgroup: int = 1, dwdp: int = 1, eplb_replicas: int = 0) -> MemoryBreakdown:
-    """The per-GPU memory breakdown of `card` on one replica layout (METHOD §3.9).
-    ``eplb_replicas`` redundant experts (EPLB) are stored beside the card's: the routed
-    experts' bytes grow by (E + R) / E (a token still reads its top-k, so the step does not)."""
-    layout = _checked_layout(tp, pp, ep, attention_dp, dcp, tp_subgroup, dwdp)
+    """The per-GPU memory breakdown of `card` on one replica layout (METHOD §3.9);
+    ``eplb_replicas`` redundant experts are stored beside the card's (`weights.Layout`)."""
+    layout = _checked_layout(tp, pp, ep, attention_dp, dcp, tp_subgroup, dwdp, eplb_replicas)
     _check_inputs(vendor, kv_memory_fraction, graph_capture, context_tokens, max_batched_tokens)
     native = card.native_dtypes
     _dtype("expert_dtype", expert_dtype, native.expert)
@@ -198,11 +197,6 @@ def memory_breakdown(card: ModelCard, *, hbm_bytes: int, vendor: str, tp: int = 
     kv_dtype = _dtype("kv_cache_dtype", kv_cache_dtype, native.kv_cache, (Dtype.BF16, Dtype.FP8))
     act_bytes = dtype_bytes(_dtype("activation_dtype", activation_dtype, Dtype.BF16), vendor)
     table = weight_table(card, layout, dtypes, vendor, spec_method)
-    if eplb_replicas and card.num_experts:
-        sized = dict(table.bytes_by_component)
-        sized["routed_experts"] = math.ceil(sized["routed_experts"] * (card.num_experts + eplb_replicas)
-                                            / card.num_experts)
-        table = WeightTable(sized, table.dtype_by_component)
     target = _cache(card, layout, DTYPE_BYTES[kv_dtype], context_tokens)
     kv_token, window, linear_state = target
     state = linear_state + window
@@ -228,7 +222,7 @@ def memory_breakdown(card: ModelCard, *, hbm_bytes: int, vendor: str, tp: int = 
 
 # -- inputs ---------------------------------------------------------------------------
 def _checked_layout(tp: int, pp: int, ep: int, attention_dp: int, dcp: int, subgroup: int = 1,
-                   dwdp: int = 1) -> Layout:
+                   dwdp: int = 1, redundant_experts: int = 0) -> Layout:
     for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("attention_dp", attention_dp), ("dcp", dcp),
                         ("tp_subgroup", subgroup), ("dwdp", dwdp)):
         if not isinstance(value, int) or value < 1:
@@ -245,7 +239,7 @@ def _checked_layout(tp: int, pp: int, ep: int, attention_dp: int, dcp: int, subg
                          "a divisor of the attention-DP ranks")
     if dwdp > 1 and tp != 1:
         raise InputError("dwdp", f"DWDP ranks are single GPUs (tp={tp})", "tp=1 per DWDP rank")
-    return Layout(tp, pp, ep, attention_dp, dcp, subgroup, dwdp)
+    return Layout(tp, pp, ep, attention_dp, dcp, subgroup, dwdp, redundant_experts)
 
 
 def _check_inputs(vendor: str, fraction: float, graph_capture: str, context: int, batched: int) -> None:

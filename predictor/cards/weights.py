@@ -16,7 +16,8 @@ and the dense MLP are stored 1/t across a subgroup of t attention-DP ranks (each
 1/(t * attention-TP)); core attention and its cache stay local. DWDP (``DWDPn``): each
 rank holds every non-expert weight whole (TP1) and 1/n of the routed experts, plus two
 staging buffers, each the (n-1)/n of one MoE layer's routed experts fetched from its
-peers (`predictor.step.dwdp`).
+peers (`predictor.step.dwdp`). EPLB's redundant experts (``eplb_replicas`` R) add R / E
+to the routed experts a GPU stores.
 
 The drafter (METHOD §3.8's plans): MTP adds ``max(1, mtp_layers)`` target layers of the
 softmax kind (attention, MoE block, the ``2H x H`` input fusion), sharded like the target;
@@ -54,6 +55,7 @@ class Layout:
     dcp: int
     subgroup: int = 1      # TP subgroup of attention-DP ranks (/TSt)
     dwdp: int = 1          # DWDP ranks sharing the routed experts
+    redundant_experts: int = 0   # EPLB's copies of hot experts, stored beside the card's
 
     @property
     def attention_tp(self) -> int:
@@ -143,12 +145,18 @@ def target_params(card: ModelCard, layout: Layout) -> dict[str, float]:
         "attention": attention,
         "dense_mlp": per_stage(card.dense_layers) * const.dense_mlp_params / layout.dense_tp,
         "shared_experts": moe_layers * const.shared_params / layout.dense_tp,
-        "routed_experts": moe_layers * const.routed_params / layout.expert_shards,
+        "routed_experts": moe_layers * const.routed_params * _stored_experts(card, layout) / layout.expert_shards,
         "embeddings": embeddings,
         "other": (per_stage(card.num_layers) * card.norm_params_per_layer + moe_layers * const.router_params
                   + card.final_params),
         "hyper_connections": per_stage(card.num_layers) * card.hyper_connection_params_per_layer,
     }
+
+
+def _stored_experts(card: ModelCard, layout: Layout) -> float:
+    """Routed experts stored per card expert: (E + R) / E with EPLB's R redundant copies (a
+    token still reads its top-k, so only memory grows)."""
+    return (card.num_experts + layout.redundant_experts) / card.num_experts if card.num_experts else 1.0
 
 
 def staging_bytes(card: ModelCard, ranks: int, dtypes: ComponentDtypes, vendor: str) -> float:
