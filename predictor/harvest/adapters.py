@@ -32,7 +32,7 @@ vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM and ATOM at the commits recorded there)
   host KV tier, GB per rank); a pool: --disaggregation-mode, --disaggregation-transfer-backend.
 - A host KV pool shared by every node (``host_kv_tier_gb=N:shared``) is a store outside the
   engines (`launch.host_tier_gb`): refused on every engine.
-- `allreduce_algorithm` (`launch.allreduce_flags`): ``library`` is vLLM's and SGLang's
+- `allreduce_algorithm` (`launch.allreduce_choice`): ``library`` is vLLM's and SGLang's
   --disable-custom-all-reduce, ``fused_rmsnorm`` SGLang's --enable-flashinfer-allreduce-fusion,
   TensorRT-LLM's `allreduce_strategy` NCCL / ONESHOT / TWOSHOT; the rest is refused.
 - ATOM (`python -m atom.entrypoints.openai_server`): --tensor-parallel-size,
@@ -73,8 +73,8 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
     LaunchCommand,
     LaunchRequest,
     PoolRole,
+    allreduce_choice,
     changed_dtype,
-    allreduce_flags,
     draft_for,
     host_tier_gb,
     ladder,
@@ -82,11 +82,8 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
     refuse,
 )
 from predictor.harvest.quantization import vllm_quantization_args
-from predictor.units import BYTES_PER_GB
 from predictor.harvest.trtllm import TrtllmAdapter
-
-
-GIB = 1 << 30
+from predictor.units import BYTES_PER_GB, BYTES_PER_GIB
 
 
 def expert_parallel_flag(engine: Engine, config: Configuration) -> str:
@@ -131,7 +128,7 @@ class VllmAdapter(GpuAdapter):
         env: dict[str, str] = {}
         if config.chunked_prefill_size < config.max_batched_tokens:   # a prompt's chunk per step (V1 scheduler)
             argv += ["--long-prefill-token-threshold", str(config.chunked_prefill_size)]
-        argv += allreduce_flags(self.engine, config, {"library": ("--disable-custom-all-reduce",)})
+        argv += allreduce_choice(self.engine, config, {"library": ("--disable-custom-all-reduce",)}) or ()
         if config.ep > 1:
             argv.append(expert_parallel_flag(self.engine, config))
         if config.dcp > 1:
@@ -168,7 +165,7 @@ class VllmAdapter(GpuAdapter):
                                                          **({"model": draft} if draft else {})})]
         if (host := host_tier_gb(self.engine, config)) > 0:   # GiB summed over the TP ranks (vLLM's unit)
             argv += ["--kv-offloading-backend", "native", "--kv-offloading-size",
-                     f"{host * attention_tp * BYTES_PER_GB / GIB:.4g}"]
+                     f"{host * attention_tp * BYTES_PER_GB / BYTES_PER_GIB:.4g}"]
         if request.pool is not None:
             argv += ["--kv-transfer-config", json.dumps({
                 "kv_connector": self._CONNECTORS[request.pool.kv_transfer_backend],
@@ -208,8 +205,8 @@ class SglangAdapter(GpuAdapter):
                 "--chunked-prefill-size", str(config.chunked_prefill_size),
                 "--mem-fraction-static", request.memory_flag(config)]
         env: dict[str, str] = {}
-        argv += allreduce_flags(self.engine, config, {"library": ("--disable-custom-all-reduce",),
-                                                      "fused_rmsnorm": ("--enable-flashinfer-allreduce-fusion",)})
+        argv += allreduce_choice(self.engine, config, {"library": ("--disable-custom-all-reduce",),
+                                                       "fused_rmsnorm": ("--enable-flashinfer-allreduce-fusion",)}) or ()
         if config.attention_dp > 1:
             argv += ["--attn-dp-size", str(config.attention_dp)]
         if config.dcp > 1:
@@ -266,7 +263,7 @@ class AtomAdapter(GpuAdapter):
         if host_tier_gb(self.engine, config) > 0:
             raise refuse(self.engine, "host_kv_tier_gb", config.host_kv_tier_gb, "0 (no host KV tier flag in the "
                          "release checked)")
-        allreduce_flags(self.engine, config, {})     # no all-reduce flag: any value is refused
+        allreduce_choice(self.engine, config, {})     # no all-reduce flag: any value is refused
         if request.pool is not None:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
@@ -132,18 +133,21 @@ def host_tier_gb(engine: Engine, config: Configuration) -> float:
     return config.host_tier_gb_per_gpu
 
 
-def allreduce_flags(engine: Engine, config: Configuration, flags: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
-    """The launch flags of the `allreduce_algorithm` lever on an engine whose flags for it
-    are ``flags`` (value -> arguments); a value the engine has no flag for is refused, not
-    dropped (the lever changes the priced communication)."""
+T = TypeVar("T")
+
+
+def allreduce_choice(engine: Engine, config: Configuration, choices: Mapping[str, T]) -> T | None:
+    """What ``engine``'s launch sets for the `allreduce_algorithm` lever (``choices``: value
+    -> flags or option value; None when the lever is unset); a value the engine has no way
+    to set is refused, not dropped (the lever changes the priced communication)."""
     value = config.allreduce_algorithm
     if value is None:
-        return ()
-    if value not in flags:
+        return None
+    if value not in choices:
         raise refuse(engine, "allreduce_algorithm", value,
-                     (", ".join(sorted(flags)) or "unset") + " (the others have no flag on this engine's command "
+                     (", ".join(sorted(choices)) or "unset") + " (the others have no flag on this engine's command "
                      "line: it picks its own)")
-    return flags[value]
+    return choices[value]
 
 
 def ladder(config: Configuration, ladder: tuple[int, ...]) -> tuple[int, ...]:

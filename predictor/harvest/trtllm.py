@@ -48,7 +48,7 @@ import yaml
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, allreduce_flags, changed_dtype,
+from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, allreduce_choice, changed_dtype,
                                       draft_for, host_tier_gb, refuse)
 from predictor.units import BYTES_PER_GB
 
@@ -77,7 +77,6 @@ class TrtllmAdapter(GpuAdapter):
             raise refuse(self.engine, "dcp", config.dcp, "1 on a colocated replica (TensorRT-LLM runs decode "
                          "context parallelism, Helix, on a disaggregated deployment's decode pool only)")
         draft = draft_for(self.engine, config, request)
-        allreduce_flags(self.engine, config, {v: () for v in self._ALLREDUCE})   # refuses the others
         if config.eplb_replicas:
             raise refuse(self.engine, "eplb_replicas", config.eplb_replicas, "0 (its MoE load balancer's slots "
                          "are not written here)")
@@ -117,8 +116,8 @@ class TrtllmAdapter(GpuAdapter):
             "enable_attention_dp": config.attention_dp > 1, "kv_cache_config": kv_cache,
             "cuda_graph_config": {"batch_sizes": list(sizes), "enable_padding": True} if sizes else None,
         }
-        if config.allreduce_algorithm:
-            options["allreduce_strategy"] = self._ALLREDUCE[config.allreduce_algorithm]
+        if strategy := allreduce_choice(self.engine, config, self._ALLREDUCE):
+            options["allreduce_strategy"] = strategy
         if config.moe_backend:
             options["moe_config"] = {"backend": self._MOE[config.moe_backend]}
         if config.attention_backend:
