@@ -19,6 +19,7 @@ from objectives.objectives import list_objectives
 from predictor.cards.registry import list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for, pool_configs
 from predictor.hardware import list_gpus
+from predictor.memory import MemoryBreakdown
 from predictor.step.speculation import parse_acceptance
 from predictor.target import Target, check_workload_context, resolve_target
 from predictor.workload import PREDICT_CONTEXT_TOKENS, WorkloadSpec
@@ -233,21 +234,21 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
     for label, memory in memories.items():
         pool = "" if label is None else f" ({label}: {shown[label].describe()})"
         console.print(_memory_table(f"Memory per GPU{pool}: {target.card.name} on {target.cluster.spec}, "
-                                    f"context {number(context)} tokens", memory.to_json(), context))
+                                    f"context {number(context)} tokens", memory, context))
     if reasons:     # the memory of a layout that cannot run is still shown, but not as a verdict
         paragraph(console, "; ".join(reasons), first="legal (inferasim check): no: ")
 
 
-def _memory_table(title: str, data: dict, context: int):
+def _memory_table(title: str, memory: MemoryBreakdown, context: int):
+    data = memory.to_json()
     grid = table(title, [("item", "left"), ("value", "right"), ("unit", "left")], wrap=(1,))
     for component, gb in data["weights_by_component_gb"].items():
         grid.add_row(f"weights: {component}", number(gb), "GB")
     grid.add_row("weights total", number(data["weights_per_gpu_gb"]), "GB")
-    drafter = data["drafter_kv_bytes_per_token"]
-    grid.add_row("KV per token" + (" (drafter incl.)" if drafter else ""),
-                 number(data["kv_bytes_per_token"] + drafter), "bytes")
-    grid.add_row("state per sequence" + (" (drafter incl.)" if data["drafter_bytes_per_sequence"] else ""),
-                 number(data["state_bytes_per_sequence"] + data["drafter_bytes_per_sequence"]), "bytes")
+    grid.add_row("KV per token" + (" (drafter incl.)" if memory.drafter_kv_bytes_per_token else ""),
+                 number(memory.cache_bytes_per_token), "bytes")
+    grid.add_row("state per sequence" + (" (drafter incl.)" if memory.drafter_bytes_per_sequence else ""),
+                 number(memory.state_bytes_per_sequence + memory.drafter_bytes_per_sequence), "bytes")
     grid.add_row(f"KV + state per {number(context)}-token sequence", number(data["bytes_per_sequence"]), "bytes")
     grid.add_row("activations + graphs", number(data["activations_gb"] + data["graph_gb"]), "GB")
     grid.add_row("KV pool", number(data["kv_pool_per_gpu_gb"]), "GB")

@@ -9,11 +9,9 @@ does not fit prints the memory reason, `metrics: null`, and exits 1.
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from agent.cli.app import MAX_DES_REQUESTS, MIN_DES_REQUESTS, SEED, app, cli_errors, console, int_option, print_json
 from agent.cli.info import (
@@ -28,7 +26,7 @@ from agent.cli.info import (
     with_acceptance,
 )
 from agent.cli.memory_view import memory_pools, memory_table, sizing
-from agent.cli.render import MISSING, number, paragraph, percent, say, table, with_interval
+from agent.cli.render import MISSING, does_not_fit, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
 from predictor.predict import predict
 from predictor.prediction import Prediction
@@ -130,10 +128,7 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
     title = (f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: "
              f"{configuration.describe()}")
     if result.metrics is None:
-        console.print(f"[red]does not fit / illegal[/red]: {escape(title)}", soft_wrap=True)
-        for reason in result.reasons:
-            paragraph(console, reason, first="  - ")
-        console.print("metrics: null")
+        does_not_fit(console, title, result.reasons)
         return
     grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
                         ("80% interval", "right"), ("unit", "left")], wrap=(1,))

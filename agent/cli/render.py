@@ -21,6 +21,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -159,6 +160,15 @@ def paragraph(console: Console, text: str, indent: int = 2, first: str | None = 
     console.print(textwrap.fill(text, width=width, initial_indent=lead, subsequent_indent=" " * (len(lead) + 2),
                                 break_long_words=False, break_on_hyphens=False),
                   markup=False, highlight=False, soft_wrap=True)
+
+
+def does_not_fit(console: Console, title: str, reasons: Iterable[str]) -> None:
+    """A configuration that does not fit or is illegal, as predict and simulate report it
+    (PRODUCT.md §2: the reasons, `metrics: null`; the caller exits 1)."""
+    console.print(f"[red]does not fit / illegal[/red]: {escape(title)}", soft_wrap=True)
+    for reason in reasons:
+        paragraph(console, reason, first="  - ")
+    console.print("metrics: null")
 
 
 def say(console: Console, text: str) -> None:

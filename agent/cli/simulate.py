@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from agent.cli.app import (
     ALLOW_LARGE_HELP,
@@ -33,7 +32,7 @@ from agent.cli.app import (
 )
 from agent.cli.info import (ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options,
                             target_with_default_engine)
-from agent.cli.render import config_text, number, paragraph, percent, say, table, with_interval
+from agent.cli.render import config_text, does_not_fit, number, paragraph, percent, say, table, with_interval
 from levers.configuration import Configuration
 from levers.errors import InputError
 from levers.legality import context_reasons
@@ -154,11 +153,8 @@ def _does_not_fit(target, workload: str, configuration: Configuration, feasibili
                            "configuration_text": configuration.describe(), "legal": False,
                            "reasons": list(feasibility.reasons),
                            "memory": feasibility.memory.to_json() if feasibility.memory else None, "metrics": None})
-    title = f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: {configuration.describe()}"
-    console.print(f"[red]does not fit / illegal[/red]: {escape(title)}", soft_wrap=True)
-    for reason in feasibility.reasons:
-        paragraph(console, reason, first="  - ")
-    console.print("metrics: null")
+    does_not_fit(console, f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: "
+                          f"{configuration.describe()}", feasibility.reasons)
 
 
 class _progress:
