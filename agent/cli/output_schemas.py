@@ -102,7 +102,7 @@ POOL = {"type": "object", "required": ["role", "replicas", "gpus_per_replica", "
         "additionalProperties": False}
 SWEEP_POINT = {"type": "object", "properties": {
     **_v("configuration", "configuration_text", "mode", "source", "metrics"), "eligible": BOOL,
-    "throughput_per_gpu": nullable(NUM), "interactivity": nullable(NUM)}, "additionalProperties": False}
+    "output_throughput_per_gpu": nullable(NUM), "interactivity": nullable(NUM)}, "additionalProperties": False}
 
 
 def commands() -> dict[str, dict]:

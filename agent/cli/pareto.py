@@ -1,5 +1,5 @@
-"""`inferasim pareto`: sweep the legal space of one model and keep the throughput-per-GPU
-vs interactivity frontier (PRODUCT.md §2, METHOD §8).
+"""`inferasim pareto`: sweep the legal space of one model and keep the output
+throughput-per-GPU vs interactivity frontier (PRODUCT.md §2, METHOD §8).
 
 Default workload `1k/1k` (analytical); `--workload agentic` runs the DES per point.
 Runs on every local core, or on Ray with `--ray auto|ADDRESS`. Writes `points.csv`,
@@ -169,17 +169,17 @@ def render_sweep(result: SweepResult, paths: dict[str, Path]) -> None:
                  f"{result.workload.name}; among points with {result.rule.describe()} "
                  f"({number(result.num_ineligible)} excluded)")
     shown = spread(frontier, MAX_TABLE_ROWS)
-    for line in frontier_chart([(p.interactivity, p.throughput_per_gpu) for p in shown], min(console.width, 78),
-                               "tok/s/user (p50)", "total tok/s/GPU"):
+    for line in frontier_chart([(p.interactivity, p.output_throughput_per_gpu) for p in shown],
+                               min(console.width, 78), "tok/s/user (p50)", "output tok/s/GPU"):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     grid = table(None, [("key", "left"), ("tok/s/user\np50", "right"), ("TPOT\np50 ms", "right"),
-                        ("total tok/s\nper GPU", "right"), ("output tok/s\nper GPU", "right"),
+                        ("output tok/s\nper GPU", "right"), ("total tok/s\nper GPU", "right"),
                         ("TTFT\nmean ms", "right"), ("GPUs", "right"),
                         ("mode", "left"), ("configuration", "left")], wrap_last=True)
     for index, point in enumerate(shown):
         metrics = point.metrics
         grid.add_row(key_of(index), number(point.interactivity), number(metrics.get("tpot_ms_p50")),
-                     number(point.throughput_per_gpu), number(metrics.get("output_throughput_per_gpu")),
+                     number(point.output_throughput_per_gpu), number(metrics.get("throughput_per_gpu")),
                      number(metrics.get("ttft_ms_mean")),
                      str(point.config.total_gpus), str(point.mode), config_text(point.config))
     console.print(grid)

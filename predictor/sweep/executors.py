@@ -8,7 +8,7 @@ group, so the result of a sweep does not depend on the backend, the number of wo
 or the chunking: the same seed gives the same points in the same order.
 
 A group (one family at one concurrency) prices every speculative variant and keeps the
-one with the highest throughput per GPU (METHOD §3.8: the most committed tokens per unit
+one with the highest output throughput per GPU (METHOD §3.8: the most committed tokens per unit
 of time at that load; ties keep the shallower variant). On DES traffic (agentic) a group
 of several variants ranks them on bounded replays (`predictor.sim.fidelity`) and prices
 the kept one again at the full default, which is what its point reports: at 256 clients
@@ -49,7 +49,7 @@ POINT_METRICS: tuple[str, ...] = (
     "max_concurrency", "memory_per_gpu_gb",
     *(f"{key}_{bound}" for key in INTERVAL_METRICS for bound in ("lo", "hi")),
 )
-SELECTION_METRIC = "throughput_per_gpu"
+SELECTION_METRIC = "output_throughput_per_gpu"
 CHUNKS_PER_WORKER = 8        # enough chunks to balance uneven groups and move the progress bar
 MAX_CHUNK_GROUPS = 512       # bounds the work lost per chunk and the size of one reply
 RAY_INSTALL_HINT = "pip install 'inferasim[ray]'"

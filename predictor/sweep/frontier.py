@@ -1,4 +1,4 @@
-"""The Pareto frontier of a sweep: throughput per GPU against interactivity (METHOD §8).
+"""The Pareto frontier of a sweep: output throughput per GPU against interactivity (METHOD §8).
 
 Which points may be on it (:class:`FrontierRule`): a frontier over two axes ignores
 TTFT, and a saturated deployment whose queue has grown to minutes keeps a sliver more

@@ -1,5 +1,5 @@
-"""The Pareto plot of a sweep (PRODUCT.md §2 `pareto`, METHOD §8): throughput per GPU
-(tok/s/GPU) against interactivity (tok/s/user, the median over requests of 1/TPOT).
+"""The Pareto plot of a sweep (PRODUCT.md §2 `pareto`, METHOD §8): output throughput
+per GPU (output tok/s/GPU) against interactivity (tok/s/user, the median over requests of 1/TPOT).
 
 Drawn for a design review, so each visual channel answers one question:
 - colour: the layout family (colocated TP, attention-DP, EP, disaggregated), because the
@@ -45,7 +45,7 @@ MARKERS = {"native": "o", "bf16": "D", "fp8": "s", "fp4": "^"}
 INELIGIBLE_COLOUR = "#9a9a9a"
 NARROWEST = ("fp4", "fp8", "bf16")
 X_LABEL = "Interactivity (tok/s/user, median over requests of 1/TPOT)"
-Y_LABEL = "Throughput per GPU (tok/s/GPU, input + output)"
+Y_LABEL = "Output throughput per GPU (output tok/s/GPU)"
 PLOT_INSTALL_HINT = "pip install matplotlib (a core dependency of inferasim)"
 
 
@@ -97,7 +97,7 @@ def build_figure(plt: Any, points: Sequence[SweepPoint], title: str, rule: Front
     try:
         _draw_ineligible(axes, [p for p in points if not p.is_eligible], rule)
         _draw_points(axes, [p for p in points if p.is_eligible])
-        frontier = sorted((p for p in points if p.on_frontier), key=lambda p: (p.interactivity, -p.throughput_per_gpu))
+        frontier = sorted((p for p in points if p.on_frontier), key=lambda p: (p.interactivity, -p.output_throughput_per_gpu))
         _draw_frontier(axes, frontier)
         _draw_bounds(axes, rule)
         axes.set_xlabel(X_LABEL)
@@ -122,14 +122,14 @@ def _draw_points(axes: Any, points: Sequence[SweepPoint]) -> None:
         groups.setdefault(key, []).append(point)
     for (family, dtype, anchored), chosen in sorted(groups.items()):
         colour = FAMILIES[family]
-        axes.scatter([p.interactivity for p in chosen], [p.throughput_per_gpu for p in chosen], s=POINT_SIZE,
+        axes.scatter([p.interactivity for p in chosen], [p.output_throughput_per_gpu for p in chosen], s=POINT_SIZE,
                      marker=MARKERS[dtype], alpha=FAINT_ALPHA, linewidths=0.8, edgecolors=colour,
                      facecolors=colour if anchored else "none", zorder=2)
 
 
 def _draw_ineligible(axes: Any, points: Sequence[SweepPoint], rule: FrontierRule) -> None:
     if points:
-        axes.scatter([p.interactivity for p in points], [p.throughput_per_gpu for p in points], s=POINT_SIZE,
+        axes.scatter([p.interactivity for p in points], [p.output_throughput_per_gpu for p in points], s=POINT_SIZE,
                      marker="x", color=INELIGIBLE_COLOUR, alpha=0.5, linewidths=0.8, zorder=1,
                      label=f"off the frontier rule ({len(points)})")
 
@@ -137,17 +137,17 @@ def _draw_ineligible(axes: Any, points: Sequence[SweepPoint], rule: FrontierRule
 def _draw_frontier(axes: Any, frontier: Sequence[SweepPoint]) -> None:
     if not frontier:
         return
-    axes.plot([p.interactivity for p in frontier], [p.throughput_per_gpu for p in frontier], color="black",
+    axes.plot([p.interactivity for p in frontier], [p.output_throughput_per_gpu for p in frontier], color="black",
               linewidth=FRONTIER_WIDTH, zorder=3, label=f"frontier ({len(frontier)} points)")
     for point in frontier:
         colour = FAMILIES[layout_family(point.config)]
         anchored = point.mode is Mode.ANCHORED
-        axes.scatter([point.interactivity], [point.throughput_per_gpu], s=FRONTIER_SIZE, zorder=4,
+        axes.scatter([point.interactivity], [point.output_throughput_per_gpu], s=FRONTIER_SIZE, zorder=4,
                      marker=MARKERS[precision(point.config)], edgecolors="black" if anchored else colour,
                      linewidths=1.0 if anchored else 1.8, facecolors=colour if anchored else "white")
     step = max(1, -(-len(frontier) // MAX_LABELS))
     for rank, point in enumerate(frontier[::step]):
-        axes.annotate(short_label(point.config), (point.interactivity, point.throughput_per_gpu), fontsize=6.5,
+        axes.annotate(short_label(point.config), (point.interactivity, point.output_throughput_per_gpu), fontsize=6.5,
                       xytext=(6, 5 if rank % 2 == 0 else -9), textcoords="offset points", zorder=5)
 
 

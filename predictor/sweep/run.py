@@ -35,7 +35,10 @@ from predictor.sweep.space import SpaceOptions, SweepPlan
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
-THROUGHPUT_KEY = "throughput_per_gpu"      # tok/s/GPU, input + output tokens
+# The frontier's throughput: output tok/s per GPU over every GPU (issue 13: `throughput`
+# means output tokens for every workload; on agentic traffic input + output is mostly
+# cached prompt tokens). The total stays in each point's metrics (`throughput_per_gpu`).
+THROUGHPUT_KEY = "output_throughput_per_gpu"
 # tok/s/user: per request 1/TPOT, the median over requests (METHOD §7's default), so the
 # axis equals 1000 / the median TPOT; the mean of 1/TPOT is skewed by a few very short
 # requests on agentic traffic. Fixed-length (analytical) points have one value for both.
@@ -58,7 +61,7 @@ class SweepPoint:
     is_eligible: bool = True      # admitted by the sweep's FrontierRule (TTFT cap, bounds)
 
     @property
-    def throughput_per_gpu(self) -> float:
+    def output_throughput_per_gpu(self) -> float:
         return self.metrics.get(THROUGHPUT_KEY, math.nan)
 
     @property
@@ -67,7 +70,7 @@ class SweepPoint:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "throughput_per_gpu": _rounded(self.throughput_per_gpu),
+            "output_throughput_per_gpu": _rounded(self.output_throughput_per_gpu),
             "interactivity": _rounded(self.interactivity),
             "mode": str(self.mode), "source": self.source, "eligible": self.is_eligible,
             "configuration": self.config.to_dict(), "configuration_text": self.config.describe(),
@@ -97,7 +100,7 @@ class SweepResult:
     def frontier(self) -> tuple[SweepPoint, ...]:
         """Frontier points, by interactivity ascending (throughput descending)."""
         return tuple(sorted((p for p in self.points if p.on_frontier), key=lambda p: (p.interactivity,
-                                                                                    -p.throughput_per_gpu)))
+                                                                                    -p.output_throughput_per_gpu)))
 
     @property
     def num_points(self) -> int:
@@ -192,7 +195,7 @@ def _mark_frontier(points: list[SweepPoint], rule: FrontierRule) -> tuple[SweepP
     eligible = [rule.admits(p.metrics) for p in points]
     nan = math.nan
     prefer = [(p.metrics.get("ttft_ms_mean", math.inf), p.config.total_gpus, p.config.concurrency) for p in points]
-    on = set(pareto_indices([p.throughput_per_gpu if ok else nan for p, ok in zip(points, eligible)],
+    on = set(pareto_indices([p.output_throughput_per_gpu if ok else nan for p, ok in zip(points, eligible)],
                             [p.interactivity for p in points], prefer))
     return tuple(SweepPoint(p.group, p.config, p.mode, p.source, p.metrics, i in on, eligible[i])
                  for i, p in enumerate(points))

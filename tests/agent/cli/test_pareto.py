@@ -29,9 +29,9 @@ def test_json_output_files_and_frontier(runner, tmp_path):
     for name in ("points.csv", "frontier.csv", "sweep.json", "pareto.png"):
         assert (out / name).stat().st_size > 0
     with open(out / "points.csv") as handle:
-        points = [(float(r["throughput_per_gpu"]), float(r["interactivity_mean"])) for r in csv.DictReader(handle)]
+        points = [(float(r["output_throughput_per_gpu"]), float(r["interactivity_p50"])) for r in csv.DictReader(handle)]
     assert len(points) == data["num_points"]
-    frontier = [(p["throughput_per_gpu"], p["interactivity"]) for p in data["frontier"]]
+    frontier = [(p["output_throughput_per_gpu"], p["interactivity"]) for p in data["frontier"]]
     assert len(frontier) >= 3
     for point in data["frontier"]:
         assert point["mode"] in ("anchored", "rank-only") and point["configuration_text"] and point["configuration"]["tp"] >= 1

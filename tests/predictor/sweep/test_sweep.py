@@ -52,7 +52,10 @@ def fake_predict(target, config, workload, *, seed=0, num_requests=None):
     step_ms = 4.0 + 12.0 * WEIGHT_FACTOR[config.weight_dtype] / config.tp + 0.2 * kv * batch * (1 + depth)
     committed = 1.0 + 0.7 * depth - 0.15 * depth ** 2
     interactivity = 1000.0 * committed / step_ms
-    metrics = {"throughput_per_gpu": interactivity * config.concurrency * 2 / config.total_gpus,
+    output = interactivity * config.concurrency / config.total_gpus
+    # input + output: not physical here, it ranks the points in the opposite order, so a
+    # frontier or a variant choice taken on the total instead of the output fails the tests
+    metrics = {"output_throughput_per_gpu": output, "throughput_per_gpu": 1e6 / (1.0 + output),
                "interactivity_mean": interactivity, "interactivity_p50": interactivity,
                "tpot_ms_mean": step_ms / committed, "ttft_ms_mean": 100.0 * config.concurrency}
     mode = Mode.ANCHORED if config.tp == 2 else Mode.RANK_ONLY
@@ -183,7 +186,7 @@ def test_best_speculative_variant_is_kept_per_concurrency(small_target):
     for point in result.points:
         variants = [replace(point.config, spec_method=m, spec_depth=d)
                     for m, d in (("none", 0), ("mtp", 1), ("mtp", 2))]
-        scores = [fake_predict(small_target, v, WORKLOAD).metrics["throughput_per_gpu"] for v in variants]
+        scores = [fake_predict(small_target, v, WORKLOAD).metrics["output_throughput_per_gpu"] for v in variants]
         assert point.config.spec_depth == scores.index(max(scores))
         depths.add(point.config.spec_depth)
     assert depths == {0, 1, 2}   # the fake makes each depth win somewhere
@@ -202,7 +205,7 @@ def test_local_pool_matches_the_serial_run(small_target):
 
 def test_frontier_marks_are_the_non_dominated_points(small_target):
     result = run_sweep(small_target, WORKLOAD, options=SMALL, executor=SerialExecutor(), predict_fn=fake_predict)
-    coordinates = [(p.throughput_per_gpu, p.interactivity) for p in result.points]
+    coordinates = [(p.metrics["output_throughput_per_gpu"], p.interactivity) for p in result.points]
     non_dominated = {xy for xy in coordinates if not any(dominates(other, xy) for other in coordinates)}
     on = [xy for point, xy in zip(result.points, coordinates) if point.on_frontier]
     assert sorted(on) == sorted(non_dominated)      # each frontier coordinate exactly once
@@ -221,9 +224,9 @@ def test_ttft_cap_keeps_saturated_points_off_the_frontier(small_target):
     assert any(p.metrics["ttft_ms_mean"] > 5_000.0 for p in uncapped.frontier)
     assert capped.frontier and all(p.metrics["ttft_ms_mean"] <= 5_000.0 for p in capped.frontier)
     assert capped.num_ineligible == sum(p.metrics["ttft_ms_mean"] > 5_000.0 for p in capped.points) > 0
-    eligible = [(p.throughput_per_gpu, p.interactivity) for p in capped.points if p.is_eligible]
+    eligible = [(p.output_throughput_per_gpu, p.interactivity) for p in capped.points if p.is_eligible]
     for point in capped.frontier:   # the frontier of the eligible points, exactly
-        assert not any(dominates(other, (point.throughput_per_gpu, point.interactivity)) for other in eligible)
+        assert not any(dominates(other, (point.output_throughput_per_gpu, point.interactivity)) for other in eligible)
     assert capped.to_json()["frontier_rule"]["ttft_max_ms"] == 5_000.0
 
 
@@ -289,9 +292,9 @@ def test_files_and_plot(small_target, tmp_path):
         frontier_rows = list(csv.DictReader(handle))
     assert tuple(rows[0].keys()) == COLUMNS and len(rows) == result.num_points
     assert len(frontier_rows) == len(result.frontier) and all(r["on_frontier"] == "true" for r in frontier_rows)
-    best = max(result.points, key=lambda p: p.throughput_per_gpu)
-    top = max(float(r["throughput_per_gpu"]) for r in frontier_rows)
-    assert top == pytest.approx(best.throughput_per_gpu, rel=1e-5)   # CSV keeps 6 significant digits
+    best = max(result.points, key=lambda p: p.output_throughput_per_gpu)
+    top = max(float(r["output_throughput_per_gpu"]) for r in frontier_rows)
+    assert top == pytest.approx(best.output_throughput_per_gpu, rel=1e-5)   # CSV keeps 6 significant digits
     summary = json.loads(paths["sweep"].read_text())
     assert summary["num_points"] == result.num_points and len(summary["frontier"]) == len(result.frontier)
     _check_png(paths["plot"])
