@@ -281,8 +281,13 @@ class SeedPlanner:
                 yield {"fusions": fusions}
 
     def _collectives(self, base: Configuration) -> Iterator[Partial]:
+        """The all-reduce algorithms the engine's launch can set (`allreduce_choices`): a
+        pick with another cannot be deployed as priced (vLLM has no flag for its custom
+        one- or two-shot; it picks one by message size)."""
         if base.tp > 1:
-            yield from _ladder(base, "allreduce_algorithm", allowed_values(self.context, "allreduce_algorithm"))
+            launchable = adapter_for(self.context.target.engine).allreduce_choices
+            yield from _ladder(base, "allreduce_algorithm",
+                               [v for v in allowed_values(self.context, "allreduce_algorithm") if v in launchable])
 
     def _disaggregation(self, base: Configuration) -> Iterator[Partial]:
         """Split pools, or back to colocated; none on an engine whose command line cannot

@@ -34,7 +34,9 @@ vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM and ATOM at the commits recorded there)
   engines (`launch.host_tier_gb`): refused on every engine.
 - `allreduce_algorithm` (`launch.allreduce_choice`): ``library`` is vLLM's and SGLang's
   --disable-custom-all-reduce, ``fused_rmsnorm`` SGLang's --enable-flashinfer-allreduce-fusion,
-  TensorRT-LLM's `allreduce_strategy` NCCL / ONESHOT / TWOSHOT; the rest is refused.
+  ``quick_reduce`` (ROCm) vLLM's VLLM_ROCM_QUICK_REDUCE_QUANTIZATION=INT8 and SGLang's
+  ROCM_QUICK_REDUCE_QUANTIZATION=INT8 (the int8 payload priced), TensorRT-LLM's
+  `allreduce_strategy` NCCL / ONESHOT / TWOSHOT; the rest is refused.
 - ATOM (`python -m atom.entrypoints.openai_server`): --tensor-parallel-size,
   --data-parallel-size with --enable-dp-attention, --enable-expert-parallel,
   --kv_cache_dtype, --cudagraph-capture-sizes "[..]" / --enforce-eager, --method mtp
@@ -58,7 +60,9 @@ The shared records (launch request and command, protocol, ladders) live in
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
@@ -73,6 +77,7 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
     LaunchCommand,
     LaunchRequest,
     PoolRole,
+    Switch,
     allreduce_choice,
     changed_dtype,
     draft_for,
@@ -109,6 +114,10 @@ class VllmAdapter(GpuAdapter):
     _MOE = MappingProxyType({"triton": "triton", "aiter": "aiter", "deepgemm": "deep_gemm", "cutlass": "cutlass",
                              "flashinfer": "flashinfer_cutlass"})
     _MOE_ENV = MappingProxyType({"aiter": {"VLLM_ROCM_USE_AITER": "1"}})
+    # quick_reduce is priced on an int8 payload (`predictor.step.comm_cost`): INT8
+    allreduce_choices = MappingProxyType({
+        "library": Switch(("--disable-custom-all-reduce",)),
+        "quick_reduce": Switch(env=MappingProxyType({"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT8"}))})
     _CONNECTORS = MappingProxyType({"nixl": "NixlConnector", "mooncake": "MooncakeConnector",
                                     "mori": "MoRIIOConnector"})
 
@@ -128,7 +137,9 @@ class VllmAdapter(GpuAdapter):
         env: dict[str, str] = {}
         if config.chunked_prefill_size < config.max_batched_tokens:   # a prompt's chunk per step (V1 scheduler)
             argv += ["--long-prefill-token-threshold", str(config.chunked_prefill_size)]
-        argv += allreduce_choice(self.engine, config, {"library": ("--disable-custom-all-reduce",)}) or ()
+        if switch := allreduce_choice(self.engine, config, self.allreduce_choices):
+            argv += switch.flags
+            env.update(switch.env)
         if config.ep > 1:
             argv.append(expert_parallel_flag(self.engine, config))
         if config.dcp > 1:
@@ -179,6 +190,10 @@ class SglangAdapter(GpuAdapter):
     _MOE = MappingProxyType({"triton": "triton", "deepgemm": "deep_gemm", "cutlass": "cutlass",
                              "flashinfer": "flashinfer_cutlass"})
     _SPEC = MappingProxyType({"mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"})
+    allreduce_choices = MappingProxyType({
+        "library": Switch(("--disable-custom-all-reduce",)),
+        "fused_rmsnorm": Switch(("--enable-flashinfer-allreduce-fusion",)),
+        "quick_reduce": Switch(env=MappingProxyType({"ROCM_QUICK_REDUCE_QUANTIZATION": "INT8"}))})
 
     def _check_fp8(self, config: Configuration, native: dict[str, str]) -> None:
         """SGLang's online ``--quantization fp8`` quantizes every linear and MoE layer of a
@@ -205,8 +220,9 @@ class SglangAdapter(GpuAdapter):
                 "--chunked-prefill-size", str(config.chunked_prefill_size),
                 "--mem-fraction-static", request.memory_flag(config)]
         env: dict[str, str] = {}
-        argv += allreduce_choice(self.engine, config, {"library": ("--disable-custom-all-reduce",),
-                                                       "fused_rmsnorm": ("--enable-flashinfer-allreduce-fusion",)}) or ()
+        if switch := allreduce_choice(self.engine, config, self.allreduce_choices):
+            argv += switch.flags
+            env.update(switch.env)
         if config.attention_dp > 1:
             argv += ["--attn-dp-size", str(config.attention_dp)]
         if config.dcp > 1:
@@ -263,7 +279,7 @@ class AtomAdapter(GpuAdapter):
         if host_tier_gb(self.engine, config) > 0:
             raise refuse(self.engine, "host_kv_tier_gb", config.host_kv_tier_gb, "0 (no host KV tier flag in the "
                          "release checked)")
-        allreduce_choice(self.engine, config, {})     # no all-reduce flag: any value is refused
+        allreduce_choice(self.engine, config, self.allreduce_choices)   # none: any value is refused
         if request.pool is not None:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")
@@ -305,6 +321,7 @@ class LlamaCppAdapter:
     tokenize_path: str | None = "/extras/tokenize"
     serves_one_request_at_a_time = True
     launches_split_pools = False
+    allreduce_choices: Mapping[str, Any] = MappingProxyType({})   # one process, no all-reduce
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
         return ()

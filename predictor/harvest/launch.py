@@ -13,7 +13,8 @@ import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
@@ -89,6 +90,9 @@ class EngineAdapter(Protocol):
     tokenize_path: str | None
     serves_one_request_at_a_time: bool
     launches_split_pools: bool    # its command line starts a disaggregated prefill / decode pool
+    # `allreduce_algorithm` value -> what the launch sets for it (flags, or an option's
+    # value); the values missing have no way onto its command line and are refused
+    allreduce_choices: Mapping[str, Any]
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]: ...
 
@@ -136,10 +140,19 @@ def host_tier_gb(engine: Engine, config: Configuration) -> float:
 T = TypeVar("T")
 
 
+class Switch(NamedTuple):
+    """What a launch sets for one value of a lever: command-line flags and environment
+    variables (vLLM and SGLang turn ROCm's quick all-reduce on by environment only)."""
+
+    flags: tuple[str, ...] = ()
+    env: Mapping[str, str] = MappingProxyType({})
+
+
 def allreduce_choice(engine: Engine, config: Configuration, choices: Mapping[str, T]) -> T | None:
     """What ``engine``'s launch sets for the `allreduce_algorithm` lever (``choices``: value
-    -> flags or option value; None when the lever is unset); a value the engine has no way
-    to set is refused, not dropped (the lever changes the priced communication)."""
+    -> a :class:`Switch` or an option's value; None when the lever is unset); a value the
+    engine has no way to set is refused, not dropped (the lever changes the priced
+    communication)."""
     value = config.allreduce_algorithm
     if value is None:
         return None
@@ -178,6 +191,7 @@ class GpuAdapter:
     tokenize_path: str | None = "/tokenize"
     serves_one_request_at_a_time = False
     launches_split_pools = True
+    allreduce_choices: Mapping[str, Any] = MappingProxyType({})
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
         return () if config.graph_capture == "none" else ladder(config, CAPTURE_LADDER)

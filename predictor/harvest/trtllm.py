@@ -62,7 +62,8 @@ class TrtllmAdapter(GpuAdapter):
     _MOE = MappingProxyType({"trtllm": "TRTLLM", "cutlass": "CUTLASS", "deepgemm": "DEEPGEMM"})
     _SPEC = MappingProxyType({"mtp": "MTP", "ngram": "NGram"})
     # the LLM API's allreduce_strategy (fused_rmsnorm and quick_reduce have no strategy of their own)
-    _ALLREDUCE = MappingProxyType({"library": "NCCL", "custom_one_shot": "ONESHOT", "custom_two_shot": "TWOSHOT"})
+    allreduce_choices = MappingProxyType({"library": "NCCL", "custom_one_shot": "ONESHOT",
+                                          "custom_two_shot": "TWOSHOT"})
     HELIX_BLOCK_TOKENS = 32       # the block size TensorRT-LLM's Helix example runs, when the lever is unset
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
@@ -116,7 +117,7 @@ class TrtllmAdapter(GpuAdapter):
             "enable_attention_dp": config.attention_dp > 1, "kv_cache_config": kv_cache,
             "cuda_graph_config": {"batch_sizes": list(sizes), "enable_padding": True} if sizes else None,
         }
-        if strategy := allreduce_choice(self.engine, config, self._ALLREDUCE):
+        if strategy := allreduce_choice(self.engine, config, self.allreduce_choices):
             options["allreduce_strategy"] = strategy
         if config.moe_backend:
             options["moe_config"] = {"backend": self._MOE[config.moe_backend]}

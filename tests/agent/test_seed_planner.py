@@ -106,3 +106,16 @@ def test_an_engine_without_a_chunk_size_moves_it_with_the_budget(engine, own_chu
     assert moved and bool(chunk_only) is own_chunk
     if not own_chunk:
         assert all(c.chunked_prefill_size == c.max_batched_tokens for c in moved)
+
+
+@pytest.mark.parametrize("engine, cluster, offered", [
+    ("vllm", "b200x8", {"library"}), ("sglang", "b200x8", {"library", "fused_rmsnorm"}),
+    ("trtllm", "b200x8", {"library", "custom_one_shot", "custom_two_shot"}),
+    ("vllm", "mi355x", {"library", "quick_reduce"}), ("atom", "mi355x", set())])
+def test_all_reduce_seeds_are_the_ones_the_engine_launch_can_set(engine, cluster, offered):
+    """vLLM has no flag for its custom one- or two-shot all-reduce (it picks one by message
+    size): such a seed priced a pick `deploy` refuses."""
+    context = make_context("deepseek-r1", cluster=cluster, engine=engine)   # TP8 baseline
+    _, seeds = _round_zero(context)
+    values = {s.config.allreduce_algorithm for s in seeds if s.config.allreduce_algorithm is not None}
+    assert values == offered

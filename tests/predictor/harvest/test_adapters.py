@@ -330,3 +330,7 @@ def test_the_allreduce_algorithm_is_launched_or_refused_never_dropped():
         with pytest.raises(InputError, match="allreduce_algorithm"):
             adapter_for(engine).launch(Configuration(tp=8, allreduce_algorithm=value), REQUEST, FP8)
     assert "all-reduce" not in " ".join(argv("vllm", tp=8)[0])
+    # ROCm's quick all-reduce, priced on an int8 payload, is an environment variable
+    assert argv("vllm", tp=8, allreduce_algorithm="quick_reduce")[1]["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT8"
+    assert argv("sglang", tp=8, allreduce_algorithm="quick_reduce")[1]["ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT8"
+    assert not any("QUICK_REDUCE" in name for name in argv("vllm", tp=8)[1])
