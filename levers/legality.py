@@ -141,25 +141,28 @@ def _recipe_dtype(config: Configuration, model: ModelShape, component: str) -> s
 def routed_expert_dtype(config: Configuration, model: ModelShape) -> str | None:
     """The routed experts' stored dtype: the `expert_dtype` lever, else the recipe's, else
     the checkpoint's (None on a dense model), a 4-bit checkpoint's by its format when it
-    names one other than the platform's FP4 (`NativeDtypes.expert_format`: mxfp4, int4)."""
-    if config.expert_dtype:
-        return config.expert_dtype
-    recipe = _recipe_dtype(config, model, "routed_experts")
-    if recipe is not None:
-        return recipe
+    names one other than the platform's FP4 (`NativeDtypes.expert_format`: mxfp4, int4);
+    ``fp4`` on an MXFP4 checkpoint is its own MXFP4 (`predictor.cards.precision`)."""
     native = getattr(model, "native_dtypes", None)
+    expert_format = getattr(native, "expert_format", None)
+    chosen = config.expert_dtype or _recipe_dtype(config, model, "routed_experts")
+    if chosen is not None:
+        return "mxfp4" if chosen == "fp4" and expert_format == "mxfp4" else chosen
     expert = getattr(native, "expert", None)
     if expert is None:
         return None
-    return getattr(native, "expert_format", None) or str(expert)
+    return expert_format or str(expert)
 
 
 def _nvfp4_expert_options(model: ModelShape) -> str:
     """How to give ``model`` NVFP4 routed experts: its recipes that store them so, or a
-    requantized checkpoint (`expert_dtype=fp4`: the platform's FP4, NVFP4 on NVIDIA)."""
-    recipes = [f"weight_dtype=recipe:{r.name}" for r in getattr(model, "recipes", ())
+    requantized checkpoint (`expert_dtype=fp4`, the platform's FP4: NVFP4 on NVIDIA; on an
+    MXFP4 checkpoint fp4 is its own MXFP4, so only a recipe)."""
+    options = [f"weight_dtype=recipe:{r.name}" for r in getattr(model, "recipes", ())
                if r.routed_experts in DWDP_EXPERT_DTYPES]
-    return " or ".join([*recipes, "expert_dtype=fp4 (an NVFP4 requantization)"])
+    if getattr(getattr(model, "native_dtypes", None), "expert_format", None) != "mxfp4":
+        options.append("expert_dtype=fp4 (an NVFP4 requantization)")
+    return " or ".join(options) or "an NVFP4 checkpoint (this card lists none: `inferasim models`)"
 
 
 def _engine_support(config: Configuration, engine: Engine) -> list[str]:

@@ -12,7 +12,12 @@ target layers and follow the target's components; an EAGLE-3 head ships in BF16.
 
 Bytes per value: bf16 2, fp8 1, fp4 the platform's format (NVFP4 4.5 bits on NVIDIA,
 MXFP4 4.25 bits on AMD), ``nvfp4`` 4.5 and ``mxfp4`` 4.25 bits wherever they run (block
-scales included, METHOD §3.9).
+scales included, METHOD §3.9). Routed experts at ``fp4`` on a checkpoint whose experts are
+MXFP4 (`NativeDtypes.expert_format`: gpt-oss, Kimi-K3, DeepSeek-V4) are that checkpoint's
+MXFP4 on every GPU, whether the lever is unset, set to ``fp4`` or taken from an anchor or a
+corpus row that ran the checkpoint: engines load its MXFP4 blocks as they are (Blackwell's
+MoE kernels and Hopper's Marlin path alike), so one checkpoint is sized and read one way.
+An NVFP4 requantization is a recipe the card lists (Kimi-K3's ``nvfp4``).
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ def component_dtypes(card: ModelCard, weight_dtype: str | None = None,
             values[name] = own
     if expert_dtype is not None:
         values["routed_experts"] = expert_dtype
+    if values["routed_experts"] == "fp4" and native.expert_format == "mxfp4":
+        values["routed_experts"] = "mxfp4"     # the checkpoint's own blocks (module docstring)
     return ComponentDtypes(**values, recipe=spec.recipe)
 
 

@@ -61,7 +61,11 @@ def test_unknown_recipe_is_a_legality_reason_and_a_memory_error():
 def test_levers_override_the_recipe_in_order():
     card = load_card("kimi-k3")
     native = component_dtypes(card)
-    assert (native.attention, native.shared_experts, native.routed_experts) == ("bf16", "bf16", "fp4")
+    assert (native.attention, native.shared_experts, native.routed_experts) == ("bf16", "bf16", "mxfp4")
+    # fp4 on an MXFP4 checkpoint is its own blocks, however it is asked (an anchor or a
+    # corpus row that ran the checkpoint says fp4): one checkpoint, one size
+    assert component_dtypes(card, expert_dtype="fp4").routed_experts == "mxfp4"
+    assert component_dtypes(load_card("deepseek-r1"), expert_dtype="fp4").routed_experts == "fp4"   # NVFP4 on NVIDIA
     recipe = component_dtypes(card, "recipe:nvfp4")
     assert (recipe.attention, recipe.shared_experts, recipe.routed_experts) == ("fp8", "bf16", "nvfp4")
     mixed = component_dtypes(card, "recipe:nvfp4+attention:bf16", expert_dtype="fp8")

@@ -79,7 +79,10 @@ def test_legality_of_the_new_layouts():
             assert any("needs NVFP4 routed experts" in r and f"not {native}" in r for r in reasons), (name, extra)
     k3 = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8"),
                             Engine.TRTLLM, card, parse_cluster("gb300x4x4"))
-    assert any("weight_dtype=recipe:nvfp4 or expert_dtype=fp4" in r for r in k3)   # its NVFP4 recipe offered
+    assert any("weight_dtype=recipe:nvfp4" in r and "expert_dtype" not in r for r in k3)   # its NVFP4 recipe
+    fp4 = structural_reasons(split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8,expert_dtype=fp4"),
+                             Engine.TRTLLM, card, parse_cluster("gb300x4x4"))
+    assert any("not mxfp4" in r for r in fp4)     # fp4 on an MXFP4 checkpoint is its MXFP4, not a requantization
     assert not any("NVFP4" in r for r in structural_reasons(
         split("disaggregated=true,prefill_layout=DWDP8,decode_layout=TP8/EP8/DP8,weight_dtype=recipe:nvfp4"),
         Engine.TRTLLM, card, parse_cluster("gb300x4x4")))
