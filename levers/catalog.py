@@ -331,7 +331,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever(14, "activation_dtype", _A, "GEMM activation precision; a GEMM whose weights are wider keeps their "
           "width (no W8A4 or W16A8 kernel) (unset: follows weights, bf16 for fp4)",
           _each(DTYPES), optional=True),
-    Lever(15, "expert_dtype", _A, "routed experts (unset: checkpoint)", _each(DTYPES), optional=True),
+    Lever(15, "expert_dtype", _A, "routed experts (unset: checkpoint; fp4 on an MXFP4 checkpoint is its "
+          "own MXFP4)", _each(DTYPES), optional=True),
     Lever(16, "kv_cache_dtype", _A, "KV cache precision; also sizes the pool", _each(("bf16", "fp8")),
           optional=True),
     Lever(17, "attention_backend", _A, "attention kernels (unset: engine default)",

@@ -14,8 +14,9 @@ joined by ``+``:
 
 Later items override earlier ones and the recipe; ``expert_dtype`` overrides the recipe's
 routed experts. DTYPE is ``bf16``, ``fp8``, ``fp4`` (the platform's FP4: NVFP4 on NVIDIA,
-MXFP4 on AMD), or an explicit FP4 format, ``nvfp4`` (4.5 bits per value) or ``mxfp4``
-(4.25). The canonical text is the recipe, then the bare dtype, then components in the
+MXFP4 on AMD; routed experts at ``fp4`` on a checkpoint that ships them in MXFP4 are
+that MXFP4, `predictor.cards.precision`), or an explicit FP4 format, ``nvfp4`` (4.5 bits
+per value) or ``mxfp4`` (4.25). The canonical text is the recipe, then the bare dtype, then components in the
 order above, so equal specs compare equal; a lone dtype stays the plain value it was.
 This layer checks syntax only; whether a recipe exists is the card's question
 (:mod:`levers.legality`).
