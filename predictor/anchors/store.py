@@ -264,8 +264,16 @@ class AnchorStore:
 def _ordered(anchors: list[Anchor], key) -> list[Anchor]:
     """Sort by `key`, then newest harvest, then id (stable sorts compose)."""
     by_id = sorted(anchors, key=lambda a: a.id)
-    newest = sorted(by_id, key=lambda a: a.provenance.timestamp, reverse=True)
+    newest = sorted(by_id, key=lambda a: _when(a.provenance.timestamp), reverse=True)
     return sorted(newest, key=key)
+
+
+def _when(timestamp: str) -> str:
+    """An ISO date or time sorts as itself; anything else (28 embedded corpus anchors say
+    "unknown") as older than every dated anchor: as a string "unknown" sorted after every
+    date, so it beat a user's fresh harvest of the same stack."""
+    text = str(timestamp).strip()
+    return text if text[:4].isdigit() else ""
 
 
 def _model_names(card: ModelCard) -> set[str]:

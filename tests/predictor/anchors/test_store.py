@@ -16,6 +16,7 @@ from predictor.anchors.anchor import HOST_AT_BOUND, STALL_AT_BOUND, Anchor, Deco
 from predictor.anchors.check import plain_coverage
 from predictor.anchors.store import (
     AnchorStore,
+    _ordered,
     anchor_id_for,
     build_anchor,
     load_anchor_file,
@@ -261,6 +262,14 @@ def test_default_store_reads_user_cache_and_skips_bad_files():
     assert newer.id == user.id
     save_anchor(newer)
     assert AnchorStore.default().get(user.id).provenance.timestamp.startswith("2026")  # re-read on change
+
+
+def test_a_dated_harvest_is_newer_than_an_anchor_of_unknown_date():
+    """28 embedded corpus anchors say "unknown": as a string it sorted after every date,
+    so a user's fresh harvest of the same stack lost to the embedded one."""
+    undated, dated = make_anchor(timestamp="unknown"), make_anchor(timestamp="2026-12-07T03:00:00+00:00")
+    older = make_anchor(timestamp="2026-02-06")
+    assert _ordered([undated, older, dated], key=lambda anchor: 0) == [dated, older, undated]
 
 
 def test_the_plain_configuration_of_every_embedded_stack_is_anchored_by_it():
