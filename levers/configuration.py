@@ -148,6 +148,7 @@ class Configuration:
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Configuration))
+DEFAULT_CHUNK_TOKENS = Configuration().chunked_prefill_size
 
 
 def engine_only_values(engine: Engine | str, given: Iterable[str] = ()) -> dict[str, Any]:
@@ -248,6 +249,19 @@ def config_file_pairs(path: str) -> list[tuple[str, Any]]:
 
 def _split_items(text: str) -> list[str]:
     return [item.strip() for item in str(text).split(",") if item.strip()]
+
+
+def from_partial(partial: Mapping[str, Any]) -> Configuration:
+    """The lever defaults with a user's partial configuration over them (``--config``, a
+    plan-mix candidate, a harvest). A prompt chunk left unset follows a smaller step
+    budget: an engine's chunk never exceeds its step's token budget, so
+    ``max_batched_tokens=2048`` alone means 2,048-token chunks, not an illegal pair with
+    the default 8,192-token chunk (a chunk given above the budget stays refused)."""
+    changes = dict(partial)
+    budget = changes.get("max_batched_tokens")
+    if budget is not None and "chunked_prefill_size" not in changes:
+        changes["chunked_prefill_size"] = min(DEFAULT_CHUNK_TOKENS, budget)
+    return Configuration().with_changes(changes)
 
 
 def configuration_from_dict(data: Mapping[str, Any]) -> Configuration:

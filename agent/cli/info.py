@@ -12,7 +12,7 @@ from rich.markup import escape
 from agent.cli.app import app, cli_errors, console, int_option, print_json
 from agent.cli.render import MISSING, number, objective_header, paragraph, say, table
 from levers.catalog import LEVERS, Engine, parse_engine
-from levers.configuration import Configuration, parse_config_text, parse_partial
+from levers.configuration import Configuration, from_partial, parse_config_text, parse_partial
 from levers.inputs import read_text
 from levers.legality import structural_reasons
 from objectives.objectives import list_objectives
@@ -153,7 +153,7 @@ def configuration_from_options(config: list[str] | None, concurrency: int | None
     partial = parse_config_text(config)
     if concurrency is not None:
         partial.update(parse_partial({"concurrency": concurrency}))
-    return Configuration().with_changes(partial)
+    return from_partial(partial)
 
 
 def priced_configuration(target: Target, configuration: Configuration,

@@ -15,7 +15,7 @@ from typing import Any
 
 from ledgers.review import best_record
 from ledgers.store import load_ledger
-from levers.configuration import Configuration, configuration_from_dict, parse_config_text
+from levers.configuration import Configuration, configuration_from_dict, from_partial, parse_config_text
 from levers.errors import InputError, accepted_list, did_you_mean
 from levers.inputs import load_json
 from predictor.cards.registry import load_card
@@ -106,5 +106,5 @@ def from_plan(path: str, slot: str | None) -> Pick:
 
 def from_config(target: Target, texts: list[str] | None) -> Pick:
     """``--config`` pairs over the lever defaults on a resolved target."""
-    config = Configuration().with_changes(parse_config_text(texts))    # its recipe as `predict` prices it
+    config = from_partial(parse_config_text(texts))    # its recipe as `predict` prices it
     return Pick(target, config, "--config", priced_context=PREDICT_CONTEXT_TOKENS)

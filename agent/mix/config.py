@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from levers.catalog import ENGINES, parse_engine
-from levers.configuration import Configuration, parse_partial
+from levers.configuration import Configuration, from_partial, parse_partial
 from levers.errors import InputError, accepted_list
 from levers.inputs import is_number, parse_yaml, quote, read_text
 from objectives.objectives import LATENCY_STATS
@@ -347,4 +347,4 @@ def _candidate(item: Mapping[str, Any], what: str) -> Configuration:
             partial.update(parse_partial({str(name): value}))
         except InputError as error:
             raise _relocated(error, f"{what}.{name}") from None
-    return Configuration().with_changes(partial)
+    return from_partial(partial)

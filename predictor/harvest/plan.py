@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from levers.catalog import LEVERS, Engine
-from levers.configuration import Configuration, engine_only_values, format_value, parse_config_text
+from levers.configuration import Configuration, engine_only_values, format_value, from_partial, parse_config_text
 from levers.errors import InputError
 from levers.inputs import quote
 from levers.legality import structural_reasons
@@ -330,7 +330,7 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
     cluster = _cluster(request.cluster, engine)
     partial = parse_config_text(request.config_text)
     engine_defaults = engine_only_values(engine, partial)
-    config = Configuration().with_changes({**engine_defaults, **partial})
+    config = from_partial({**engine_defaults, **partial})
     reasons = structural_reasons(config, engine, card, cluster)
     if reasons:
         raise InputError("--config", "; ".join(reasons), "a legal configuration (inferasim levers)")

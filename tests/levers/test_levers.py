@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 
 from levers.catalog import LEVERS, get_lever, parse_layout
-from levers.configuration import Configuration, configuration_from_dict, parse_config_text
+from levers.configuration import Configuration, configuration_from_dict, from_partial, parse_config_text
 from levers.errors import InputError
 from levers.legality import context_reasons, fusion_reasons, structural_reasons
 
@@ -215,3 +215,18 @@ def test_yaml_on_off_read_as_booleans_are_the_levers_on_off():
     from levers.configuration import parse_partial
     assert parse_partial({"prefix_cache": False}) == {"prefix_cache": "off"}
     assert parse_partial({"prefix_cache": True}) == {"prefix_cache": "on"}
+
+
+def test_an_unset_prompt_chunk_follows_a_smaller_step_budget():
+    """`--config max_batched_tokens=2048` alone was illegal on every engine (the default
+    8,192-token chunk exceeded it); a chunk the user gives above the budget stays refused."""
+    small = from_partial(parse_config_text("max_batched_tokens=2048"))
+    assert (small.max_batched_tokens, small.chunked_prefill_size) == (2048, 2048)
+    assert from_partial(parse_config_text("max_batched_tokens=32768")).chunked_prefill_size == 8192
+    assert from_partial(parse_config_text("chunked_prefill_size=1024")).chunked_prefill_size == 1024
+    given = from_partial(parse_config_text("max_batched_tokens=2048,chunked_prefill_size=4096"))
+    assert given.chunked_prefill_size == 4096
+    nvidia = Cluster(Gpu(vendor="nvidia"))
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert not structural_reasons(small, engine, Model(), nvidia)
+        assert any("exceeds max_batched_tokens" in r for r in structural_reasons(given, engine, Model(), nvidia))
