@@ -267,8 +267,9 @@ class SeedPlanner:
                 if ep != base.ep and base.tp % ep == 0 and self._experts_divide(ep):
                     yield {"ep": ep, **({"all_to_all_backend": "none"} if ep == 1 else {})}
             widest_ep = _largest(lambda w: base.tp % w == 0 and self._experts_divide(w))
+            launchable = adapter_for(self.context.target.engine).all_to_all_choices   # a pick deploy can run
             for backend in allowed_values(self.context, "all_to_all_backend"):
-                if backend not in ("none", base.all_to_all_backend) and widest_ep > 1:
+                if backend in launchable and backend != base.all_to_all_backend and widest_ep > 1:
                     yield {"all_to_all_backend": backend, "ep": base.ep if base.ep > 1 else widest_ep}
             yield from _ladder(base, "moe_backend", allowed_values(self.context, "moe_backend"))
             yield from _ladder(base, "eplb_replicas",

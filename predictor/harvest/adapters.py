@@ -37,6 +37,9 @@ vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM and ATOM at the commits recorded there)
   ``quick_reduce`` (ROCm) vLLM's VLLM_ROCM_QUICK_REDUCE_QUANTIZATION=INT8 and SGLang's
   ROCM_QUICK_REDUCE_QUANTIZATION=INT8 (the int8 payload priced), TensorRT-LLM's
   `allreduce_strategy` NCCL / ONESHOT / TWOSHOT; the rest is refused.
+- `all_to_all_backend` (`launch.all_to_all_choice`): vLLM's --all2all-backend and SGLang's
+  --moe-a2a-backend; TensorRT-LLM and ATOM pick their own dispatch, so any backend but
+  ``none`` is refused there (a priced ``deepep`` is not what they would run).
 - ATOM (`python -m atom.entrypoints.openai_server`): --tensor-parallel-size,
   --data-parallel-size with --enable-dp-attention, --enable-expert-parallel,
   --kv_cache_dtype, --cudagraph-capture-sizes "[..]" / --enforce-eager, --method mtp
@@ -78,6 +81,7 @@ from predictor.harvest.launch import (  # noqa: F401 - re-exported: the adapters
     LaunchRequest,
     PoolRole,
     Switch,
+    all_to_all_choice,
     allreduce_choice,
     changed_dtype,
     draft_for,
@@ -110,7 +114,7 @@ class VllmAdapter(GpuAdapter):
     _MLA_ATTENTION = MappingProxyType({"triton": "TRITON_MLA", "flashinfer": "FLASHINFER_MLA", "flashmla": "FLASHMLA",
                                        "flash_attn": "FLASH_ATTN_MLA", "aiter": "ROCM_AITER_MLA"})
     _CAPTURE = MappingProxyType({"piecewise": "PIECEWISE", "full": "FULL_AND_PIECEWISE"})
-    _A2A = MappingProxyType({"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori_low_latency"})
+    all_to_all_choices = MappingProxyType({"deepep": "deepep_low_latency", "pplx": "pplx", "mori": "mori_low_latency"})
     _MOE = MappingProxyType({"triton": "triton", "aiter": "aiter", "deepgemm": "deep_gemm", "cutlass": "cutlass",
                              "flashinfer": "flashinfer_cutlass"})
     _MOE_ENV = MappingProxyType({"aiter": {"VLLM_ROCM_USE_AITER": "1"}})
@@ -165,8 +169,8 @@ class VllmAdapter(GpuAdapter):
         if config.moe_backend:
             argv += ["--moe-backend", self._MOE[config.moe_backend]]
             env.update(self._MOE_ENV.get(config.moe_backend, {}))
-        if config.all_to_all_backend != "none":
-            argv += ["--all2all-backend", self._A2A[config.all_to_all_backend]]
+        if backend := all_to_all_choice(self.engine, config, self.all_to_all_choices):
+            argv += ["--all2all-backend", backend]
         if config.kv_block_size:
             argv += ["--block-size", str(config.kv_block_size)]
         if config.spec_method != "none":
@@ -190,6 +194,7 @@ class SglangAdapter(GpuAdapter):
     _MOE = MappingProxyType({"triton": "triton", "deepgemm": "deep_gemm", "cutlass": "cutlass",
                              "flashinfer": "flashinfer_cutlass"})
     _SPEC = MappingProxyType({"mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"})
+    all_to_all_choices = MappingProxyType({"deepep": "deepep", "mori": "mori"})
     allreduce_choices = MappingProxyType({
         "library": Switch(("--disable-custom-all-reduce",)),
         "fused_rmsnorm": Switch(("--enable-flashinfer-allreduce-fusion",)),
@@ -246,8 +251,8 @@ class SglangAdapter(GpuAdapter):
             env["SGLANG_USE_AITER"] = "1"
         elif config.moe_backend:
             argv += ["--moe-runner-backend", self._MOE[config.moe_backend]]
-        if config.all_to_all_backend != "none":
-            argv += ["--moe-a2a-backend", config.all_to_all_backend]
+        if backend := all_to_all_choice(self.engine, config, self.all_to_all_choices):
+            argv += ["--moe-a2a-backend", backend]
         if config.kv_block_size:
             argv += ["--page-size", str(config.kv_block_size)]
         if config.spec_method != "none":
@@ -280,6 +285,7 @@ class AtomAdapter(GpuAdapter):
             raise refuse(self.engine, "host_kv_tier_gb", config.host_kv_tier_gb, "0 (no host KV tier flag in the "
                          "release checked)")
         allreduce_choice(self.engine, config, self.allreduce_choices)   # none: any value is refused
+        all_to_all_choice(self.engine, config, self.all_to_all_choices)   # ATOM picks its own dispatch
         if request.pool is not None:
             raise refuse(self.engine, "disaggregated", "true", "a colocated deployment (ATOM's command line "
                          "has no prefill/decode pool flags in the release checked)")
@@ -322,6 +328,7 @@ class LlamaCppAdapter:
     serves_one_request_at_a_time = True
     launches_split_pools = False
     allreduce_choices: Mapping[str, Any] = MappingProxyType({})   # one process, no all-reduce
+    all_to_all_choices: Mapping[str, str] = MappingProxyType({})
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
         return ()

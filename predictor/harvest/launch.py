@@ -93,6 +93,7 @@ class EngineAdapter(Protocol):
     # `allreduce_algorithm` value -> what the launch sets for it (flags, or an option's
     # value); the values missing have no way onto its command line and are refused
     allreduce_choices: Mapping[str, Any]
+    all_to_all_choices: Mapping[str, str]     # `all_to_all_backend` value -> the engine's name for it
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]: ...
 
@@ -154,12 +155,21 @@ def allreduce_choice(engine: Engine, config: Configuration, choices: Mapping[str
     engine has no way to set is refused, not dropped (the lever changes the priced
     communication)."""
     value = config.allreduce_algorithm
-    if value is None:
-        return None
+    return None if value is None else _choice(engine, "allreduce_algorithm", value, choices, "unset")
+
+
+def all_to_all_choice(engine: Engine, config: Configuration, choices: Mapping[str, T]) -> T | None:
+    """What ``engine``'s launch sets for the `all_to_all_backend` lever (None: ``none``); a
+    backend the engine has no way to set is refused, not dropped (TensorRT-LLM and ATOM
+    pick their own dispatch, so a priced ``deepep`` / ``mori`` would not be what runs)."""
+    value = config.all_to_all_backend
+    return None if value == "none" else _choice(engine, "all_to_all_backend", value, choices, "none")
+
+
+def _choice(engine: Engine, lever: str, value: str, choices: Mapping[str, T], default: str) -> T:
     if value not in choices:
-        raise refuse(engine, "allreduce_algorithm", value,
-                     (", ".join(sorted(choices)) or "unset") + " (the others have no flag on this engine's command "
-                     "line: it picks its own)")
+        raise refuse(engine, lever, value, ", ".join([default, *sorted(choices)]) + " (the others have no flag on "
+                     "this engine's command line: it picks its own)")
     return choices[value]
 
 
@@ -192,6 +202,7 @@ class GpuAdapter:
     serves_one_request_at_a_time = False
     launches_split_pools = True
     allreduce_choices: Mapping[str, Any] = MappingProxyType({})
+    all_to_all_choices: Mapping[str, str] = MappingProxyType({})
 
     def captured_sizes(self, config: Configuration) -> tuple[int, ...]:
         return () if config.graph_capture == "none" else ladder(config, CAPTURE_LADDER)

@@ -48,8 +48,8 @@ import yaml
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, allreduce_choice, changed_dtype,
-                                      draft_for, host_tier_gb, refuse)
+from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, all_to_all_choice, allreduce_choice,
+                                      changed_dtype, draft_for, host_tier_gb, refuse)
 from predictor.units import BYTES_PER_GB
 
 PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype")
@@ -119,6 +119,7 @@ class TrtllmAdapter(GpuAdapter):
         }
         if strategy := allreduce_choice(self.engine, config, self.allreduce_choices):
             options["allreduce_strategy"] = strategy
+        all_to_all_choice(self.engine, config, self.all_to_all_choices)   # it picks its own dispatch (MNNVL, DeepEP)
         if config.moe_backend:
             options["moe_config"] = {"backend": self._MOE[config.moe_backend]}
         if config.attention_backend:

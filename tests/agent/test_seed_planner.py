@@ -119,3 +119,11 @@ def test_all_reduce_seeds_are_the_ones_the_engine_launch_can_set(engine, cluster
     _, seeds = _round_zero(context)
     values = {s.config.allreduce_algorithm for s in seeds if s.config.allreduce_algorithm is not None}
     assert values == offered
+
+
+@pytest.mark.parametrize("engine, offered", [("vllm", {"deepep", "pplx"}), ("sglang", {"deepep"}), ("trtllm", set())])
+def test_all_to_all_seeds_are_the_ones_the_engine_launch_can_set(engine, offered):
+    """TensorRT-LLM picks its own EP dispatch: a deepep seed priced a pick `deploy` refuses."""
+    context = make_context("deepseek-r1", cluster="b200x8", engine=engine)
+    _, seeds = _round_zero(context)
+    assert {s.config.all_to_all_backend for s in seeds} - {"none"} == offered

@@ -317,6 +317,17 @@ def test_a_private_host_kv_tier_is_launched_and_a_shared_one_refused():
         adapter_for("atom").launch(Configuration(tp=8, host_kv_tier_gb=100.0), REQUEST, FP8)
 
 
+def test_the_all_to_all_backend_is_launched_or_refused_never_dropped():
+    """TensorRT-LLM and ATOM pick their own EP dispatch: a priced deepep / mori was
+    written nowhere in their launches (268.6 vs 271.3 tok/s/GPU priced on DeepSeek-R1)."""
+    assert value(argv("vllm", tp=8, ep=8, all_to_all_backend="deepep")[0], "--all2all-backend") == "deepep_low_latency"
+    assert value(argv("sglang", tp=8, ep=8, all_to_all_backend="deepep")[0], "--moe-a2a-backend") == "deepep"
+    for engine, backend in (("trtllm", "deepep"), ("atom", "mori")):
+        with pytest.raises(InputError, match="all_to_all_backend"):
+            adapter_for(engine).launch(Configuration(tp=8, ep=8, all_to_all_backend=backend), REQUEST, FP8)
+        adapter_for(engine).launch(Configuration(tp=8, ep=8), REQUEST, FP8)      # none: launched as before
+
+
 def test_the_allreduce_algorithm_is_launched_or_refused_never_dropped():
     """The lever changes the priced communication; every launch dropped it."""
     assert "--disable-custom-all-reduce" in argv("vllm", tp=8, allreduce_algorithm="library")[0]
