@@ -286,19 +286,40 @@ def _check_extra_args(extra: tuple[str, ...], argv: tuple[str, ...]) -> None:
 
 
 # Flags (dashes for underscores, no `--no-` prefix) that express a lever even when the
-# launch leaves them out: their aliases and the switches a default relies on (prefix
-# caching off for a harvest, graphs, expert parallelism, quantization, KV dtype).
+# launch leaves them out, on any engine: their aliases, the switches a default relies on
+# (prefix caching off for a harvest, graphs, expert parallelism, quantization, KV dtype) and
+# every flag an adapter writes for some lever value (a harvest of tp=8 with
+# `--engine-arg=--attn-dp-size=2` measured attention DP under a DP1 label).
 LEVER_FLAGS = frozenset({
-    "-tp", "-pp", "-dp", "-ep", "--enable-prefix-caching", "--disable-radix-cache", "--enable-radix-cache",
+    "-tp", "-pp", "-dp", "-ep", "-O", "--enable-prefix-caching", "--disable-radix-cache", "--enable-radix-cache",
     "--enforce-eager", "--enable-expert-parallel", "--quantization", "--quantization-config", "--kv-cache-dtype",
-    "--cuda-graph-max-bs", "--disable-cuda-graph", "--compilation-config", "--speculative-config",
-    "--speculative-algorithm", "--enable-dp-attention",
+    "--dtype", "--cuda-graph-max-bs", "--cuda-graph-bs", "--disable-cuda-graph", "--compilation-config",
+    "--cuda-graph-sizes", "--max-cudagraph-capture-size", "--cudagraph-capture-sizes",
+    "--speculative-config", "--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens", "--speculative-draft-model-path", "--method", "--enable-dp-attention",
+    # widths
+    "--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--tp-size", "--pp-size",
+    "--dp-size", "--ep-size", "--attn-dp-size", "--decode-context-parallel-size", "--dcp-size",
+    # kernels, collectives, experts
+    "--attention-backend", "--moe-backend", "--moe-runner-backend", "--all2all-backend", "--moe-a2a-backend",
+    "--disable-custom-all-reduce", "--enable-flashinfer-allreduce-fusion", "--enable-eplb", "--eplb-config",
+    "--ep-num-redundant-experts",
+    # scheduler, cache and memory
+    "--block-size", "--page-size", "--max-num-seqs", "--max-num-batched-tokens", "--long-prefill-token-threshold",
+    "--max-running-requests", "--max-prefill-tokens", "--chunked-prefill-size", "--max-batch-size",
+    "--max-num-tokens", "--gpu-memory-utilization", "--mem-fraction-static", "--kv-cache-free-gpu-memory-fraction",
+    "--kv-offloading-backend", "--kv-offloading-size", "--enable-hierarchical-cache", "--hicache-size",
+    "--extra-llm-api-options",
+    # pools
+    "--kv-transfer-config", "--disaggregation-mode", "--disaggregation-transfer-backend",
 })
 
 
 def _flag_name(arg: str) -> str:
     """``--enable_prefix_caching=1`` and ``--no-enable-prefix-caching`` name one flag."""
     name = arg.split("=", 1)[0]
+    if name.startswith("-O") and not name.startswith("--"):     # vLLM's -O0..-O3 optimization level
+        return "-O"
     if name.startswith("--"):
         name = "--" + name[2:].replace("_", "-")
         name = "--" + name[len("--no-"):] if name.startswith("--no-") else name

@@ -121,6 +121,18 @@ def test_a_launch_the_memory_model_prices_as_not_fitting_says_so_before_it_runs(
      "--engine-arg", "sets what the configuration decides"),
     (["--engine", "vllm", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=-tp=1"],
      "--engine-arg", "sets what the configuration decides"),
+    # flags an adapter writes only for other lever values: the anchor would be measured on
+    # another width, cache or kernel than its label
+    (["--engine", "sglang", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=--attn-dp-size=2"],
+     "--engine-arg", "sets what the configuration decides"),
+    (["--engine", "sglang", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=--page-size=64"],
+     "--engine-arg", "sets what the configuration decides"),
+    (["--engine", "vllm", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=--block-size=32"],
+     "--engine-arg", "sets what the configuration decides"),
+    (["--engine", "vllm", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=-O0"],
+     "--engine-arg", "sets what the configuration decides"),
+    (["--engine", "vllm", "--model", "qwen3-30b-a3b", "--config", "tp=2", "--engine-arg=--all2all-backend=pplx"],
+     "--engine-arg", "sets what the configuration decides"),
     (["--engine", "sglang", "--model", "qwen3-30b-a3b", "--config", "tp=2,ep=2,weight_dtype=fp8"],
      "--config weight_dtype", "would quantize its bf16 experts too"),
     (["--engine", "sglang", "--model", "gpt-oss-120b", "--config", "tp=8,weight_dtype=fp8"],
