@@ -9,14 +9,14 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agent.cli.app import app, cli_errors, console, int_option, print_json
+from agent.cli.app import app, cli_errors, console, err_console, int_option, print_json
 from agent.cli.render import MISSING, number, objective_header, paragraph, say, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, from_partial, parse_config_text, parse_partial
 from levers.inputs import read_text
 from levers.legality import structural_reasons
 from objectives.objectives import list_objectives
-from predictor.cards.registry import list_cards
+from predictor.cards.registry import card_problems, list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for, pool_configs
 from predictor.hardware import list_gpus
 from predictor.memory import MemoryBreakdown
@@ -64,6 +64,8 @@ def _card_row(card) -> dict:
 def models(json_out: bool = JsonOpt) -> None:
     """The embedded (and user-added) model cards."""
     rows = [_card_row(card) for card in list_cards()]
+    for path, problem in card_problems():
+        err_console.print(f"warning: skipped {path}: {problem}", markup=False, highlight=False, soft_wrap=True)
     if json_out:
         return print_json(rows)
     grid = table("Model cards", [("name", "left"), ("params\ntotal B", "right"), ("params\nactive B", "right"),

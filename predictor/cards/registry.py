@@ -52,10 +52,16 @@ def user_cards_dir() -> Path:
 
 
 def load_card(name: str) -> ModelCard:
-    """The card for a name or alias (case-insensitive)."""
-    cards, index = _catalog(str(user_cards_dir()))
-    position = index.get(name.strip().lower())
+    """The card for a name or alias (case-insensitive); a user card file that cannot be
+    read is named when it is the one asked for."""
+    cards, index, problems = _catalog(str(user_cards_dir()))
+    key = name.strip().lower()
+    position = index.get(key)
     if position is None:
+        for path, message in problems:
+            if Path(path).stem.lower() == key:
+                raise InputError("--model", f"the user card for {quote(name)} cannot be read: {message}",
+                                 "a model card JSON as inferasim writes them (predictor/data/models), or remove the file")
         raise InputError("--model", f"unknown model {quote(name)}" + did_you_mean(name, index),
                          accepted_list(card.name for card in cards))
     return cards[position]
@@ -64,6 +70,11 @@ def load_card(name: str) -> ModelCard:
 def list_cards() -> list[ModelCard]:
     """Every known card, embedded first then the user's, each sorted by name."""
     return list(_catalog(str(user_cards_dir()))[0])
+
+
+def card_problems() -> tuple[tuple[str, str], ...]:
+    """(path, problem) of every user card file skipped because it cannot be read."""
+    return _catalog(str(user_cards_dir()))[2]
 
 
 def card_from_config_json(path: str | Path, name: str | None = None) -> ModelCard:
@@ -135,21 +146,30 @@ def _embedded_aliases() -> set[str]:
     return {alias for card in _embedded() for alias in (*card.aliases, card.name.lower())}
 
 
-def _user_cards(folder: Path) -> list[ModelCard]:
+def _user_cards(folder: Path) -> tuple[list[ModelCard], tuple[tuple[str, str], ...]]:
+    """The readable user cards, and (path, problem) for each file skipped: one broken file
+    must not take every model down with it (as the anchor store skips a bad anchor)."""
     if not folder.is_dir():
-        return []
-    files = sorted(folder.glob("*.json"))
-    return [_parse_card(_read_json(path), str(path)) for path in files]
+        return [], ()
+    cards, problems = [], []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            cards.append(_parse_card(_read_json(path), str(path)))
+        except InputError as error:
+            problems.append((str(path), error.problem))
+    return cards, tuple(problems)
 
 
 @lru_cache(maxsize=8)
-def _catalog(user_folder: str) -> tuple[tuple[ModelCard, ...], dict[str, int]]:
-    """(cards, alias -> position); keyed by the user folder so a changed home reloads."""
+def _catalog(user_folder: str) -> tuple[tuple[ModelCard, ...], dict[str, int], tuple[tuple[str, str], ...]]:
+    """(cards, alias -> position, skipped files); keyed by the user folder so a changed
+    home reloads."""
     embedded = list(_embedded())
-    user = sorted(_user_cards(Path(user_folder)), key=lambda card: card.name.lower())
+    found, problems = _user_cards(Path(user_folder))
+    user = sorted(found, key=lambda card: card.name.lower())
     cards = tuple(embedded + user)
     index: dict[str, int] = {}
     for position, card in enumerate(cards):
         for alias in (card.name.lower(), *card.aliases):
             index.setdefault(alias, position)
-    return cards, index
+    return cards, index, problems

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from importlib import resources
 
 import pytest
@@ -17,6 +18,7 @@ from predictor.cards.registry import (
     Dtype,
     add_card_from_config,
     card_from_config_json,
+    card_problems,
     card_from_hf_config,
     list_cards,
     load_card,
@@ -237,3 +239,18 @@ def test_user_card_drops_aliases_an_embedded_card_owns(tmp_path):
     assert card.aliases == ("llama-finetune",)
     assert load_card("meta-llama/Llama-3.1-8B").name == "Llama-3.1-8B"
     assert load_card("llama-finetune").name == "llama-finetune"
+
+
+def test_a_broken_user_card_is_skipped_and_named_when_asked_for(isolated_home):
+    """One broken file in the user's models folder made every model command exit 2, the
+    embedded models included; the anchor store skips a bad file, so does the catalog."""
+    folder = isolated_home / "models"
+    folder.mkdir(parents=True)
+    (folder / "bad.json").write_text("{bad")
+    (folder / "mymodel.json").write_text('{"name": "mymodel"}')
+    cards._catalog.cache_clear()
+    assert load_card("llama-3.1-8b").name == "Llama-3.1-8B"
+    assert len(list_cards()) == len(EMBEDDED)
+    assert sorted(Path(path).name for path, _ in card_problems()) == ["bad.json", "mymodel.json"]
+    with pytest.raises(InputError, match="cannot be read: not a valid model card"):
+        load_card("mymodel")
