@@ -124,7 +124,8 @@ class Simulation:
         done = len(self.finished)
         if done % self._check_every or done < MIN_SHARE * self.source.budget:
             return
-        measured = self._measured()
+        # steady requests only (`predictor.sim.stop`)
+        measured = [r for r in self.finished if not r.is_warmup]
         if len(measured) < MIN_REQUESTS:
             return
         rules = [rule for rule in self.stop_rules if not self._surely_met(rule)]
@@ -134,7 +135,7 @@ class Simulation:
                 for stat, value in dist.items()} if rules else {}
         for rule in rules:
             value = flat.get(rule.key)
-            if rule.clearly_missed(value):
+            if rule.clearly_missed(value, flat.get(rule.median_key)):
                 self.stopped = {"reason": rule.describe(value), "after_requests": done,
                                 "of_budget": self.source.budget, "at_s": round(self.now_us / US_PER_S, 3)}
                 return

@@ -10,7 +10,7 @@ from levers.configuration import Configuration
 from predictor.sim import reuse, simulate
 from predictor.sim.replications import mean_interval, overlap, t95
 from predictor.sim.stop import StopRule
-from predictor.workload import AGENTIC
+from predictor.workload import AGENTIC, WorkloadSpec
 from tests.predictor.sim.sim_fakes import fake_factory, fixed_capacity
 
 KEYS = ("output_throughput_per_gpu", "ttft_ms_mean", "itl_ms_p90", "e2e_ms_mean")
@@ -67,6 +67,22 @@ def test_a_replay_that_clearly_misses_a_bound_stops_and_says_why(target):
     assert stopped.metrics["ttft_ms_mean"] > 3 * full.metrics["ttft_ms_mean"] / 10
     kept = run(target, 1, stop_rules=(StopRule("ttft_ms_mean", full.metrics["ttft_ms_mean"]),))
     assert "stopped_early" not in kept.extra and kept.metrics == full.metrics
+
+
+def test_a_tail_bound_is_not_judged_on_the_first_waves_queue(target):
+    """A closed loop's first wave arrives at once, and the first steady requests queue
+    behind it: judged on them, a 1k/1k run at 256 clients stopped at its 256th request on
+    a p99 TTFT 13x its steady one (a tune then rejected its best candidates)."""
+    kwargs = dict(step_model_factory=fake_factory(), capacity_model=fixed_capacity(30_000_000), num_requests=1024)
+    config, workload = Configuration(concurrency=256, max_running_requests=1024), WorkloadSpec("fixed", 1024, 1024)
+    full = simulate(target, config, workload, **kwargs)
+    kept = simulate(target, config, workload, stop_rules=(StopRule("ttft_ms_p99", 1.2 * full.metrics["ttft_ms_p99"]),),
+                    **kwargs)
+    assert "stopped_early" not in kept.extra and kept.metrics == full.metrics
+    # a bound the median misses too is still clearly missed
+    stopped = simulate(target, config, workload, stop_rules=(StopRule("ttft_ms_p99", full.metrics["ttft_ms_p50"] / 10),),
+                       **kwargs)
+    assert "ttft_ms_p99" in stopped.extra["stopped_early"]["reason"]
 
 
 def test_interval_of_a_non_negative_quantity_stays_non_negative():
