@@ -69,6 +69,9 @@ def step_model_factory_for(anchoring: Anchoring) -> Callable[[Configuration], St
 def _workload(workload: str | None, trace: Path | None, skip_bad_lines: bool, allow_large: bool):
     if workload and trace:
         raise InputError("--trace", "give --workload or --trace, not both", "one workload source")
+    if skip_bad_lines and trace is None:
+        raise InputError("--skip-bad-lines", "given without --trace (it skips a trace file's malformed lines)",
+                         "--trace FILE --skip-bad-lines")
     if trace is not None:
         replay = load_trace(trace, skip_bad_lines=skip_bad_lines, max_bytes=LARGE_INPUT_BYTES if allow_large else None)
         check_trace_requests(replay.num_requests, f"--trace {trace.name}", allow_large)

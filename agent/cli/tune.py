@@ -20,12 +20,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent.briefing import describe
-from agent.cli.app import (MAX_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, err_console, int_option, print_json,
-                           timeout_option)
+from agent.cli.app import (MAX_DES_REQUESTS, MIN_DES_REQUESTS, SEED, WORKERS, app, cli_errors, console, err_console,
+                           int_option, print_json, timeout_option)
 from agent.cli.render import (MISSING, config_text, id_line, metric_header, number, objective_header, paragraph,
                               percent, say, table, with_interval)
 from agent.deploy.plan import DeployPlan, deploy_json, try_plan
-from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT
+from agent.fidelity import SEARCH_MAX_REQUESTS, SEARCH_REQUESTS_PER_CLIENT, uses_des
 from agent.lm import DEFAULT_TIMEOUT_S, LM_ENV
 from agent.trial import Trial
 from levers.errors import InputError
@@ -61,7 +61,7 @@ def tune_command(
                                          help="Trials, seed + LLM (default 300)."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Fixes every random choice."),
     des_requests: Optional[int] = typer.Option(
-        None, "--des-requests", parser=int_option("--des-requests", 1, MAX_DES_REQUESTS),
+        None, "--des-requests", parser=int_option("--des-requests", MIN_DES_REQUESTS, MAX_DES_REQUESTS),
         help="Requests per DES run, every trial (default: bounded during the search, then the best "
              "confirmed at the simulator's default)."),
     workers: Optional[int] = typer.Option(None, "--workers", parser=WORKERS,
@@ -76,6 +76,8 @@ def tune_command(
 ) -> None:
     """Search for the best configuration (seed phase, then the LLM phase when an LM is configured)."""
     _check_lm_options(lm, lm_base_url, lm_from_ledger, no_llm, resume)
+    _check_planner_options(no_llm, guidance=guidance, lm_json_schema=lm_json_schema,
+                           lm_timeout=lm_timeout != DEFAULT_TIMEOUT_S)
     request = TuneRequest(
         model=model, cluster=cluster, engine=engine, workload=workload, objective=objective,
         slos=tuple(slo or ()), lm=lm, lm_base_url=lm_base_url, lm_json_schema=lm_json_schema,
@@ -97,6 +99,9 @@ def tune_command(
     else:
         render(result)
         print_deploy(result.best, *winner)
+        if des_requests is not None and not uses_des(result.context):
+            say(console, f"--des-requests {des_requests:,} unused: this search priced every trial analytically "
+                         "(fixed lengths, no percentile SLO or objective)")
     if result.best is None:
         raise typer.Exit(EXIT_NO_SLO_MEETING_TRIAL)
 
@@ -214,6 +219,14 @@ def _check_lm_options(lm: str | None, base_url: str | None, from_ledger: bool, n
     if base_url and not (lm or from_ledger or os.environ.get(LM_ENV)):
         raise InputError("--lm-base-url", f"given without an LM (--lm, --lm-from-ledger or {LM_ENV})",
                          "--lm MODEL --lm-base-url URL")
+
+
+def _check_planner_options(no_llm: bool, **given: bool) -> None:
+    """The LM planner's options with --no-llm: refused, as --lm is (nothing would read them)."""
+    used = [f"--{name.replace('_', '-')}" for name, value in given.items() if value]
+    if no_llm and used:
+        raise InputError("--no-llm", f"given with {', '.join(used)}, which only the LLM phase reads",
+                         "drop them, or drop --no-llm")
 
 
 def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_keys: list[str] = (),

@@ -184,3 +184,8 @@ def test_a_precision_transfer_is_rank_only_in_simulate_as_in_predict(monkeypatch
     table = runner.invoke(app, ["simulate", *args[:-1], "--requests", "128"])
     assert table.exit_code == 0 and "flags: " in table.stdout and "kernel-set-transfer" in table.stdout
 
+
+
+def test_skip_bad_lines_without_a_trace_is_refused():
+    result = CliRunner().invoke(app, ["simulate", "--model", "llama-3.1-8b", "--workload", "1k/1k", "--skip-bad-lines"])
+    assert result.exit_code == 2 and "error: --skip-bad-lines" in result.output, result.output

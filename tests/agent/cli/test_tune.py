@@ -145,3 +145,14 @@ def test_contradictory_lm_options_are_refused(monkeypatch, options, words):
     monkeypatch.delenv("INFERASIM_LM", raising=False)
     result = invoke(*QWEN, "--budget", "3", *options)
     assert result.exit_code == 2 and words in result.stderr
+
+
+@pytest.mark.parametrize("args, what", [
+    (["--no-llm", "--guidance", "use tp"], "--no-llm"),
+    (["--no-llm", "--lm-json-schema"], "--no-llm"),
+    (["--no-llm", "--lm-timeout", "5"], "--no-llm"),
+    (["--des-requests", "5"], "--des-requests"),     # predict's floor: fewer replay warm-up alone
+])
+def test_options_nothing_would_read_are_refused(args, what):
+    result = CliRunner().invoke(app, ["tune", "--model", "llama-3.1-8b", "--cluster", "h100x8", "--budget", "5", *args])
+    assert result.exit_code == 2 and f"error: {what}" in result.output, result.output
