@@ -357,7 +357,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever(23, "max_running_requests", _D, "running-request cap per scheduler", bounds=(1, 2048), number=int),
     Lever(24, "max_batched_tokens", _D, "token budget per step", bounds=(256, 131072), number=int),
     Lever(25, "chunked_prefill_size", _D, "tokens per prefill chunk (SGLang under attention DP: the replica's, "
-          "1/dp per rank; TensorRT-LLM has none: its chunk is max_batched_tokens)", bounds=(256, 131072), number=int),
+          "1/dp per rank; TensorRT-LLM and ATOM have none: their chunk is max_batched_tokens)", bounds=(256, 131072), number=int),
     Lever(26, "kv_memory_fraction", _M, "share of HBM for weights + activations + KV (cap 0.90; a launch "
           "passes each engine the value of its own flag for that pool: SGLang's static share leaves "
           "activations out, TensorRT-LLM's is a share of the memory left free)",

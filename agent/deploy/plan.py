@@ -151,6 +151,11 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
     if config.spec_method in DRAFT_METHODS and options.draft_model == DRAFT_CHECKPOINT:
         notes += (f"{DRAFT_CHECKPOINT}: the {config.spec_method} draft checkpoint of {target.card.name} "
                   "(deploy --draft-model PATH writes it in)",)
+    elif config.spec_method not in DRAFT_METHODS and options.draft_model != DRAFT_CHECKPOINT:
+        notes += (f"--draft-model unused: spec_method={config.spec_method} runs no separate draft checkpoint",)
+    if config.fusions:   # priced (METHOD §3.13); the engines' compilers choose their passes themselves
+        notes += (f"fusions={','.join(config.fusions)} as priced is not on {target.engine}'s command line: the "
+                  "engine's compiler picks its fusion passes, so the launch may run others than were priced",)
     return DeployPlan(target, config, pools, backend, {k: v for k, v in taken.items() if k not in followed}, notes)
 
 

@@ -347,6 +347,9 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
                              "--endpoint alone, or a launch without --endpoint")
     adapter = adapter_for(request.engine)
     engine = adapter.engine
+    if request.threads is not None and engine is not Engine.LLAMACPP:
+        raise InputError("--threads", f"sets llama.cpp's CPU threads; {engine} runs on GPUs and has no such flag",
+                         "--threads with --engine llamacpp only")
     card, model_path, eos = _card_and_path(request, engine)
     cluster = _cluster(request.cluster, engine)
     partial = parse_config_text(request.config_text)

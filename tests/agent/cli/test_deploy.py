@@ -204,3 +204,17 @@ def test_a_replica_wider_than_a_node_gets_one_command_per_node(tmp_path):
     trt = deploy("--model", "kimi-k3", "--cluster", "h200x8x4", "--engine", "trtllm", "--model-path", "/ckpt", "--config",
                  "tp=32,ep=32,attention_dp=32,weight_dtype=fp8", "--out", str(tmp_path / "t"))
     assert trt.exit_code == 2 and "spans 4 nodes of 8" in trt.stderr
+
+
+def test_a_priced_lever_no_launch_sets_is_said_and_an_unused_draft_model_too(tmp_path):
+    """Fusions move the price (2,746 vs 2,704 tok/s/GPU on Qwen3-30B-A3B) but are the
+    engine compiler's choice; a --draft-model without a drafting method is read by nothing."""
+    fused = deploy("--model", "qwen3-30b-a3b", "--cluster", "h100x1", "--engine", "vllm", "--config",
+                   "fusions=add_rmsnorm", "--draft-model", "/ckpt/draft", "--out", str(tmp_path / "a"), "--json")
+    assert fused.exit_code == 0, fused.output
+    notes = json.loads(fused.stdout)["notes"]
+    assert any(n.startswith("fusions=add_rmsnorm as priced is not on vllm's command line") for n in notes)
+    assert any(n.startswith("--draft-model unused") for n in notes)
+    plain = deploy("--model", "qwen3-30b-a3b", "--cluster", "h100x1", "--engine", "vllm", "--out", str(tmp_path / "b"),
+                   "--json")
+    assert not json.loads(plain.stdout)["notes"]

@@ -143,6 +143,8 @@ def test_a_launch_the_memory_model_prices_as_not_fitting_says_so_before_it_runs(
      "--endpoint", "has a path"),
     (["--engine", "vllm", "--model", "deepseek-r1", "--config", "tp=8,ep=8,attention_dp=8", "--batches", "4096"],
      "--batches", "above the replica's 2048 running requests"),
+    (["--engine", "vllm", "--model", "qwen3-32b", "--config", "tp=1", "--threads", "8"],
+     "--threads", "vllm runs on GPUs"),
     (["--engine", "vllm", "--model", "qwen3-32b", "--endpoint", "http://10.0.0.1:8000",
       "--engine-arg=--trust-remote-code"], "--engine-arg", "has no effect with --endpoint"),
 ])
