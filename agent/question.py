@@ -34,7 +34,7 @@ class TuneRequest:
     cluster: str | None = None
     engine: str | None = None
     workload: str | None = None
-    objective: str = DEFAULT_OBJECTIVE
+    objective: str | None = None             # None: DEFAULT_OBJECTIVE (told apart from a given one on --resume)
     slos: tuple[str, ...] = ()
     lm: str | None = None
     lm_base_url: str | None = None
@@ -80,7 +80,7 @@ def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,
     if not request.model:
         raise InputError("--model", "a model is required (or --resume LEDGER)", "a model name, e.g. kimi-k3")
     slos = parse_slos(list(request.slos))
-    objective = resolve_objective(request.objective)
+    objective = resolve_objective(request.objective or DEFAULT_OBJECTIVE)
     workload = parse_workload(request.workload)
     precisions = parse_precisions(request.precisions)
     store = store if store is not None else (default_store() if predict_fn is None else None)

@@ -45,6 +45,8 @@ from levers.inputs import quote
 from objectives.objectives import resolve_objective
 from objectives.slo import parse_slos
 from predictor.cards.registry import load_card
+from predictor.hardware import parse_cluster
+from predictor.workload import parse_workload
 
 MAX_BUDGET = 100_000
 
@@ -195,7 +197,7 @@ def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn
 def _overridden(request: TuneRequest, ledger: Ledger) -> tuple[str, ...]:
     """The question options given with ``--resume`` that differ from the ledger's, which
     wins (module docstring): said, not silently dropped."""
-    objective = None if request.objective == DEFAULT_OBJECTIVE else resolve_objective(request.objective).name
+    objective = None if request.objective is None else resolve_objective(request.objective).name
     given = {"--model": (request.model, ledger.model), "--cluster": (request.cluster, ledger.cluster),
              "--engine": (request.engine, ledger.engine), "--workload": (request.workload, ledger.workload),
              "--objective": (objective, ledger.objective),
@@ -205,18 +207,23 @@ def _overridden(request: TuneRequest, ledger: Ledger) -> tuple[str, ...]:
              "--seed": (request.seed or None, ledger.seed),      # 0 is the default: not told apart from unset
              "--des-requests": (request.num_requests, ledger.num_requests)}
     ignored = [f"{flag} {quote(asked)} (the ledger's: {quote('none' if kept in (None, '') else kept)})" for flag, (asked, kept) in given.items()
-               if asked is not None and str(asked).lower() != str(kept).lower() and not _same_model(flag, asked, kept)]
+               if asked is not None and str(asked).lower() != str(kept).lower() and not _same_question(flag, asked, kept)]
     if not ignored:
         return ()
     return (f"--resume continues the ledger's question; ignored: {'; '.join(ignored)}",)
 
 
-def _same_model(flag: str, asked: str, kept: str | None) -> bool:
-    """An alias of the ledger's model (``kimi-k3`` for Kimi-K3) is the same model."""
-    if flag != "--model" or kept is None:
+def _same_question(flag: str, asked: str, kept: str | None) -> bool:
+    """Another spelling of the ledger's value is the same question: a model alias
+    (``kimi-k3`` for Kimi-K3), a cluster's full form (``h100x8`` for ``h100``), a workload
+    in tokens (``1024/1024`` for ``1k/1k``)."""
+    same = {"--model": lambda a, k: load_card(a).name == k,
+            "--cluster": lambda a, k: parse_cluster(a) == parse_cluster(k),
+            "--workload": lambda a, k: parse_workload(a).name == parse_workload(k).name}.get(flag)
+    if same is None or kept is None:
         return False
     try:
-        return load_card(asked).name == kept
+        return same(asked, kept)
     except InputError:
         return False
 

@@ -125,6 +125,14 @@ def test_resume_says_which_options_the_ledgers_question_overrides():
                                "--json").output)
     assert any("--seed 5 (the ledger's: 0)" in w and "--des-requests 100 (the ledger's: 'none')" in w
                for w in seeded["warnings"]), seeded["warnings"]
+    # another spelling of the same question is no override; the default objective, given, is
+    spelled = json.loads(invoke("--cluster", "mi355xx8", "--workload", "1024/1024", "--resume", first["ledger"],
+                                "--budget", "6", "--json").output)
+    assert spelled["warnings"] == []
+    ttft = json.loads(invoke(*QWEN, "--objective", "ttft", "--budget", "2", "--json").output)
+    given = json.loads(invoke("--objective", "throughput", "--resume", ttft["ledger"], "--budget", "2",
+                              "--json").output)
+    assert any("--objective" in w for w in given["warnings"]), given["warnings"]
 
 
 def test_the_trial_table_never_cuts_a_number():
