@@ -49,7 +49,10 @@ TraceOpt = typer.Option(None, "--trace", help="Mooncake JSONL/JSON, agentic sess
 CsvOpt = typer.Option(None, "--csv", help="Write one row per request of the first replication to this CSV file.")
 LATENCIES = (("ttft_ms", "TTFT from arrival", "ms"), ("ttft_admission_ms", "TTFT from admission", "ms"),
              ("itl_ms", "ITL", "ms"), ("tpot_ms", "TPOT", "ms"),
-             ("interactivity_tok_s", "1/TPOT per request", "tok/s/user"), ("e2e_ms", "E2E", "ms"))
+             # pN of a speed is the floor N% of requests get (the 100-Nth percentile), as P90
+             # interactivity is read: its columns fall from p50 on
+             ("interactivity_tok_s", "1/TPOT per request (pN: the floor N% get)", "tok/s/user"),
+             ("e2e_ms", "E2E", "ms"))
 
 
 def step_model_factory_for(anchoring: Anchoring) -> Callable[[Configuration], StepModel]:
