@@ -51,7 +51,7 @@ LATENCIES = (("ttft_ms", "TTFT from arrival", "ms"), ("ttft_admission_ms", "TTFT
              ("itl_ms", "ITL", "ms"), ("tpot_ms", "TPOT", "ms"),
              # pN of a speed is the floor N% of requests get (the 100-Nth percentile), as P90
              # interactivity is read: its columns fall from p50 on
-             ("interactivity_tok_s", "1/TPOT per request (pN: the floor N% get)", "tok/s/user"),
+             ("interactivity_tok_s", "1/TPOT (pN: floor N% get)", "tok/s/user"),
              ("e2e_ms", "E2E", "ms"))
 
 
