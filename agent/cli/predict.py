@@ -35,11 +35,13 @@ from predictor.units import MS_PER_S, US_PER_MS
 from predictor.workload import PREDICT_WORKLOAD, WorkloadSpec, parse_workload
 
 # Shown in this order when predicted. TPOT and tok/s/user sit at the same statistic (the
-# median over requests) so tok/s/user = 1000 / TPOT; the mean of 1/TPOT is in --json.
+# median over requests) so tok/s/user = 1000 / TPOT; the mean of 1/TPOT is --json's
+# headline `interactivity` and the `interactivity` objective's, so it is shown too.
 SHOWN_METRICS = (
     ("TTFT", "mean", "ttft_ms_mean", "ms"), ("TTFT", "p90", "ttft_ms_p90", "ms"),
     ("TPOT", "mean", "tpot_ms_mean", "ms"), ("TPOT", "p50", "tpot_ms_p50", "ms"),
     ("tok/s/user", "p50 of 1/TPOT", "interactivity_p50", "tok/s/user"),
+    ("tok/s/user", "mean of 1/TPOT", "interactivity_mean", "tok/s/user"),
     ("tok/s/user", "P90 = 1000/p90 TPOT", "tpot_ms_p90", "tok/s/user"),
     ("ITL", "mean", "itl_ms_mean", "ms"), ("ITL", "p90", "itl_ms_p90", "ms"),
     ("E2E", "mean", "e2e_ms_mean", "ms"),
@@ -132,10 +134,13 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
         return
     grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
                         ("80% interval", "right"), ("unit", "left")], wrap=(1,))
+    metrics = result.metrics
     for label, stat, key, unit in SHOWN_METRICS:
         if single_token and key.startswith(DECODE_KEYS):
             continue
-        if result.metrics.get(key) is not None:
+        if key == "interactivity_mean" and metrics.get(key) == metrics.get("interactivity_p50"):
+            continue        # one speed for every request (the analytical steady state): one row
+        if metrics.get(key) is not None:
             value, seeds, interval = _shown(result, key, unit)
             grid.add_row(label, stat, with_interval(value, seeds),
                          f"{number(interval[0])}-{number(interval[1])}" if interval else MISSING, unit)

@@ -85,3 +85,12 @@ def test_options_a_prediction_had_no_use_for_are_flagged():
     speculating = json.loads(runner.invoke(app, [*base, "--config", "spec_method=eagle3,spec_depth=3",
                                                  "--acceptance", "al=2.2"]).stdout)["flags"]
     assert not any(f.startswith("--acceptance") for f in speculating)
+
+
+def test_the_mean_speed_json_headlines_is_in_the_table_when_it_differs_from_the_median():
+    """--json's `interactivity` (and the objective of that name) is the mean of 1/TPOT; the
+    table showed only its median, so the two outputs could not be reconciled."""
+    agentic = _text(["--config", "tp=1,concurrency=4", "--workload", "agentic", "--requests", "64"])
+    assert "mean of 1/TPOT" in agentic and "p50 of 1/TPOT" in agentic
+    fixed = _text(["--config", "tp=1", "--workload", "1k/1k"])
+    assert "mean of 1/TPOT" not in fixed and "p50 of 1/TPOT" in fixed      # one speed: one row
