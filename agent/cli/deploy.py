@@ -94,14 +94,20 @@ def resolve_pick(ledger: str | None, trial: int | None, plan: str | None, slot: 
 
 
 def manifests_for(plan: DeployPlan, image: str | None) -> tuple[dict[str, str], dict[str, str]]:
-    """(file name -> text, manifest kind -> why it was not written) for a split."""
-    if not plan.is_disaggregated:
+    """(file name -> text, manifest kind -> why it was not written) for a split, or for
+    colocated replicas (a router in front of them: Dynamo's frontend; llm-d's manifests
+    here are its P/D path's). One colocated replica needs none."""
+    if not plan.is_disaggregated and plan.pools[0].replicas <= 1:
         return {}, {}
     files, refused = {}, {}
     try:
         files["dynamo.yaml"] = dynamo_graph(plan, image)
     except InputError as error:
         refused["dynamo"] = error.problem
+    if not plan.is_disaggregated:
+        refused["llm-d"] = "written for a split's prefill and decode pools only; colocated replicas run behind " \
+                           "the Dynamo frontend (dynamo.yaml)"
+        return files, refused
     try:
         files.update({f"llm-d-{role}.yaml": text for role, text in llmd_manifests(plan, image).items()})
     except InputError as error:

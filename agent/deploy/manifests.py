@@ -1,11 +1,15 @@
-"""Kubernetes manifests around a disaggregated deployment's launch commands:
+"""Kubernetes manifests around a deployment's launch commands, for a split or for colocated
+replicas behind a router:
 
 - a Dynamo graph (`DynamoGraphDeployment`, nvidia.com/v1alpha1, the shape of Dynamo's
-  own `examples/backends/*/deploy/disagg.yaml`): a frontend whose router follows the
-  `router` lever, and one worker service per pool (`subComponentType` prefill/decode,
-  `replicas` and GPUs per replica from the pool) running `python3 -m dynamo.<engine>`
-  with the pool's engine arguments and `--disaggregation-mode`;
-- llm-d: one `Deployment` per pool labelled as llm-d's inference scheduler selects them
+  own `examples/backends/*/deploy/disagg.yaml` and `agg.yaml`): a frontend whose router
+  follows the `router` lever, and one worker service per pool (`subComponentType`
+  prefill/decode, `replicas` and GPUs per replica from the pool) running
+  `python3 -m dynamo.<engine>` with the pool's engine arguments and, in a split,
+  `--disaggregation-mode` (a colocated deployment of several replicas is one worker
+  service of that many replicas: the lever `router` is priced, so its replicas need the
+  frontend in front of them);
+- llm-d (splits only): one `Deployment` per pool labelled as llm-d's inference scheduler selects them
   (`llm-d.ai/role`), the engine command as the container's command and arguments, the
   decode engine on port 8200 and, for vLLM, llm-d's routing sidecar in front of it on
   8000 (as llm-d's P/D guides for vLLM and SGLang lay the pods out).
@@ -65,12 +69,13 @@ def _dump(documents: list[dict]) -> str:
 
 
 def dynamo_graph(plan: DeployPlan, image: str | None = None) -> str:
-    """The DynamoGraphDeployment (and a ConfigMap for engine option files) of a split."""
+    """The DynamoGraphDeployment (and a ConfigMap for engine option files) of a split, or
+    of colocated replicas."""
     engine = plan.target.engine
     if engine not in DYNAMO_MODULES:
         raise InputError("dynamo", f"Dynamo has no {engine} worker", "vllm, sglang or trtllm for a Dynamo graph")
     _one_node_pools(plan, "dynamo")
-    name = f"{slug(plan)}-disagg"
+    name = f"{slug(plan)}-{'disagg' if plan.is_disaggregated else 'agg'}"
     image = image or f"nvcr.io/nvidia/ai-dynamo/{DYNAMO_IMAGES[engine]}:{DYNAMO_VERSION}"
     frontend = {"componentType": "frontend", "replicas": 1, "extraPodSpec": {"mainContainer": {
         "image": image, "command": ["python3", "-m", "dynamo.frontend"],
@@ -98,8 +103,9 @@ def dynamo_worker_argv(plan: DeployPlan, pool: PoolLaunch) -> list[str]:
     """``python3 -m dynamo.<engine> ...`` for one pool (module docstring)."""
     engine, argv = plan.target.engine, list(pool.command.argv)
     head = ["python3", "-m", DYNAMO_MODULES[engine]]
+    mode = ["--disaggregation-mode", pool.role] if plan.is_disaggregated else []
     if engine is Engine.VLLM:
-        return [*head, "--model", argv[2], *_without(argv[3:], FRONTEND_ARGS), "--disaggregation-mode", pool.role]
+        return [*head, "--model", argv[2], *_without(argv[3:], FRONTEND_ARGS), *mode]
     if engine is Engine.SGLANG:
         return [*head, *argv[3:]]
     request = pool.request
@@ -108,7 +114,7 @@ def dynamo_worker_argv(plan: DeployPlan, pool: PoolLaunch) -> list[str]:
     flags = [(name, argv[argv.index(serve) + 1]) for name, serve in TRTLLM_WORKER_FLAGS]
     return [*head, "--model", request.model_path, "--served-model-name", request.served_name,
             *(item for pair in flags for item in pair),
-            "--extra-engine-args", f"{CONFIG_MOUNT}/{path.rsplit('/', 1)[-1]}", "--disaggregation-mode", pool.role]
+            "--extra-engine-args", f"{CONFIG_MOUNT}/{path.rsplit('/', 1)[-1]}", *mode]
 
 
 def _worker(plan: DeployPlan, pool: PoolLaunch, image: str, name: str, files: dict[str, str]) -> dict[str, Any]:
@@ -121,7 +127,8 @@ def _worker(plan: DeployPlan, pool: PoolLaunch, image: str, name: str, files: di
         files.update({path.rsplit("/", 1)[-1]: text for path, text in pool.command.files})
         container["volumeMounts"] = [{"name": "engine-config", "mountPath": CONFIG_MOUNT}]
         spec["volumes"] = [{"name": "engine-config", "configMap": {"name": f"{name}-config"}}]
-    return {"envFromSecret": "hf-token-secret", "componentType": "worker", "subComponentType": pool.role,
+    role = {"subComponentType": pool.role} if plan.is_disaggregated else {}
+    return {"envFromSecret": "hf-token-secret", "componentType": "worker", **role,
             "replicas": pool.replicas, "resources": {"limits": {"gpu": str(pool.gpus_per_replica)}},
             "extraPodSpec": spec}
 

@@ -218,3 +218,24 @@ def test_a_priced_lever_no_launch_sets_is_said_and_an_unused_draft_model_too(tmp
     plain = deploy("--model", "qwen3-30b-a3b", "--cluster", "h100x1", "--engine", "vllm", "--out", str(tmp_path / "b"),
                    "--json")
     assert not json.loads(plain.stdout)["notes"]
+
+
+def test_colocated_replicas_get_a_dynamo_graph_with_the_priced_router(tmp_path):
+    """The router is priced (11.7 to 57 tok/s/GPU across its values on one model), yet
+    colocated replicas got one command and no router: a Dynamo frontend now fronts one
+    worker service of that many replicas (no disaggregation mode); one replica needs none."""
+    result = deploy("--model", "llama-3.1-8b", "--cluster", "h100x8", "--engine", "vllm", "--config",
+                    "tp=1,replicas=8,router=round_robin", "--out", str(tmp_path / "a"), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert "llm-d" in data["manifests"] and "dynamo" not in data["manifests"]
+    (graph,) = yaml.safe_load_all((tmp_path / "a" / "dynamo.yaml").read_text())
+    services = graph["spec"]["services"]
+    assert services["Frontend"]["extraPodSpec"]["mainContainer"]["args"][-2:] == ["--router-mode", "round-robin"]
+    worker = services["ServeWorker"]
+    assert worker["replicas"] == 8 and "subComponentType" not in worker
+    args = worker["extraPodSpec"]["mainContainer"]["args"]
+    assert "--disaggregation-mode" not in args and args[:2] == ["--model", "meta-llama/Llama-3.1-8B"]
+    single = deploy("--model", "llama-3.1-8b", "--cluster", "h100x8", "--engine", "vllm", "--config", "tp=8",
+                    "--out", str(tmp_path / "b"), "--json")
+    assert json.loads(single.stdout)["manifests"] == {} and not (tmp_path / "b" / "dynamo.yaml").exists()

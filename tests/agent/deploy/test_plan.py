@@ -190,3 +190,20 @@ def test_each_engine_is_asked_for_the_kv_pool_the_lever_prices(engine, flag):
     assert value == pytest.approx(expected, abs=1e-3) and value <= expected
     if engine == "sglang":            # activations and graphs sit outside its share
         assert value < 0.85
+
+
+@pytest.mark.parametrize("model, cluster, engine, text", [
+    ("llama-3.1-8b", "h100x8", "vllm", "tp=1,replicas=8,router=kv_aware"),
+    ("llama-3.1-8b", "h100x8", "sglang", "tp=2,replicas=4,router=least_loaded"),
+    ("llama-3.1-8b", "h100x8", "trtllm", "tp=4,replicas=2,router=round_robin"),
+])
+def test_colocated_replicas_have_a_valid_aggregated_worker_and_frontend(model, cluster, engine, text):
+    plan = build_plan(resolve_target(model, cluster, engine), config(text))
+    (pool,) = plan.pools
+    worker = dynamo_worker_argv(plan, pool)
+    assert "--disaggregation-mode" not in worker
+    assert valid(engine if engine != "trtllm" else "dynamo", worker, extra="dynamo") == []
+    (dgd,) = [d for d in yaml.safe_load_all(dynamo_graph(plan)) if d["kind"] == "DynamoGraphDeployment"]
+    frontend = dgd["spec"]["services"]["Frontend"]["extraPodSpec"]["mainContainer"]
+    assert valid("dynamo", frontend["command"] + frontend["args"]) == []
+    assert dgd["spec"]["services"]["ServeWorker"]["replicas"] == pool.replicas
