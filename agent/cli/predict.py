@@ -134,7 +134,7 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
         return
     grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
                         ("80% interval", "right"), ("unit", "left")], wrap=(1,))
-    metrics = result.metrics
+    metrics, outside = result.metrics, False
     for label, stat, key, unit in SHOWN_METRICS:
         if single_token and key.startswith(DECODE_KEYS):
             continue
@@ -142,6 +142,7 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
             continue        # one speed for every request (the analytical steady state): one row
         if metrics.get(key) is not None:
             value, seeds, interval = _shown(result, key, unit)
+            outside = outside or bool(interval and not interval[0] <= value <= interval[1])
             grid.add_row(label, stat, with_interval(value, seeds),
                          f"{number(interval[0])}-{number(interval[1])}" if interval else MISSING, unit)
     paragraph(console, title, indent=0)
@@ -157,6 +158,9 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
     legend = "80% interval: from the measured error of this transfer kind (docs/SCORES.md)"
     if result.seed_intervals:
         legend += "; brackets after a value: the 90% interval over DES replications"
+    if outside:   # a band whose errors are one-sided: the measured values sat on one side of the prediction
+        legend += ("; an interval that leaves out its value: this kind's measured values lay on one side of the "
+                   "prediction more than 90% of the time (the model's bias there, kept rather than hidden)")
     say(console, legend)
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
