@@ -18,14 +18,18 @@ QUESTION_FIELDS = ("model", "cluster", "engine", "objective", "slos", "workload"
 
 
 def ranked(ledger: Ledger) -> list[TrialRecord]:
-    """Priced, distinct trials, best first (SLO-meeting first, then the objective). A
-    search trial re-priced by the confirm step is represented by its confirm trial."""
+    """Priced, distinct trials in the order `tune` shows them: SLO-meeting first; the
+    ledger's best leads (`ledger best`'s answer, chosen among full-fidelity trials, so a
+    running search's bounded trials priced higher do not pass it), then the confirm step's
+    trials, then the others, each by the objective. A search trial re-priced by the confirm
+    step is represented by its confirm trial."""
     sign = 1.0 if ledger.direction == "max" else -1.0
     superseded = {t.confirm_of for t in ledger.trials if t.confirm_of is not None}
+    best = ledger.best.index if ledger.best is not None else None
     priced = [t for t in ledger.trials
               if t.legal and t.objective_value is not None and t.duplicate_of is None and t.index not in superseded]
-    return sorted(priced, key=lambda t: (t.slo_met is not True, t.miss_distance or 0.0,
-                                         -sign * t.objective_value, t.index))
+    return sorted(priced, key=lambda t: (t.slo_met is not True, t.index != best, bool(superseded) and t.confirm_of is None,
+                                         t.miss_distance or 0.0, -sign * t.objective_value, t.index))
 
 
 def best_record(ledger: Ledger) -> TrialRecord | None:

@@ -164,3 +164,14 @@ def test_contradictory_lm_options_are_refused(monkeypatch, options, words):
 def test_options_nothing_would_read_are_refused(args, what):
     result = CliRunner().invoke(app, ["tune", "--model", "llama-3.1-8b", "--cluster", "h100x8", "--budget", "5", *args])
     assert result.exit_code == 2 and f"error: {what}" in result.output, result.output
+
+
+def test_ledger_show_ranks_as_tune_does_the_best_then_the_confirmed():
+    """`ledger show` sorted every trial by its objective, so a bounded search trial priced
+    above the confirmed answer led its table while `ledger best` named another."""
+    data = json.loads(invoke(*QWEN, "--budget", "15", "--slo", "p90-itl<=200", "--json").output)
+    shown = json.loads(runner.invoke(app, ["ledger", "show", data["ledger"], "--json", "--top", "50"]).output)["top"]
+    assert shown[0]["index"] == data["best"]["index"]
+    phases = [t["phase"] for t in shown if t["slo_met"]]
+    if "confirm" in phases:
+        assert phases == sorted(phases, key=lambda phase: phase != "confirm")     # confirmed ones first
