@@ -197,13 +197,15 @@ def anchor_cases() -> list[Case]:
 
 
 def card_cases() -> list[Case]:
-    """A broken user model card in $INFERASIM_HOME/models: every command naming a model."""
+    """A broken user model card in $INFERASIM_HOME/models, asked for by name: the message
+    names it (the other models still load: `tests/predictor/cards`)."""
     cases = []
     for label, content in (("latin1", "latin1"), ("not-json", "{"), ("deep", _nested(500)), ("nan", '{"a": NaN}'),
                            ("not-object", "[]"), ("wrong-shape", '{"name": "x"}'), ("big", "big")):
         env = (("INFERASIM_MAX_INPUT_MB", "1"),) if content == "big" else ()
-        for command in (("models",), ("predict", *SMALL)):
-            cases.append(Case(f"card-{label}-{command[0]}", command, "models", files=(("home/models/bad.json", content),),
+        for command in (("predict", "--model", "bad", "--cluster", "h100x1"),
+                        ("memory", "--model", "bad", "--cluster", "h100x1")):
+            cases.append(Case(f"card-{label}-{command[0]}", command, "--model", files=(("home/models/bad.json", content),),
                               env=(("INFERASIM_HOME", "{tmp}/home"), *env)))
     return cases
 

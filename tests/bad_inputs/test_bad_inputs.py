@@ -11,8 +11,10 @@ CASES = all_cases()
 def test_the_corpus_is_large_and_covers_every_command():
     assert len(CASES) >= 300
     commands = {case.args[0] for case in CASES}
+    # `models` reads no input of its own: a broken user card is skipped there with a warning
+    # and refused where a command names it (`card_cases`)
     assert commands >= {"tune", "plan-mix", "predict", "simulate", "pareto", "harvest", "score", "ledger",
-                        "anchors", "levers", "models", "check", "memory", "deploy"}
+                        "anchors", "levers", "check", "memory", "deploy"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
