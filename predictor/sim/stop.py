@@ -12,11 +12,12 @@ ever reports a miss, so a false stop would lose a candidate. The result says whe
 why it stopped (``extra["stopped_early"]``); its numbers cover what was replayed.
 
 Only steady requests are judged (not a closed loop's first wave nor the opening turns,
-which all arrive at once), and a request-level tail quantile only when the median is past the bound too:
-the first steady requests still queue behind the warm-up's burst, and a p99 over the first
-few hundred is theirs (a 1k/1k run at 256 clients read 127-272 ms there against a steady
-p99 of 23 ms and a median of 10, and stopped; a search then rejected its best candidates
-on a p99 TTFT bound). A load that truly misses a tail bound threefold moves its median too.
+which all arrive at once), and a request-level tail quantile only when the same metric's
+median is past the bound too: the first steady requests still queue behind the warm-up's
+burst, and a p99 over the first few hundred is theirs (a 1k/1k run at 256 clients read
+127-272 ms there against a steady p99 of 23 ms and a median of 10, and stopped; a search
+then rejected its best candidates on a p99 TTFT bound). A load that truly misses a tail
+bound threefold moves its median too.
 """
 
 from __future__ import annotations
