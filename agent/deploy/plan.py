@@ -153,6 +153,9 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
                   "(deploy --draft-model PATH writes it in)",)
     elif config.spec_method not in DRAFT_METHODS and options.draft_model != DRAFT_CHECKPOINT:
         notes += (f"--draft-model unused: spec_method={config.spec_method} runs no separate draft checkpoint",)
+    if config.router == "prefix_hash" and (split is not None or config.replicas > 1):
+        notes += ("router=prefix_hash as priced: Dynamo's frontend has no prefix-hash mode, so dynamo.yaml runs "
+                  "its KV-aware router (--router-mode kv), which routes on cached blocks, as router=kv_aware is priced",)
     if config.fusions:   # priced (METHOD §3.13); the engines' compilers choose their passes themselves
         notes += (f"fusions={','.join(config.fusions)} as priced is not on {target.engine}'s command line: the "
                   "engine's compiler picks its fusion passes, so the launch may run others than were priced",)

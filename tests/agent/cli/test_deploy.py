@@ -236,6 +236,10 @@ def test_colocated_replicas_get_a_dynamo_graph_with_the_priced_router(tmp_path):
     assert worker["replicas"] == 8 and "subComponentType" not in worker
     args = worker["extraPodSpec"]["mainContainer"]["args"]
     assert "--disaggregation-mode" not in args and args[:2] == ["--model", "meta-llama/Llama-3.1-8B"]
+    hashed = deploy("--model", "llama-3.1-8b", "--cluster", "h100x8", "--engine", "vllm", "--config",
+                    "tp=1,replicas=8,router=prefix_hash", "--out", str(tmp_path / "c"), "--json")
+    assert any(n.startswith("router=prefix_hash as priced: Dynamo's frontend has no prefix-hash mode")
+               for n in json.loads(hashed.stdout)["notes"])
     single = deploy("--model", "llama-3.1-8b", "--cluster", "h100x8", "--engine", "vllm", "--config", "tp=8",
                     "--out", str(tmp_path / "b"), "--json")
     assert json.loads(single.stdout)["manifests"] == {} and not (tmp_path / "b" / "dynamo.yaml").exists()
