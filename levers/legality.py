@@ -63,6 +63,7 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
         reasons.append(f"attention_backend=flashmla runs MLA attention only; {model.name} has MHA/GQA attention")
     reasons += _expert_parallel(config, engine)
     reasons += _helix(config, engine, cluster)
+    reasons += _all_rank_attention_dp(config, engine)
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)
     reasons += _precision_and_kernels(config, model, cluster)
@@ -85,6 +86,19 @@ def _helix(config: Configuration, engine: Engine, cluster: ClusterShape) -> list
     if cluster.gpu.vendor == "nvidia" and not cluster.gpu.fp4_tflops:
         reasons.append(f"dcp={config.dcp} on trtllm (Helix) needs Blackwell GPUs")
     return reasons
+
+
+def _all_rank_attention_dp(config: Configuration, engine: Engine) -> list[str]:
+    """TensorRT-LLM's attention DP is every TP rank or none (`enable_attention_dp`): an
+    attention_dp between 1 and tp has no launch, and a search that priced one picked a
+    deployment its deploy line refused (a DeepSeek-R1 tune's seed at tp=8, attention_dp=2)."""
+    if engine is not Engine.TRTLLM:
+        return []
+    layouts = [("", (config.tp, config.ep, config.attention_dp))]
+    if config.disaggregated and config.prefill_layout:
+        layouts.append(("prefill_layout ", parse_layout(config.prefill_layout, "prefill_layout")))
+    return [f"{prefix}attention_dp={dp} on trtllm: its attention DP spans every TP rank or none (1 or {tp})"
+            for prefix, (tp, _, dp) in layouts if 1 < dp < tp]
 
 
 def platform_reasons(engine: Engine | str, cluster: ClusterShape) -> list[str]:

@@ -127,3 +127,11 @@ def test_all_to_all_seeds_are_the_ones_the_engine_launch_can_set(engine, offered
     context = make_context("deepseek-r1", cluster="b200x8", engine=engine)
     _, seeds = _round_zero(context)
     assert {s.config.all_to_all_backend for s in seeds} - {"none"} == offered
+
+
+def test_no_seed_takes_an_attention_dp_trtllm_cannot_launch():
+    """TensorRT-LLM's attention DP spans every TP rank or none; a DeepSeek-R1 search on it
+    priced tp=8, attention_dp=2 and its deploy line refused the pick."""
+    context = make_context("deepseek-r1", cluster="h200x8", engine="trtllm")
+    _, seeds = _round_zero(context)
+    assert {s.config.attention_dp for s in seeds} <= {1, 8}

@@ -230,3 +230,12 @@ def test_an_unset_prompt_chunk_follows_a_smaller_step_budget():
     for engine in ("vllm", "sglang", "trtllm"):
         assert not structural_reasons(small, engine, Model(), nvidia)
         assert any("exceeds max_batched_tokens" in r for r in structural_reasons(given, engine, Model(), nvidia))
+
+
+def test_trtllm_attention_dp_spans_every_tp_rank_or_none():
+    nvidia = Cluster(Gpu(vendor="nvidia"))
+    reasons = lambda text, engine: structural_reasons(from_partial(parse_config_text(text)), engine,  # noqa: E731
+                                                      Model(), nvidia)
+    assert any("spans every TP rank or none" in r for r in reasons("tp=8,attention_dp=2", "trtllm"))
+    assert not any("spans every TP rank" in r for r in reasons("tp=8,attention_dp=8", "trtllm"))
+    assert not any("spans every TP rank" in r for r in reasons("tp=8,attention_dp=2", "vllm"))
