@@ -20,7 +20,7 @@ from levers.catalog import (
     parse_layout_options,
 )
 from levers.configuration import Configuration
-from levers.precision import base_dtype, parse_weight_spec
+from levers.precision import base_dtype, parse_weight_spec, stored_expert_dtype
 
 
 class ModelShape(Protocol):
@@ -161,7 +161,7 @@ def routed_expert_dtype(config: Configuration, model: ModelShape) -> str | None:
     expert_format = getattr(native, "expert_format", None)
     chosen = config.expert_dtype or _recipe_dtype(config, model, "routed_experts")
     if chosen is not None:
-        return "mxfp4" if chosen == "fp4" and expert_format == "mxfp4" else chosen
+        return stored_expert_dtype(chosen, expert_format)
     expert = getattr(native, "expert", None)
     if expert is None:
         return None

@@ -107,6 +107,13 @@ def base_dtype(dtype: str) -> str:
     return "fp4" if dtype in FP4_FORMATS else dtype
 
 
+def stored_expert_dtype(dtype: str, expert_format: str | None) -> str:
+    """The routed experts' storage: ``fp4`` on a checkpoint that ships them in MXFP4
+    (`NativeDtypes.expert_format`) is that checkpoint's MXFP4 on every GPU (engines load
+    its blocks as they are); anything else stays as asked."""
+    return "mxfp4" if dtype == "fp4" and expert_format == "mxfp4" else dtype
+
+
 def gemm_activation(activation: str, weight: str) -> str:
     """The activations a GEMM over ``weight`` (a compute dtype) runs when ``activation``
     is asked: the asked ones, or the weights' own width where that is wider. No kernel

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
-from levers.precision import LEVER, base_dtype, parse_weight_spec
+from levers.precision import LEVER, base_dtype, parse_weight_spec, stored_expert_dtype
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import FP4_BITS_PER_VALUE_BY_VENDOR
 
@@ -95,8 +95,7 @@ def component_dtypes(card: ModelCard, weight_dtype: str | None = None,
             values[name] = own
     if expert_dtype is not None:
         values["routed_experts"] = expert_dtype
-    if values["routed_experts"] == "fp4" and native.expert_format == "mxfp4":
-        values["routed_experts"] = "mxfp4"     # the checkpoint's own blocks (module docstring)
+    values["routed_experts"] = stored_expert_dtype(values["routed_experts"], native.expert_format)
     return ComponentDtypes(**values, recipe=spec.recipe)
 
 
