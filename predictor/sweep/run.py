@@ -22,6 +22,7 @@ from levers.errors import InputError, accepted_list
 from predictor.step.cost import Mode
 from predictor.sweep.executors import (
     POINT_METRICS,
+    THROUGHPUT_KEY,
     Executor,
     GroupResult,
     LocalPoolExecutor,
@@ -35,10 +36,6 @@ from predictor.sweep.space import SpaceOptions, SweepPlan
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
-# The frontier's throughput: output tok/s per GPU over every GPU (issue 13: `throughput`
-# means output tokens for every workload; on agentic traffic input + output is mostly
-# cached prompt tokens). The total stays in each point's metrics (`throughput_per_gpu`).
-THROUGHPUT_KEY = "output_throughput_per_gpu"
 # tok/s/user: per request 1/TPOT, the median over requests (METHOD §7's default), so the
 # axis equals 1000 / the median TPOT; the mean of 1/TPOT is skewed by a few very short
 # requests on agentic traffic. Fixed-length (analytical) points have one value for both.
