@@ -105,8 +105,8 @@ def manifests_for(plan: DeployPlan, image: str | None) -> tuple[dict[str, str], 
     except InputError as error:
         refused["dynamo"] = error.problem
     if not plan.is_disaggregated:
-        refused["llm-d"] = "written for a split's prefill and decode pools only; colocated replicas run behind " \
-                           "the Dynamo frontend (dynamo.yaml)"
+        refused["llm-d"] = ("written for a split's prefill and decode pools only; colocated replicas run behind "
+                            "the Dynamo frontend (dynamo.yaml)")
         return files, refused
     try:
         files.update({f"llm-d-{role}.yaml": text for role, text in llmd_manifests(plan, image).items()})
