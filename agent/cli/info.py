@@ -12,7 +12,7 @@ from rich.markup import escape
 from agent.cli.app import app, cli_errors, console, err_console, int_option, print_json
 from agent.cli.render import MISSING, number, objective_header, paragraph, say, table
 from levers.catalog import LEVERS, Engine, parse_engine
-from levers.configuration import Configuration, from_partial, parse_config_text, parse_partial
+from levers.configuration import Configuration, engine_only_values, from_partial, parse_config_text, parse_partial
 from levers.inputs import read_text
 from levers.legality import structural_reasons
 from objectives.objectives import list_objectives
@@ -150,12 +150,17 @@ def objectives(json_out: bool = JsonOpt) -> None:
     console.print(grid)
 
 
-def configuration_from_options(config: list[str] | None, concurrency: int | None = None) -> Configuration:
-    """``--config`` pairs over the lever defaults; ``--concurrency`` (when given) wins."""
+def configuration_from_options(config: list[str] | None, concurrency: int | None = None,
+                               engine: Engine | None = None) -> Configuration:
+    """``--config`` pairs over the lever defaults; ``--concurrency`` (when given) wins. On
+    ``engine``, a lever the user left unset whose default the engine cannot run and which
+    it allows one value for takes that value (llama.cpp: `graph_capture=none`), as the
+    seed planner and a harvest do (`levers.configuration.engine_only_values`)."""
     partial = parse_config_text(config)
     if concurrency is not None:
         partial.update(parse_partial({"concurrency": concurrency}))
-    return from_partial(partial)
+    fixed = engine_only_values(engine, partial) if engine is not None else {}
+    return from_partial({**fixed, **partial})
 
 
 def priced_configuration(target: Target, configuration: Configuration,
@@ -184,7 +189,8 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
           config: Optional[list[str]] = ConfigOpt, json_out: bool = JsonOpt) -> None:
     """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not."""
     target = target_with_default_engine(model, cluster, engine)
-    configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT_TOKENS)
+    configuration, taken = priced_configuration(target, configuration_from_options(config, engine=target.engine),
+                                                 PREDICT_CONTEXT_TOKENS)
     result = check_configuration(target.card, target.cluster, target.engine, configuration)
     if json_out:
         print_json({**target.to_json(), "configuration": configuration.to_dict(),
@@ -216,7 +222,8 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
     A disaggregated deployment shows each pool: its prefill and decode layouts."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
-    configuration, taken = priced_configuration(target, configuration_from_options(config), PREDICT_CONTEXT_TOKENS)
+    configuration, taken = priced_configuration(target, configuration_from_options(config, engine=target.engine),
+                                                 PREDICT_CONTEXT_TOKENS)
     pools = pool_configs(configuration)
     shown = {None: configuration} if pools is None else {"prefill pool": pools[0], "decode pool": pools[1]}
     memories = {label: memory_for(target.card, target.cluster, pool, context) for label, pool in shown.items()}

@@ -126,7 +126,7 @@ def commands() -> dict[str, dict]:
             **TARGET, **_v("workload", "configuration", "configuration_text", "legal", "reasons", "mode", "flags",
                            "source", "metrics", "all_metrics", "memory", "wall_ms", "seed_intervals", "intervals",
                            "transfer", "transfer_kinds", "calibration"),
-            "anchor_id": nullable(STR), "breakdown": OBJ, "fusion_opportunities": arr(OBJ)},
+            "anchor_id": nullable(STR), "breakdown": OBJ, "fusion_opportunities": arr(OBJ), "recipe": RECIPE},
             optional=("seed_intervals",)),
         "simulate": either("inferasim simulate --json", command_schema("", {
             **TARGET, **_v("workload", "configuration", "configuration_text", "modes", "flags"),

@@ -22,6 +22,8 @@ from agent.cli.info import (
     JsonOpt,
     ModelOpt,
     configuration_from_options,
+    priced_configuration,
+    recipe_text,
     target_with_default_engine,
     with_acceptance,
 )
@@ -91,7 +93,7 @@ def predict_command(
 ) -> None:
     """Price one configuration: metrics, mode (anchored / rank-only), flags, memory, breakdown."""
     target = target_with_default_engine(model, cluster, engine)
-    configuration = configuration_from_options(config, concurrency)
+    configuration = configuration_from_options(config, concurrency, target.engine)
     spec = with_acceptance(parse_workload(workload), acceptance)
     check_workload_context(target.card, spec.context_tokens, spec.name)
     result = predict(target, configuration, spec, seed=seed, replications=replications, num_requests=requests)
@@ -104,11 +106,14 @@ def predict_command(
         notes.append("--acceptance: unused without speculative decoding (set spec_method and spec_depth)")
     if notes:
         result = dataclasses.replace(result, flags=(*result.flags, *notes))
+    # unset levers priced as the calibrating anchor's recipe ran them (weight_dtype=fp4 on a
+    # bf16 checkpoint, say): said, as `check`, `memory` and `deploy` say it
+    taken = priced_configuration(target, configuration, spec.priced_context_tokens)[1]
     if json_out:
         print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
-                    "configuration_text": configuration.describe(), **prediction_json(result)})
+                    "configuration_text": configuration.describe(), "recipe": taken, **prediction_json(result)})
     else:
-        render_prediction(target, configuration, spec, result)
+        render_prediction(target, configuration, spec, result, taken)
     if result.metrics is None:
         raise typer.Exit(1)
 
@@ -124,7 +129,8 @@ def prediction_json(result: Prediction) -> dict:
 DECODE_KEYS = ("tpot_", "itl_", "interactivity_", "e2e_")   # undefined (E2E: the TTFT) at one token
 
 
-def render_prediction(target: Target, configuration: Configuration, spec: WorkloadSpec, result: Prediction) -> None:
+def render_prediction(target: Target, configuration: Configuration, spec: WorkloadSpec, result: Prediction,
+                      taken: dict[str, str] | None = None) -> None:
     workload, priced_context = spec.name, spec.priced_context_tokens
     single_token = spec.is_fixed and spec.osl == 1
     title = (f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: "
@@ -164,6 +170,8 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
     say(console, legend)
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
+    if taken:
+        say(console, recipe_text(taken))
     if result.memory is not None:
         console.print(memory_table(memory_pools(target, configuration, result.memory, priced_context),
                                    *sizing(target.card)))

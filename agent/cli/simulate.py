@@ -105,7 +105,7 @@ def simulate_command(
     check_des_requests(requests, "--requests", allow_large)
     output_file(csv, "--csv")
     target = target_with_default_engine(model, cluster, engine)
-    configuration = configuration_from_options(config, concurrency)
+    configuration = configuration_from_options(config, concurrency, target.engine)
     replay = _workload(workload, trace, skip_bad_lines, allow_large)
     if concurrency is not None and getattr(replay, "mode", None) is ArrivalMode.OPEN:
         # its timestamps set the load: the option changed no figure, only the mode judged at it

@@ -30,7 +30,7 @@ from importlib import resources
 from typing import TypeVar
 
 from levers.catalog import Engine, format_layout, get_lever
-from levers.configuration import Configuration
+from levers.configuration import Configuration, engine_only_values
 from predictor.cards.registry import ModelCard
 from predictor.feasibility import check_configuration
 from predictor.hardware import Cluster
@@ -124,7 +124,8 @@ def candidate_bases(card: ModelCard, cluster: Cluster, engine: Engine,
     if include_disaggregated:
         shapes += disaggregated_shapes(pool_layouts(layouts), cluster.total_gpus)
     precisions = precision_choices(card, cluster)
-    return [replace(shape, weight_dtype=w, expert_dtype=e, kv_cache_dtype=kv)
+    fixed = engine_only_values(engine)      # llama.cpp: no graph capture (the default's illegal there)
+    return [replace(shape, weight_dtype=w, expert_dtype=e, kv_cache_dtype=kv, **fixed)
             for shape in shapes for w, e, kv in precisions]
 
 

@@ -182,3 +182,32 @@ def test_memory_takes_the_recipe_of_the_anchor_predict_chose_at_that_context():
     memory = run_json("memory", *args, "--context", "1536")
     assert "fp8" in priced["anchor_id"] and memory["recipe"]["weight_dtype"] == "fp8"
     assert memory["weights_per_gpu_gb"] == pytest.approx(priced["memory"]["weights_per_gpu_gb"])
+
+
+def test_predict_says_which_unset_levers_it_took_from_the_anchors_recipe():
+    """A bare Llama-3.1-70B TP4 on B200 is priced as its anchor ran it (fp4 weights on a
+    bf16 checkpoint): predict says so in its text and --json, as check and memory do."""
+    args = ("--model", "llama-3.1-70b", "--cluster", "b200", "--config", "tp=4")
+    priced = run_json("predict", *args)
+    assert priced["recipe"]["weight_dtype"] == "fp4" == run_json("check", *args)["recipe"]["weight_dtype"]
+    text = " ".join(runner.invoke(app, ["predict", *args], terminal_width=200).output.split())
+    assert "from the calibrating anchor's recipe: weight_dtype=fp4" in text
+    explicit = run_json("predict", *args[:-1], "tp=4,weight_dtype=fp4,activation_dtype=fp4,kv_cache_dtype=bf16")
+    assert explicit["recipe"] == {}
+
+
+def test_a_plain_llama_cpp_configuration_runs_without_graph_capture():
+    """llama.cpp captures no graphs: its plain configuration takes graph_capture=none (as
+    the seed planner and a harvest do), so check, predict and pareto price it instead of
+    refusing the default; an explicit graph_capture=full stays refused."""
+    args = ("--model", "llama-3.1-8b", "--cluster", "cpu", "--engine", "llamacpp")
+    assert run("check", *args).exit_code == 0
+    assert run_json("predict", *args)["configuration"]["graph_capture"] == "none"
+    assert run("check", *args, "--config", "graph_capture=full").exit_code == 1
+
+
+def test_a_llama_cpp_sweep_has_legal_points(tmp_path):
+    result = run("pareto", "--model", "llama-3.1-8b", "--cluster", "cpu", "--engine", "llamacpp", "--workers", "1",
+                 "--out", str(tmp_path), "--no-plot", "--json", "--ttft-max", "none")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["num_priced"] > 0
