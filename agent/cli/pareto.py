@@ -36,7 +36,8 @@ from agent.cli.info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt, target_with
 from agent.cli.render import config_text, number, paragraph, say, table
 from levers.errors import InputError, accepted_list
 from levers.inputs import parse_number
-from objectives.slo import parse_slos
+from objectives.objectives import LATENCY_STATS
+from objectives.slo import LOWER_BOUND_METRICS, SLO_METRICS, parse_slo, parse_slos
 from predictor.sweep.executors import POINT_METRICS, ProgressFn, make_executor
 from predictor.sweep.frontier import DEFAULT_TTFT_MAX_MS, Bound, FrontierRule
 from predictor.sweep.output import sweep_json, write_sweep
@@ -81,6 +82,9 @@ def pareto_command(
     target = target_with_default_engine(model, cluster, engine)
     spec = parse_workload(workload)
     check_bounds_recorded(rule, spec)
+    if num_requests is not None and spec.is_fixed:
+        raise InputError("--num-requests", f"a {spec.name} sweep is priced analytically (no DES replay), so a "
+                         "replay length has no use", "--workload agentic (the DES), or no --num-requests")
     check_workload_context(target.card, spec.context_tokens, spec.name)
     kept_modes = parse_modes(modes)
     options = SpaceOptions(max_spec_depth=max_spec_depth, include_disaggregated=disaggregated,
@@ -111,9 +115,20 @@ def frontier_rule(ttft_max: str, slos: list[str] | None) -> FrontierRule:
     for parsed in parse_slos(slos or ()):
         if parsed.key not in POINT_METRICS:
             raise InputError("--slo", f"{parsed} bounds {parsed.key}, which sweep points do not record",
-                             accepted_list(sorted(k for k in POINT_METRICS if "_ms_" in k or "interactivity" in k)))
+                             accepted_list(recorded_slos()))
         bounds.append(Bound(parsed.key, parsed.op, parsed.value, str(parsed)))
     return FrontierRule(cap_ms, tuple(bounds))
+
+
+def recorded_slos() -> list[str]:
+    """The SLO spellings (`objectives.slo`) whose metric sweep points record, e.g. p90-itl."""
+    spelled = []
+    for metric in dict.fromkeys((*SLO_METRICS, *LOWER_BOUND_METRICS)):
+        for stat in LATENCY_STATS:
+            slo = parse_slo(f"{stat}-{metric}{'>=' if metric in LOWER_BOUND_METRICS else '<='}1")
+            if slo.key in POINT_METRICS:
+                spelled.append(f"{stat}-{metric}")
+    return spelled
 
 
 DES_ONLY_METRICS = ("ttft_ms_p90", "itl_ms_p90")   # tails: a DES replay records them, the analytical model not
@@ -209,19 +224,20 @@ def _render_empty(result: SweepResult) -> None:
 
 
 PROGRESS_LINES = 10     # lines a sweep's progress prints off a terminal
+PROGRESS_QUIET_S = 2.0  # ... none before this much time (a sub-second analytical sweep needs no ETA)
 
 
 def _progress_lines(started: float) -> ProgressFn:
     """Progress off a terminal: ``pricing: done/total groups, elapsed, ETA`` on stderr each
-    time another tenth of the groups is done."""
+    time another tenth of the groups is done, once the sweep has run `PROGRESS_QUIET_S`."""
     printed = [-1]
 
     def report(done: int, total: int) -> None:
         tenth = done * PROGRESS_LINES // total if total else 0
-        if not total or tenth == printed[0]:
+        elapsed = time.perf_counter() - started
+        if not total or tenth == printed[0] or elapsed < PROGRESS_QUIET_S:
             return
         printed[0] = tenth
-        elapsed = time.perf_counter() - started
         eta = f"{elapsed / done * (total - done):.1f} s" if done else "-"
         err_console.print(f"pricing: {done:,}/{total:,} groups, {elapsed:.1f} s elapsed, ETA {eta}",
                           markup=False, highlight=False)

@@ -41,6 +41,8 @@ def write_sweep(result: SweepResult, out_dir: str | Path, *, plot: bool = True) 
     atomic_write_text(paths["frontier"], points_csv(result.frontier))
     if plot:
         plot_frontier(result.points, paths["plot"], plot_title(result), result.rule)
+    else:   # an earlier sweep's figure in the folder would describe another sweep than its files
+        (folder / FILES["plot"]).unlink(missing_ok=True)
     atomic_write_text(paths["sweep"], json.dumps(sweep_json(result, paths), indent=1) + "\n")
     return paths
 

@@ -151,9 +151,15 @@ def test_terminal_chart_uses_the_table_keys(runner, tmp_path):
     assert (len(drawn) == len(keys)) == (collisions == 0)
 
 
-def test_off_a_terminal_progress_is_a_line_per_tenth_on_stderr(runner, tmp_path):
+def test_off_a_terminal_progress_is_a_line_per_tenth_on_stderr(runner, tmp_path, monkeypatch):
     """A sweep logged to a file (CI, nohup) still shows its progress and ETA: on stderr,
-    where it leaves --json's stdout parseable."""
+    where it leaves --json's stdout parseable; a sweep done in under `PROGRESS_QUIET_S`
+    prints none."""
+    import agent.cli.pareto as pareto
+
+    quick = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--no-plot", "--json"])
+    assert quick.exit_code == 0 and not [line for line in quick.stderr.splitlines() if line.startswith("pricing: ")]
+    monkeypatch.setattr(pareto, "PROGRESS_QUIET_S", 0.0)
     result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--no-plot", "--json"])
     assert result.exit_code == 0, result.output
     json.loads(result.stdout)
@@ -179,3 +185,20 @@ def test_the_table_says_total_and_output_throughput(runner, tmp_path):
                            terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "total tok/s" in result.stdout and "output tok/s" in result.stdout
+
+
+def test_a_replay_length_on_a_fixed_length_sweep_is_refused_not_ignored(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--num-requests", "5", "--no-plot"])
+    assert result.exit_code == 2 and "--num-requests" in result.stderr and "priced analytically" in result.stderr
+
+
+def test_an_unrecorded_slo_names_the_slo_spellings_a_sweep_records(runner, tmp_path):
+    result = runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--slo", "p50-e2e<=5s", "--no-plot"])
+    assert result.exit_code == 2 and "p90-itl" in result.stderr and "interactivity" in result.stderr
+    assert "_lo" not in result.stderr and "ttft_ms_mean" not in result.stderr
+
+
+def test_a_sweep_without_a_plot_leaves_no_earlier_figure_beside_its_files(runner, tmp_path):
+    (tmp_path / "pareto.png").write_bytes(b"an earlier sweep's figure")
+    assert runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--no-plot"]).exit_code == 0
+    assert not (tmp_path / "pareto.png").exists() and (tmp_path / "sweep.json").exists()
