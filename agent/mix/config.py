@@ -35,7 +35,7 @@ from objectives.slo import SLO
 from predictor.cards.registry import load_card
 from predictor.hardware import DEFAULT_CLUSTER, parse_cluster
 from predictor.step.speculation import ACCEPTANCE_ACCEPTED, parse_acceptance
-from predictor.target import check_workload_context
+from predictor.target import check_workload_context, resolve_target
 from predictor.units import MS_PER_S
 from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
 
@@ -306,12 +306,17 @@ def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, 
     engines = None
     if entry.engines is not None:
         engines = tuple(str(_engine(name, f"{at}.engines[{i}]")) for i, name in enumerate(entry.engines))
+        for i, engine in enumerate(engines):    # an engine that does not run on the entry's GPUs
+            try:
+                resolve_target(card.name, cluster, engine)
+            except InputError as error:
+                raise _relocated(error, f"{at}.engines[{i}]") from None
     try:
         workload = AGENTIC if entry.workload is None else parse_workload(entry.workload)
         check_workload_context(card, workload.context_tokens, workload.name)
     except InputError as error:
         raise _relocated(error, f"{at}.workload") from None
-    workload = _with_acceptance(workload, entry.acceptance, f"{at}.acceptance")
+    workload = _with_acceptance(workload, entry.acceptance, f"{at}.acceptance", source)
     candidates = None
     if entry.candidates != AUTO:
         candidates = tuple(_candidate(item, f"{at}.candidates[{i}]") for i, item in enumerate(entry.candidates))
@@ -322,12 +327,20 @@ def _resolve_entry(source: str, index: int, entry: ModelEntry, tiers: dict[str, 
     return ModelPlan(index, card.name, cluster, engines, workload, candidates, names, entry.max_gpus)
 
 
-def _with_acceptance(workload: WorkloadSpec, acceptance: str | None, what: str) -> WorkloadSpec:
-    """A model's traffic acceptance (`--acceptance`'s text forms, `ModelEntry.acceptance`)."""
+def _with_acceptance(workload: WorkloadSpec, acceptance: str | None, what: str, source: str) -> WorkloadSpec:
+    """A model's traffic acceptance (`--acceptance`'s text forms, `ModelEntry.acceptance`);
+    a file named by a relative path is read beside the models file ``source``."""
     if acceptance is None:
         return workload
+    def reader(path: str) -> str:
+        where = Path(source).parent / path
+        try:
+            return read_text(where, f"{what} file", max_bytes=1 << 20)
+        except InputError as error:
+            raise InputError(what, f"{quote(str(where), 120)} {error.problem}", error.accepted) from None
+
     try:
-        return replace(workload, acceptance=parse_acceptance(acceptance))
+        return replace(workload, acceptance=parse_acceptance(acceptance, reader))
     except InputError as error:
         raise _relocated(error, what) from None
 

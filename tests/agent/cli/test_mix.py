@@ -74,6 +74,20 @@ def test_tables_show_each_tier_and_the_nearest_miss(fake_predictor, tmp_path):
     assert "5 candidates evaluated (5 legal)" in text and "rank-only picks (gpt-oss-120b)" in text
 
 
+def test_a_rank_only_pick_among_engines_says_the_engines_were_compared_on_priors(fake_predictor, tmp_path):
+    """README: rank-only numbers rank candidates within one engine; a pick among two
+    engines on them says so, once per entry, naming its tiers."""
+    path = tmp_path / "models.yaml"
+    path.write_text(GPT_OSS_CANDIDATES.replace("max_gpus: 8", "max_gpus: 8\n    engines: [vllm, sglang]"))
+    result = runner.invoke(app, ["plan-mix", str(path), "--workers", "1"], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stdout.splitlines() if "rank-only picks among" in line]
+    assert len(lines) == 1 and lines[0].startswith("gpt-oss-120b: rank-only picks among vllm, sglang (realtime")
+    path.write_text(GPT_OSS_CANDIDATES)
+    assert "rank-only picks among" not in runner.invoke(app, ["plan-mix", str(path), "--workers", "1"],
+                                                          terminal_width=300).stdout
+
+
 @pytest.mark.parametrize("text, expected", [
     ("models:\n  - name: kimi-k3\n    tiers: [realtime\n", "models.yaml: malformed YAML at line 4"),
     ("models:\n  - name: gpt-oss-120b\n  - name: llama-9000\n",

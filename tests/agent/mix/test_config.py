@@ -144,3 +144,25 @@ def test_missing_file_is_an_input_error(tmp_path):
 def test_file_level_mistakes_name_their_own_key(text, path, words):
     message = rejected(text)
     assert message.startswith(path + ":") and words in message and "[key]" not in message
+
+
+def test_an_engine_that_does_not_run_on_the_entrys_gpus_is_named_by_its_key_path():
+    text = "models:\n  - name: gpt-oss-20b\n    cluster: h100x1\n    engines: [vllm, llamacpp]\n"
+    with pytest.raises(InputError) as caught:
+        parse_mix_text(text, "m.yaml")
+    assert caught.value.what == "m.yaml: models[0].engines[1]" and "does not run on NVIDIA" in caught.value.problem
+
+
+def test_an_acceptance_file_is_read_beside_the_models_file(tmp_path, monkeypatch):
+    """`acceptance: acc.json` names a file as `--acceptance` does: read beside the models
+    file (it was refused as unreadable while its own error offered "a JSON/CSV file")."""
+    (tmp_path / "acc.json").write_text('{"1": 1.8, "2": 2.4}')
+    models = tmp_path / "models.yaml"
+    models.write_text("models:\n  - name: gpt-oss-20b\n    cluster: h100x1\n    acceptance: acc.json\n")
+    monkeypatch.chdir(Path("/"))
+    spec = load_mix_file(models)
+    assert spec.models[0].workload.acceptance is not None
+    models.write_text("models:\n  - name: gpt-oss-20b\n    cluster: h100x1\n    acceptance: gone.json\n")
+    with pytest.raises(InputError) as caught:
+        load_mix_file(models)
+    assert caught.value.what.endswith("models[0].acceptance") and "gone.json" in caught.value.problem
