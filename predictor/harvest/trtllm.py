@@ -35,7 +35,10 @@ pairs them); a colocated replica with ``dcp > 1`` is refused (no Helix context p
 FP8/NVFP4 exports). A precision other than the card's checkpoint's is accepted only when
 `--model-path` names the checkpoint to serve (the plan notes that the precisions are
 the checkpoint's, unverified by the harvester). Attention DP in TensorRT-LLM spans
-every TP rank (`enable_attention_dp`): 1 < attention_dp < tp is refused.
+every TP rank (`enable_attention_dp`): 1 < attention_dp < tp is refused. With it the
+launch writes the balancing its recipes run and the simulator prices
+(`attention_dp_config: {enable_balance: true, batching_wait_iters: 0, timeout_iters: 60}`,
+`predictor.sim.scheduler.holds_prompts`); TensorRT-LLM's own default is no balancing.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from predictor.harvest.launch import (GpuAdapter, LaunchCommand, LaunchRequest, all_to_all_choice, allreduce_choice,
                                       changed_dtype, draft_for, host_tier_gb, refuse)
+from predictor.sim.scheduler import BALANCE_TIMEOUT_STEPS
 from predictor.units import BYTES_PER_GB
 
 PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype")
@@ -117,6 +121,9 @@ class TrtllmAdapter(GpuAdapter):
             "enable_attention_dp": config.attention_dp > 1, "kv_cache_config": kv_cache,
             "cuda_graph_config": {"batch_sizes": list(sizes), "enable_padding": True} if sizes else None,
         }
+        if config.attention_dp > 1:     # balanced as priced (module docstring), not the engine's default
+            options["attention_dp_config"] = {"enable_balance": True, "batching_wait_iters": 0,
+                                              "timeout_iters": BALANCE_TIMEOUT_STEPS}
         if strategy := allreduce_choice(self.engine, config, self.allreduce_choices):
             options["allreduce_strategy"] = strategy
         all_to_all_choice(self.engine, config, self.all_to_all_choices)   # it picks its own dispatch (MNNVL, DeepEP)

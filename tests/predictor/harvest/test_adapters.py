@@ -164,6 +164,8 @@ def test_trtllm_serve_flags_and_options_file():
     assert value(args, "--extra_llm_api_options") == path and path.endswith(".yaml")
     options = yaml.safe_load(text)
     assert options["enable_attention_dp"] is True
+    # balanced as its recipes run it and the simulator prices it (TensorRT-LLM's default: off)
+    assert options["attention_dp_config"] == {"enable_balance": True, "batching_wait_iters": 0, "timeout_iters": 60}
     assert options["kv_cache_config"] == {"enable_block_reuse": False, "free_gpu_memory_fraction": 0.9,
                                           "dtype": "fp8", "tokens_per_block": 64}
     assert options["cuda_graph_config"] == {"batch_sizes": [1, 2, 4, 8, 16], "enable_padding": True}
@@ -172,6 +174,7 @@ def test_trtllm_serve_flags_and_options_file():
     eager = yaml.safe_load(adapter_for("trtllm").launch(Configuration(tp=8, graph_capture="none"), REQUEST,
                                                         FP8).files[0][1])
     assert eager["cuda_graph_config"] is None and eager["enable_attention_dp"] is False
+    assert "attention_dp_config" not in eager
     eagle = yaml.safe_load(adapter_for("trtllm").launch(Configuration(tp=8, spec_method="eagle3", spec_depth=2),
                                                         REQUEST, FP8).files[0][1])
     assert eagle["speculative_config"] == {"decoding_type": "Eagle3", "max_draft_len": 2,
