@@ -265,6 +265,8 @@ def _steady_state(model: StepModel, load: Load) -> SteadyState:
         # the step, or of the steps that carry any when fewer than one arrives on it.
         carried = min(busiest, rank_capacity)
         step_prompts = min(per_step / min(1.0, busiest), rank_capacity * ranks) if busiest > 0 else 0.0
+        if closed:      # ... but no more prompts than requests: 2 clients never fill 8 balanced ranks
+            step_prompts = min(step_prompts, in_system)
         together = prompts_together(carried, load.isl, load.chunk_tokens)
         mixed_total_us, marginal_us = prefill_marginal_us(model, load.isl, load.chunk_tokens, round(others), ctx,
                                                           together, step_prompts)

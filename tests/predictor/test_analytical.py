@@ -113,6 +113,28 @@ def test_balanced_attention_dp_starts_one_prompt_per_rank_together():
     assert not PROFILES[Engine.VLLM].balances_attention_dp and not PROFILES[Engine.SGLANG].balances_attention_dp
 
 
+def test_balanced_attention_dp_steps_carry_no_more_prompts_than_clients():
+    """Two clients on four balanced ranks: a step carries at most their two prompts' MoE
+    tokens, never one per rank (DeepSeek-R1 DEP8 under TensorRT-LLM was priced 58.6 ms TTFT
+    at one client and 104 at two, each prompt's step carrying eight prompts)."""
+    class Recording(RankedModel):
+        def __init__(self):
+            super().__init__()
+            self.prompts = []
+
+        def mixed_us(self, prefill_tokens, decode_batch, context_tokens, prefill_context_tokens=0.0, *, prompts=0,
+                     rank_prompts=0):
+            self.prompts.append(prompts)
+            return super().mixed_us(prefill_tokens, decode_batch, context_tokens, prefill_context_tokens,
+                                    prompts=prompts, rank_prompts=rank_prompts)
+
+    for clients in (2, 3):
+        model = Recording()
+        steady_state(model, Load(isl=1024, osl=1025, concurrency=clients, running_cap=256, chunk_tokens=8192,
+                                 balanced_dp=True))
+        assert model.prompts and max(model.prompts) <= clients
+
+
 def test_chunks_split_a_prompt():
     assert chunks(1000, 512) == [(512, 0), (488, 512)]
     assert chunks(100, 8192) == [(100, 0)]
