@@ -78,6 +78,7 @@ POINTS_PER_ANCHOR = 8
 # the wrong way).
 ROBUST_SCALE_LOG = 0.05
 ROBUST_ROUNDS = 4
+TEACHING_MAX_BANDWIDTH = 2.5     # `teaches_other_models`: HBM-bound terms at 40% of the datasheet rate
 PRIOR_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us", "host_ms", "host_us_per_token")
 ADDITIVE_FLOOR = {"launch_us": 0.05, "fixed_us": 1.0, "host_ms": 0.01}
 LEVELS = ("gpu,engine,dtype", "gpu,engine", "engine,dtype", "gpu", "engine", "all")
@@ -222,9 +223,28 @@ def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], excl
     for key, members in groups.items():
         if len(members) >= MIN_ANCHORS:
             seeds[key] = _median_calibration(key, [m.calibration for m in members], launch[key])
-            by_key[key] = _pooled_calibration(key, members, launch[key]) if pooled else seeds[key]
             counts[key] = len(members)
+        teaching = [m for m in members if teaches_other_models(m.calibration)] if pooled else members
+        if len(teaching) >= MIN_ANCHORS:
+            by_key[key] = _pooled_calibration(key, teaching, launch[key]) if pooled else seeds[key]
+            counts[key] = len(teaching)
     return Priors(by_key, counts, seeds, _hosts(fitted, exclude_model))
+
+
+def teaches_other_models(calibration: Calibration) -> bool:
+    """Whether an anchor's own fit describes its GPU and engine, so that it may price
+    models with no anchor (module docstring). Not when the fit left the physical range to
+    reproduce its rows: a bandwidth-bound part slower than `TEACHING_MAX_BANDWIDTH` times
+    its prior (under 40% of HBM's datasheet rate, where decode kernels reach 60-90%; the
+    95th percentile of the 258 embedded anchors' own fits is 1.5). Such an anchor still
+    prices its own stack; as a prior it priced every model like it: three AIConfigurator
+    anchors of Qwen3-32B fp8 on H100 under SGLang, each one decode point of a split run
+    (TPOT 112-560 ms, queued KV), fitted bandwidth 3.2-14.6 and, with a fourth at its host
+    bound, pooled H100/SGLang/fp8 into 4.0: Llama-3.1-8B fp8 on one H100 under SGLang
+    decoded 2.8x slower than at bf16 (19.4 against 6.8 ms). An anchor at its host-time
+    bound (`host-time-at-bound`) still teaches: leaving those out too moved InferenceX's no
+    anchor TPOT 10.0 -> 12.0%, pairs 93.0 -> 92.3% (docs/SCORES.md, choices)."""
+    return calibration.bandwidth <= TEACHING_MAX_BANDWIDTH
 
 
 def _hosts(fitted: Iterable[Fitted], exclude_model: str | None) -> dict[str, tuple[float, float, int]]:

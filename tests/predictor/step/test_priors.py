@@ -175,9 +175,10 @@ def test_a_pooled_prior_keeps_its_collective_factor_where_most_of_its_members_me
     H200 under TensorRT-LLM, FP8: six DeepSeek anchors, five fitting ``comm`` at 0.5-0.8 and
     one attention-DP anchor at 4.65, pooled into 4.3 and priced Llama-3.1-70B's TP8
     all-reduces 4.3x. The pooled factor stays inside the middle half of the members' own
-    values (`_pooled_calibration`)."""
+    values (`_pooled_calibration`), of the members that teach other models
+    (`teaches_other_models`)."""
     from predictor.hardware import load_gpu
-    from predictor.step.priors import dtype_class, fitted_anchor, learn
+    from predictor.step.priors import dtype_class, fitted_anchor, learn, teaches_other_models
 
     anchors = [e.anchor for e in AnchorStore.default().entries()
                if e.where == "embedded" and e.anchor.signature.engine == engine
@@ -187,5 +188,27 @@ def test_a_pooled_prior_keeps_its_collective_factor_where_most_of_its_members_me
     assert len(anchors) >= 5
     fitted = [fitted_anchor(a, load_card(a.signature.model)) for a in anchors]
     prior = learn(fitted, default_launch_us={gpu: load_gpu(gpu).kernel_launch_us}).by_key[f"{gpu}/{engine}/{dtype}"]
-    low, high = np.quantile([f.calibration.comm for f in fitted], [0.25, 0.75])
+    low, high = np.quantile([f.calibration.comm for f in fitted if teaches_other_models(f.calibration)], [0.25, 0.75])
     assert low - 1e-9 <= prior.comm <= high + 1e-9 and prior.comm < most, (prior.comm, low, high)
+
+
+def test_an_anchor_whose_fit_left_the_physical_range_teaches_no_other_model():
+    """AIConfigurator's Qwen3-32B fp8 on H100 under SGLang: four split-pool anchors, three
+    one decode point of a queued run each (bandwidth factors 3.2-14.6), the fourth at its
+    host bound. Pooled, they priced every fp8 model on H100 under SGLang 4x below HBM's rate
+    (Llama-3.1-8B fp8 2.8x slower than bf16); they keep pricing their own stack, but the
+    key's prior falls back to one learned from anchors that describe the GPU and engine."""
+    from predictor.step.calibration import PHYSICS
+    from predictor.step.priors import TEACHING_MAX_BANDWIDTH, fitted_anchor, learn, teaches_other_models
+
+    assert teaches_other_models(PHYSICS)
+    assert not teaches_other_models(PHYSICS.__class__(bandwidth=TEACHING_MAX_BANDWIDTH * 1.01))
+    assert teaches_other_models(PHYSICS.__class__(host_ms=1000.0))    # a host time at its bound still teaches
+    anchors = _embedded("sglang", "h100", 8)
+    fitted = [fitted_anchor(a, load_card(a.signature.model)) for a in anchors]
+    fp8 = [f for f in fitted if f.dtype == "fp8"]
+    assert len(fp8) == 4 and sum(teaches_other_models(f.calibration) for f in fp8) == 1
+    priors = learn(fitted, default_launch_us={"h100": 4.0})
+    assert "h100/sglang/fp8" not in priors.by_key and "h100/sglang/fp8" in priors.seeds     # one teaches: < 2
+    assert priors.lookup("h100", "sglang", "fp8").bandwidth <= TEACHING_MAX_BANDWIDTH
+    assert shipped_priors().lookup("h100", "sglang", "fp8").bandwidth <= TEACHING_MAX_BANDWIDTH
