@@ -153,6 +153,9 @@ def render_report(report: MixReport, out: Path | None) -> None:
          "(--json: [lo, hi]); 'ties 1': its throughput interval overlaps the pick's")
     if data["excluded_by_max_gpus"]:
         _say(f"{data['excluded_by_max_gpus']} candidates over max_gpus were not priced")
+    if data["same_deployment_as_priced"]:
+        _say(f"{data['same_deployment_as_priced']} candidates were an earlier candidate's deployment once their unset "
+             "levers took the calibrating anchor's recipe: priced once, as the first")
     for path in report.ledger_paths:
         _say(f"ledger: {path}")
     if out is not None:

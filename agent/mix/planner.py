@@ -38,6 +38,7 @@ from agent.pricing import available_cores
 from agent.trial import Trial
 from levers.configuration import Configuration
 from levers.errors import InputError
+from predictor.anchors.anchoring import as_priced
 from predictor.predict import default_store, predict
 from predictor.target import AnchorLookup, Target, resolve_target
 
@@ -56,7 +57,7 @@ def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, see
     """Price every entry's candidates once and choose per tier (METHOD §7)."""
     started = time.perf_counter()
     lookup = has_anchor if has_anchor is not None else default_store().has_anchor
-    per_entry, excluded = build_tasks(spec, lookup)
+    per_entry, excluded, merged = build_tasks(spec, lookup)
     unique = tuple(unique_tasks(per_entry.values()))
     settings = EvalSettings(predict_fn or default_predict_fn(), seed, max_requests)
     workers = workers or available_cores()
@@ -68,16 +69,21 @@ def plan_mix(spec: MixSpec, *, predict_fn: Callable[..., Any] | None = None, see
     )
     report = MixReport(spec, slots, unique, per_entry, trials, excluded, time.perf_counter() - started,
                        {"seed": seed, "max_requests": max_requests, "workers": workers,
-                        "replications": settings.replications})
+                        "replications": settings.replications}, same_as_priced=merged)
     if write_ledger:
         report = _with_ledger(report, command_line)
     return report
 
 
-def build_tasks(spec: MixSpec, has_anchor: AnchorLookup) -> tuple[dict[int, list[CandidateTask]], dict[int, int]]:
-    """Each entry's candidates on each of its engines, within its GPU budget."""
+def build_tasks(spec: MixSpec, has_anchor: AnchorLookup) -> tuple[dict[int, list[CandidateTask]], dict[int, int],
+                                                                   dict[int, int]]:
+    """Each entry's candidates on each of its engines, within its GPU budget, and per entry
+    how many were over the budget and how many were the same deployment as an earlier
+    candidate once their unset levers took the calibrating anchor's recipe (`as_priced`:
+    `tp=2` and `tp=2, weight_dtype=fp8` on a stack whose anchor ran fp8): priced once."""
     per_entry: dict[int, list[CandidateTask]] = {}
     excluded: dict[int, int] = {}
+    merged: dict[int, int] = {}
     for entry in spec.models:
         engines = entry.engines or (str(resolve_target(entry.name, entry.cluster, None, has_anchor).engine),)
         tasks: list[CandidateTask] = []
@@ -87,11 +93,22 @@ def build_tasks(spec: MixSpec, has_anchor: AnchorLookup) -> tuple[dict[int, list
                        else _auto(spec.source, entry, target))
             kept, dropped = within_budget(configs, entry.max_gpus)
             excluded[entry.index] = excluded.get(entry.index, 0) + dropped
+            kept, same = _distinct_as_priced(target, kept, entry.workload.priced_context_tokens)
+            merged[entry.index] = merged.get(entry.index, 0) + same
             origin = "auto" if entry.candidates is None else "listed"
             tasks += [CandidateTask(target.card.name, entry.cluster, engine, entry.workload.name, config, origin,
                                     entry.workload.acceptance) for config in kept]
         per_entry[entry.index] = list(dict.fromkeys(tasks))
-    return per_entry, excluded
+    return per_entry, excluded, merged
+
+
+def _distinct_as_priced(target: Target, configs: list[Configuration],
+                        context_tokens: float | None) -> tuple[list[Configuration], int]:
+    """``configs`` without those that are an earlier one's deployment as priced (first kept)."""
+    first: dict[Configuration, Configuration] = {}
+    for config in configs:
+        first.setdefault(as_priced(target, config, context_tokens=context_tokens)[0], config)
+    return list(first.values()), len(configs) - len(first)
 
 
 def unique_tasks(groups: Iterable[list[CandidateTask]]) -> list[CandidateTask]:

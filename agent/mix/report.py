@@ -48,6 +48,7 @@ class MixReport:
     wall_s: float
     settings: dict[str, Any] = field(default_factory=dict)
     ledger_paths: tuple[Path, ...] = ()
+    same_as_priced: dict[int, int] = field(default_factory=dict)   # entry -> candidates that were another's deployment
 
     @property
     def candidates_evaluated(self) -> int:
@@ -79,6 +80,7 @@ class MixReport:
             "candidates_evaluated": self.candidates_evaluated,
             "candidates_legal": sum(1 for t in self.trials.values() if t.legal),
             "excluded_by_max_gpus": sum(self.excluded_by_max_gpus.values()),
+            "same_deployment_as_priced": sum(self.same_as_priced.values()),
             "wall_s": round(self.wall_s, 3),
             "settings": self.settings,
             "ledgers": [str(path) for path in self.ledger_paths],

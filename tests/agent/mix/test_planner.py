@@ -263,3 +263,22 @@ def test_every_reported_metric_carries_its_replication_interval_and_overlaps_are
     pick = responsive["pick"]["output_throughput_per_gpu"]
     for entry in responsive["short_list"][1:]:
         assert entry["ties_pick"] == (entry["output_throughput_per_gpu"] * 1.01 >= pick * 0.99)
+
+
+def test_candidates_that_are_one_deployment_as_priced_are_priced_once():
+    """Llama-3.1-70B on H100 under vLLM: its anchor ran fp8, so `tp=2` (unset precisions
+    take the anchor's recipe) and `tp=2, weight_dtype=fp8` are one deployment; they were
+    priced twice and filled two places of a short list with the same numbers."""
+    from agent.mix.config import parse_mix_text
+    from agent.mix.planner import build_tasks
+    from predictor.predict import default_store
+
+    spec = parse_mix_text("models:\n  - name: llama-3.1-70b\n    cluster: h100x8\n    engines: [vllm]\n"
+                          "    workload: 1k/1k\n    candidates:\n"
+                          "      - {tp: 2, replicas: 4, concurrency: 64}\n"
+                          "      - {tp: 2, replicas: 4, weight_dtype: fp8, concurrency: 64}\n"
+                          "      - {tp: 4, replicas: 2, concurrency: 64}\n")
+    per_entry, excluded, merged = build_tasks(spec, default_store().has_anchor)
+    assert merged == {0: 1} and excluded == {0: 0}
+    assert [task.config.weight_dtype for task in per_entry[0]] == [None, None]
+    assert [task.config.tp for task in per_entry[0]] == [2, 4]
