@@ -6,9 +6,9 @@ Commands come from the harvester's engine adapters (`predictor.harvest.adapters`
 lever maps to a flag in one place, with two differences from a harvest: prefix caching
 follows the pick's `prefix_cache` lever (on by default, as it was priced; a harvest
 measures with it off), and each pool of a split gets its engine's KV-transfer flags
-(`LaunchRequest.pool`). The maximum model length is the model's context, halved until
-one sequence fits the pool's KV cache by the memory model (METHOD §3.9), so the engine
-does not refuse to start. A lever the engine cannot express is an `InputError`, as in a
+(`LaunchRequest.pool`). The maximum model length is the model's context, or the longest
+sequence (in 1,024-token steps) that fits the pool's KV cache by the memory model (METHOD
+§3.9), so the engine does not refuse to start. A lever the engine cannot express is an `InputError`, as in a
 harvest.
 """
 
@@ -41,6 +41,7 @@ DEFAULT_PORT = 8000
 DEPLOY_HOST = "0.0.0.0"
 DEPLOY_PYTHON = "python3"          # the serving machine's interpreter, not this one
 MIN_CONTEXT_TOKENS = 2048
+CONTEXT_STEP_TOKENS = 1024         # a launch's max model length: whole multiples of this
 DEPLOYABLE = (Engine.VLLM, Engine.SGLANG, Engine.ATOM, Engine.TRTLLM)
 PRECISION_LEVERS = ("weight_dtype", "expert_dtype", "activation_dtype")
 CHECKPOINT_HINT = "; or --model-path CHECKPOINT that holds these precisions (the engine loads them as they are)"
@@ -270,8 +271,20 @@ def deploy_json(plan: DeployPlan | None, problem: str | None) -> dict[str, Any] 
 
 
 def max_context_tokens(target: Target, config: Configuration) -> int:
-    """The model's context, halved until one sequence fits the replica's KV cache."""
-    tokens = target.card.max_context
-    while tokens > MIN_CONTEXT_TOKENS and not memory_for(target.card, target.cluster, config, tokens).fits:
-        tokens //= 2
-    return max(tokens, MIN_CONTEXT_TOKENS)
+    """The model's context, or the longest one sequence that fits the replica's KV cache,
+    in whole `CONTEXT_STEP_TOKENS` (memory grows with the length, so a bisection finds it).
+    Halving it lost up to half the context: Qwen3.5-35B-A3B on one H100 holds 262,745
+    tokens but not the 262,144 of its context plus a sequence's linear-attention state, and
+    was launched at 131,072 while its agentic price served prompts of 145k."""
+    card = target.card
+
+    def fits(tokens: int) -> bool:
+        return memory_for(card, target.cluster, config, tokens).fits
+
+    if fits(card.max_context):
+        return card.max_context
+    low, high = 1, card.max_context // CONTEXT_STEP_TOKENS    # in steps: low fits or is the floor
+    while low + 1 < high:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle * CONTEXT_STEP_TOKENS) else (low, middle)
+    return max(low * CONTEXT_STEP_TOKENS, MIN_CONTEXT_TOKENS)

@@ -68,11 +68,23 @@ def test_prefix_caching_follows_the_lever():
     assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
 
 
-def test_context_is_the_models_when_it_fits_else_halved_until_one_sequence_fits():
+def test_context_is_the_models_when_it_fits_else_the_longest_sequence_that_fits():
+    """The longest sequence the pool holds, in 1,024-token steps (halving it launched
+    Qwen3.5-35B-A3B on one H100 at 131,072 tokens where 259,072 fit, below prompts its
+    agentic price served)."""
+    from agent.deploy.plan import CONTEXT_STEP_TOKENS
+    from predictor.feasibility import memory_for
+
     roomy = build_plan(resolve_target("deepseek-r1", "mi355x", "vllm"), config("tp=8")).pools[0]
     assert roomy.request.context_tokens == 163840
-    tight = build_plan(resolve_target("kimi-k3", "mi355x", "vllm"), config("tp=8,kv_memory_fraction=0.7")).pools[0]
-    assert tight.request.context_tokens == 1048576 // 2   # at 0.7 the pool holds less than the 1M context
+    for model, cluster, text in (("kimi-k3", "mi355x", "tp=8,kv_memory_fraction=0.7"),
+                                 ("qwen3.5-35b-a3b", "h100", "tp=1")):
+        target = resolve_target(model, cluster, "vllm")
+        tokens = build_plan(target, config(text)).pools[0].request.context_tokens
+        assert tokens < target.card.max_context and tokens % CONTEXT_STEP_TOKENS == 0
+        assert memory_for(target.card, target.cluster, config(text), tokens).fits
+        assert not memory_for(target.card, target.cluster, config(text), tokens + CONTEXT_STEP_TOKENS).fits
+        assert tokens > target.card.max_context // 2
     assert DeployOptions(context_tokens=4096).context_tokens == 4096
 
 
