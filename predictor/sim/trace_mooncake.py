@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -65,6 +65,16 @@ class MooncakeRecord(BaseModel):
     joins: list[Key] = []
     prefix_from: Key | None = None
     prefix_blocks: int | None = Field(None, ge=0, le=MAX_TRACE_TOKENS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans(cls, data: Any) -> Any:
+        """No field of a record is a boolean; lax validation read `true` as the number 1."""
+        if isinstance(data, dict):
+            for name, value in data.items():
+                if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
+                    raise ValueError(f"{name}: a JSON boolean where a number (or list of them) is expected")
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> MooncakeRecord:

@@ -56,6 +56,7 @@ def trace_cases() -> list[Case]:
         "timestamp-huge": {**record, "timestamp": 1e300}, "length-unicode": {**record, "input_length": "١٢"},
         "length-huge": {**record, "input_length": 10**12}, "length-float": {**record, "input_length": 6.5},
         "length-zero": {**record, "input_length": 0}, "unknown-key": {**record, "colour": "red"},
+        "length-boolean": {**record, "input_length": True}, "hash-id-boolean": {**record, "hash_ids": [True]},
         "list-record": [1, 2, 3], "string-record": "hello", "hash-ids-nested": {**record, "hash_ids": [[1]]},
         "prefix-unknown": {**record, "prefix_from": "nope", "prefix_blocks": 1},
         "waits-on-unknown": {**record, "waits_on": "ghost"}, "key-long": {**record, "id": LONG},
