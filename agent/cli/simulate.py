@@ -200,13 +200,15 @@ def _render(info: dict, result: SimResult) -> None:
     data = simulation_json(result)
     paragraph(console, f"DES: {info['model']} on {info['cluster']} ({info['engine']}), {info['workload']}, "
                        f"{config_text(info['configuration_text'])}", indent=0)
-    grid = table("over requests (ITL over steps)", [("metric", "left"), ("unit", "left"),
-                                                     *((stat, "right") for stat in JSON_STATS)])
+    bands = data.get("seed_intervals", {})
+    title = "over requests (ITL over steps)" + ("; \\[lo-hi]: 90% over replications" if bands else "")
+    grid = table(title, [("metric", "left"), ("unit", "left"), *((stat, "right") for stat in JSON_STATS)],
+                 wrap=range(2, 2 + len(JSON_STATS)) if bands else ())     # a value and its interval may take two lines
     for name, label, unit in LATENCIES:
-        grid.add_row(label, unit, *(number(data[name][stat]) for stat in JSON_STATS))
+        key = "interactivity" if name == "interactivity_tok_s" else name     # seed_intervals' name for it
+        grid.add_row(label, unit, *(with_interval(data[name][stat], bands.get(f"{key}_{stat}")) for stat in JSON_STATS))
     console.print(grid)
     hit = data["hit_rate"]
-    bands = data.get("seed_intervals", {})
     say(console, f"output throughput {with_interval(data['output_throughput_per_gpu'], bands.get('output_throughput_per_gpu'))}"
                  f" tok/s/GPU (total {with_interval(data['throughput_per_gpu'], bands.get('throughput_per_gpu'))}); "
                  f"prefix hit rate {percent(hit['overall'])} "

@@ -134,6 +134,9 @@ def test_replications_report_means_with_90_percent_intervals():
     assert lo <= data["output_throughput_per_gpu"] <= hi
     text = invoke("--workload", "agentic", "--concurrency", "4", "--requests", "24", "--replications", "3")
     assert text.exit_code == 0 and "over 3 replication(s)" in " ".join(text.stdout.split())
+    # the latency table carries them too (--help and the README: means with their 90% interval)
+    row = next(line for line in text.stdout.splitlines() if line.strip().startswith("TTFT from arrival"))
+    assert "[" in row and "90% over replications" in text.stdout
 
 
 def test_a_replay_too_short_for_its_warm_up_says_its_figures_are_the_warm_ups():
