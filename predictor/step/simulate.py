@@ -716,8 +716,12 @@ class SimulateStepModel:
         return self.decode_us(batch, context_tokens)
 
     def communication_us(self, tokens: float) -> float:
-        """The layout's communication of one forward over ``tokens`` replica tokens."""
-        return self.calibration.comm * self._comm.step_us(tokens / max(1, self._dp), tokens)
+        """The layout's communication of one forward over ``tokens`` replica tokens: its
+        collectives and, under PP, the activations' sends between stages (priced in the
+        step's ``pipeline`` term; reported here too, so the comm-time objectives do not
+        rank a PP layout as communicating nothing)."""
+        hops = self._comm.hops_us(tokens) if self._pp > 1 else 0.0
+        return self.calibration.comm * self._comm.step_us(tokens / max(1, self._dp), tokens) + hops
 
     def _prefill_terms(self, num_tokens: int, num_seqs: int, context: float) -> tuple[float, ...]:
         """`prefill_raw`'s parts priced; the attention groups' parts are computed once for

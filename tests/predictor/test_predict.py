@@ -222,3 +222,16 @@ def test_the_running_cap_holds_per_attention_dp_rank_as_in_the_simulator():
     assert not any(f.startswith("queueing") for f in dp.flags)
     assert any(f.startswith("queueing") for f in one.flags)
     assert dp.breakdown["decode_batch"] > 32 * 4
+
+
+def test_a_pipeline_reports_its_stage_to_stage_sends_as_communication():
+    """PP's activation sends are communication (priced in the step's pipeline term): the
+    comm-time objectives read 0 ms for pp=2 and pp=8 and ranked PP with layouts that
+    communicate nothing (replicas)."""
+    target = resolve_target("llama-3.1-8b", "h100x8", "vllm")
+    comm = {text: predict(target, Configuration().with_changes(parse_config_text([text])),
+                          parse_workload("1k/1k")).metrics
+            for text in ("tp=1,replicas=8", "pp=2,replicas=4", "pp=8")}
+    assert comm["tp=1,replicas=8"]["decode_comm_ms"] == 0.0
+    assert 0.0 < comm["pp=2,replicas=4"]["decode_comm_ms"] < comm["pp=8"]["decode_comm_ms"]
+    assert 0.0 < comm["pp=2,replicas=4"]["prefill_comm_ms"] < comm["pp=8"]["prefill_comm_ms"]
