@@ -33,7 +33,7 @@ from agent.cli.app import (
 from agent.cli.info import (ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, ModelOpt, configuration_from_options,
                             target_with_default_engine)
 from agent.cli.render import config_text, does_not_fit, number, paragraph, percent, say, table, with_interval
-from levers.configuration import Configuration
+from levers.configuration import Configuration, parse_config_text
 from levers.errors import InputError
 from levers.legality import context_reasons
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration
@@ -107,10 +107,12 @@ def simulate_command(
     target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency, target.engine)
     replay = _workload(workload, trace, skip_bad_lines, allow_large)
-    if concurrency is not None and getattr(replay, "mode", None) is ArrivalMode.OPEN:
+    given = "--concurrency" if concurrency is not None else (
+        "--config concurrency" if "concurrency" in parse_config_text(config) else None)
+    if given and getattr(replay, "mode", None) is ArrivalMode.OPEN:
         # its timestamps set the load: the option changed no figure, only the mode judged at it
-        raise InputError("--concurrency", f"does not apply to {trace.name}, an open-loop trace (its timestamps "
-                         "set the load)", "--concurrency with a closed-loop trace (sessions) or a --workload")
+        raise InputError(given, f"does not apply to {trace.name}, an open-loop trace (its timestamps "
+                         "set the load)", "a concurrency with a closed-loop trace (sessions) or a --workload")
     context_tokens = getattr(replay, "context_tokens", DEFAULT_CONTEXT_TOKENS)
     too_long = context_reasons(context_tokens, target.card)
     if too_long:   # the workload's requests, not the configuration, are what does not fit

@@ -86,6 +86,8 @@ def test_concurrency_is_refused_on_an_open_loop_trace(tmp_path):
     assert invoke("--trace", str(trace), "--json").exit_code == 0
     result = invoke("--trace", str(trace), "--concurrency", "1")
     assert result.exit_code == 2 and "--concurrency: does not apply to lengths.csv, an open-loop trace" in result.stderr
+    lever = invoke("--trace", str(trace), "--config", "concurrency=2")     # the lever was accepted and ignored
+    assert lever.exit_code == 2 and "--config concurrency: does not apply to lengths.csv" in lever.stderr
 
 
 def test_more_requests_than_a_trace_holds_are_flagged_not_silent(tmp_path):
