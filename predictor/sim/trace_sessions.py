@@ -150,9 +150,15 @@ class _SessionBuilder:
 
     def _ids(self, request: TraceRequest, stream: int) -> np.ndarray:
         blocks = -(-request.in_tokens // self.trace.block_size)
-        if len(request.hash_ids) > blocks:   # each id names a block of the prompt: more would be hits it cannot hold
+        whole = request.in_tokens // self.trace.block_size
+        # one id per block of the prompt (its last, partial block hashed or not): more would
+        # be hits it cannot hold, fewer silently drop the prompt's prefix from every cache
+        if len(request.hash_ids) > blocks:
             raise ValueError(f"{len(request.hash_ids):,} hash ids for a prompt of {request.in_tokens:,} tokens "
                              f"(at most {blocks:,} blocks of {self.trace.block_size} tokens)")
+        if len(request.hash_ids) < whole:
+            raise ValueError(f"{len(request.hash_ids):,} hash ids for a prompt of {request.in_tokens:,} tokens "
+                             f"(one per block of {self.trace.block_size} tokens: at least {whole:,})")
         ids = np.asarray(request.hash_ids, dtype=np.int64)
         if self.offset and ids.size and (ids.min() < 0 or ids.max() >= LOCAL_ID_LIMIT):
             raise ValueError(f"local hash ids must be in [0, 2^{SESSION_ID_SHIFT})")

@@ -144,6 +144,14 @@ def test_a_session_request_names_no_more_blocks_than_its_prompt_holds(tmp_path):
     path.write_text(json.dumps(bad) + "\n")
     with pytest.raises(InputError, match="500 hash ids for a prompt of 640 tokens \\(at most 10 blocks of 64"):
         load_trace(path)
+    # fewer than one per whole block dropped the prompt's prefix from every cache, silently
+    for ids, ok in ((list(range(9)), False), ([], False), (list(range(10)), True)):
+        path.write_text(json.dumps({**good, "requests": [{**request, "in": 650, "hash_ids": ids}]}) + "\n")
+        if ok:
+            assert load_trace(path).num_requests == 1
+        else:
+            with pytest.raises(InputError, match="at least 10"):
+                load_trace(path)
 
 
 def test_length_csv_is_open_loop():
