@@ -13,14 +13,13 @@ from agent.cli.app import app, cli_errors, console, err_console, int_option, pri
 from agent.cli.render import MISSING, number, objective_header, paragraph, say, table
 from levers.catalog import LEVERS, Engine, parse_engine
 from levers.configuration import Configuration, engine_only_values, from_partial, parse_config_text, parse_partial
-from levers.inputs import read_text
 from levers.legality import structural_reasons
 from objectives.objectives import list_objectives
 from predictor.cards.registry import card_problems, list_cards
 from predictor.feasibility import DEFAULT_CONTEXT_TOKENS, check_configuration, memory_for, pool_configs
 from predictor.hardware import list_gpus
 from predictor.memory import MemoryBreakdown
-from predictor.step.speculation import parse_acceptance
+from predictor.step.speculation import parse_acceptance, read_acceptance_file
 from predictor.target import Target, check_workload_context, resolve_target
 from predictor.workload import PREDICT_CONTEXT_TOKENS, WorkloadSpec
 
@@ -43,8 +42,7 @@ def with_acceptance(spec: WorkloadSpec, acceptance: str | None) -> WorkloadSpec:
     """The workload with the traffic's acceptance curve (`--acceptance`), if given."""
     if acceptance is None:
         return spec
-    reader = lambda path: read_text(path, "--acceptance file", max_bytes=1 << 20)  # noqa: E731
-    return dataclasses.replace(spec, acceptance=parse_acceptance(acceptance, reader))
+    return dataclasses.replace(spec, acceptance=parse_acceptance(acceptance, read_acceptance_file))
 
 
 def _card_row(card) -> dict:

@@ -34,7 +34,7 @@ from objectives.objectives import LATENCY_STATS
 from objectives.slo import SLO
 from predictor.cards.registry import load_card
 from predictor.hardware import DEFAULT_CLUSTER, parse_cluster
-from predictor.step.speculation import ACCEPTANCE_ACCEPTED, parse_acceptance
+from predictor.step.speculation import ACCEPTANCE_ACCEPTED, parse_acceptance, read_acceptance_file
 from predictor.target import check_workload_context, resolve_target
 from predictor.units import MS_PER_S
 from predictor.workload import AGENTIC, WorkloadSpec, parse_workload
@@ -332,10 +332,11 @@ def _with_acceptance(workload: WorkloadSpec, acceptance: str | None, what: str, 
     a file named by a relative path is read beside the models file ``source``."""
     if acceptance is None:
         return workload
-    def reader(path: str) -> str:
+
+    def reader(path: str) -> str:       # its error is relocated to ``what``: the problem names the file
         where = Path(source).parent / path
         try:
-            return read_text(where, f"{what} file", max_bytes=1 << 20)
+            return read_acceptance_file(where, f"{what} file")
         except InputError as error:
             raise InputError(what, f"{quote(str(where), 120)} {error.problem}", error.accepted) from None
 

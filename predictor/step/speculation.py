@@ -48,10 +48,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Protocol
 
 from levers.errors import InputError, accepted_list
-from levers.inputs import is_number
+from levers.inputs import is_number, read_text
 from predictor.cards.model_card import ModelCard
 
 
@@ -262,6 +263,14 @@ def lengths_from_pairs(pairs: dict[int, float]) -> tuple[float, ...]:
             out[-1] = target
             previous_depth, previous_length = depth, target
     return tuple(out)
+
+
+ACCEPTANCE_FILE_MAX_BYTES = 1 << 20    # an acceptance curve is a few lines; a bigger file is a mistake
+
+
+def read_acceptance_file(path: str | Path, what: str = "--acceptance file") -> str:
+    """An acceptance file's text (`parse_acceptance`'s ``read_file``), bounded in size."""
+    return read_text(path, what, max_bytes=ACCEPTANCE_FILE_MAX_BYTES)
 
 
 def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None,
