@@ -106,15 +106,6 @@ def entry_labels(report: MixReport) -> dict[int, str]:
             for entry in report.spec.models}
 
 
-def _rank_only_engines(slot) -> list[str]:
-    """The engines a slot chose between when its pick is rank-only (README: rank-only
-    numbers rank candidates within one engine)."""
-    pick = slot.choice.pick
-    if pick is None or pick.trial.mode != "rank-only":
-        return []
-    return list(slot.entry.engines or ())
-
-
 def render_report(report: MixReport, out: Path | None) -> None:
     labels = entry_labels(report)
     for tier in report.spec.tiers.values():
@@ -135,13 +126,14 @@ def render_report(report: MixReport, out: Path | None) -> None:
             listed = "; ".join(f"{reason} ({count})" for reason, count in reasons[:MAX_REASONS])
             more = f"; +{len(reasons) - MAX_REASONS} more reasons" if len(reasons) > MAX_REASONS else ""
             _say(f"{labels[entry.index]}: {illegal} of {total} candidates illegal: {listed}{more}")
-    for entry in report.spec.models:
-        tiers = [s.tier.name for s in report.slots if s.entry.index == entry.index and len(_rank_only_engines(s)) > 1]
-        if tiers:
+    rank_only_slots = [s for s in report.slots if s.choice.pick and s.choice.pick.trial.mode == "rank-only"]
+    for entry in report.spec.models:     # README: rank-only numbers rank candidates within one engine
+        tiers = [s.tier.name for s in rank_only_slots if s.entry.index == entry.index]
+        if tiers and len(entry.engines or ()) > 1:
             _say(f"{labels[entry.index]}: rank-only picks among {', '.join(entry.engines)} ({', '.join(tiers)}); "
                  "rank-only numbers rank candidates within one engine, and between engines rest on each engine's "
                  "cross-model prior: harvest an anchor on each before trusting the choice of engine.")
-    rank_only = sorted({labels[s.entry.index] for s in report.slots if s.choice.pick and s.choice.pick.trial.mode == "rank-only"})
+    rank_only = sorted({labels[s.entry.index] for s in rank_only_slots})
     if rank_only:
         _say(f"rank-only picks ({', '.join(rank_only)}): no covering anchor, so tier compliance is "
              "unverified; harvest an anchor at the pick's layout to verify it.")

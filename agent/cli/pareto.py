@@ -36,8 +36,8 @@ from agent.cli.info import ClusterOpt, EngineOpt, JsonOpt, ModelOpt, target_with
 from agent.cli.render import config_text, number, paragraph, say, table
 from levers.errors import InputError, accepted_list
 from levers.inputs import parse_number
-from objectives.objectives import LATENCY_STATS
-from objectives.slo import LOWER_BOUND_METRICS, SLO_METRICS, parse_slo, parse_slos
+from objectives.objectives import LATENCY_STATS, latency_key
+from objectives.slo import SLO_METRICS, parse_slos
 from predictor.sweep.executors import POINT_METRICS, ProgressFn, make_executor
 from predictor.sweep.frontier import DEFAULT_TTFT_MAX_MS, Bound, FrontierRule
 from predictor.sweep.output import sweep_json, write_sweep
@@ -122,13 +122,8 @@ def frontier_rule(ttft_max: str, slos: list[str] | None) -> FrontierRule:
 
 def recorded_slos() -> list[str]:
     """The SLO spellings (`objectives.slo`) whose metric sweep points record, e.g. p90-itl."""
-    spelled = []
-    for metric in dict.fromkeys((*SLO_METRICS, *LOWER_BOUND_METRICS)):
-        for stat in LATENCY_STATS:
-            slo = parse_slo(f"{stat}-{metric}{'>=' if metric in LOWER_BOUND_METRICS else '<='}1")
-            if slo.key in POINT_METRICS:
-                spelled.append(f"{stat}-{metric}")
-    return spelled
+    return [f"{stat}-{metric}" for metric, recorded in SLO_METRICS.items() for stat in LATENCY_STATS
+            if latency_key(recorded, stat) in POINT_METRICS]
 
 
 DES_ONLY_METRICS = ("ttft_ms_p90", "itl_ms_p90")   # tails: a DES replay records them, the analytical model not
