@@ -122,6 +122,7 @@ class Priors:
     counts: dict[str, int] = field(default_factory=dict)
     seeds: dict[str, Calibration] = field(default_factory=dict)      # starts an anchor's own fit
     hosts: dict[str, tuple[float, float, int]] = field(default_factory=dict)   # harness keys: (ms, us/token, anchors)
+    seed_counts: dict[str, int] = field(default_factory=dict)       # anchors behind each seed (`counts`: each prior)
 
     def lookup(self, gpu: str, engine: str, dtype: str, harness: str | None = None) -> Calibration:
         """The calibration that prices a model with no anchor (module docstring), with
@@ -148,21 +149,22 @@ class Priors:
         return _first(self.seeds or self.by_key, gpu, engine, dtype)[1]
 
     def to_json(self) -> dict:
-        table = lambda by_key: {k: {**{n: _round(getattr(c, n)) for n in PRIOR_FACTORS},  # noqa: E731
-                                    "anchors": self.counts.get(k, 0)} for k, c in sorted(by_key.items())}
+        table = lambda by_key, counts: {k: {**{n: _round(getattr(c, n)) for n in PRIOR_FACTORS},  # noqa: E731
+                                            "anchors": counts.get(k, 0)} for k, c in sorted(by_key.items())}
         hosts = {k: {"host_ms": _round(ms), "host_us_per_token": _round(per_token), "anchors": n}
                  for k, (ms, per_token, n) in sorted(self.hosts.items())}
-        return {"levels": list(LEVELS), "min_anchors": MIN_ANCHORS, "priors": table(self.by_key),
-                "seeds": table(self.seeds), "hosts": hosts}
+        return {"levels": list(LEVELS), "min_anchors": MIN_ANCHORS, "priors": table(self.by_key, self.counts),
+                "seeds": table(self.seeds, self.seed_counts or self.counts), "hosts": hosts}
 
     @classmethod
     def from_json(cls, data: dict) -> Priors:
         counts = {key: int(item.get("anchors", 0)) for key, item in data.get("priors", {}).items()}
+        seed_counts = {key: int(item.get("anchors", 0)) for key, item in data.get("seeds", {}).items()}
         table = lambda items: {key: Calibration(**{n: item[n] for n in PRIOR_FACTORS}, source=f"prior:{key}")  # noqa: E731
                                for key, item in items.items()}
         hosts = {key: (float(item["host_ms"]), float(item["host_us_per_token"]), int(item.get("anchors", 0)))
                  for key, item in data.get("hosts", {}).items()}
-        return cls(table(data.get("priors", {})), counts, table(data.get("seeds", {})), hosts)
+        return cls(table(data.get("priors", {})), counts, table(data.get("seeds", {})), hosts, seed_counts)
 
 
 def _first(by_key: dict[str, Calibration], gpu: str, engine: str, dtype: str) -> tuple[str | None, Calibration]:
@@ -219,16 +221,16 @@ def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], excl
         for key in prior_keys(item.gpu, item.engine, item.dtype):
             groups[key].append(item)
             launch.setdefault(key, default_launch_us.get(item.gpu.lower(), 5.0))
-    by_key, counts, seeds = {}, {}, {}
+    by_key, counts, seeds, seed_counts = {}, {}, {}, {}
     for key, members in groups.items():
         if len(members) >= MIN_ANCHORS:
             seeds[key] = _median_calibration(key, [m.calibration for m in members], launch[key])
-            counts[key] = len(members)
+            seed_counts[key] = len(members)
         teaching = [m for m in members if teaches_other_models(m.calibration)] if pooled else members
         if len(teaching) >= MIN_ANCHORS:
             by_key[key] = _pooled_calibration(key, teaching, launch[key]) if pooled else seeds[key]
             counts[key] = len(teaching)
-    return Priors(by_key, counts, seeds, _hosts(fitted, exclude_model))
+    return Priors(by_key, counts, seeds, _hosts(fitted, exclude_model), seed_counts)
 
 
 def teaches_other_models(calibration: Calibration) -> bool:
