@@ -115,8 +115,8 @@ def commands() -> dict[str, dict]:
             "slo_compliance_verified": BOOL, "harvest": None, "stats": None, "warnings": None, "deploy": None}),
         "plan-mix": command_schema("inferasim plan-mix --json", {
             "source": None, "tiers": arr(OBJ), "slots": arr(ref("slot")), "entries": arr(OBJ),
-            "candidates_evaluated": INT, "candidates_legal": INT, "excluded_by_max_gpus": INT, "same_deployment_as_priced": INT, "wall_s": None,
-            "settings": None, "ledgers": None}),
+            "candidates_evaluated": INT, "candidates_legal": INT, "excluded_by_max_gpus": INT,
+            "same_deployment_as_priced": INT, "wall_s": None, "settings": None, "ledgers": None}),
         "deploy": command_schema("inferasim deploy --json", {
             **TARGET, **_v("configuration", "configuration_text", "disaggregated", "total_gpus", "pools", "files"),
             "kv_transfer_backend": nullable(STR), "pick": OBJ, "recipe": RECIPE, "notes": arr(STR),

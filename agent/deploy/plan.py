@@ -8,8 +8,8 @@ follows the pick's `prefix_cache` lever (on by default, as it was priced; a harv
 measures with it off), and each pool of a split gets its engine's KV-transfer flags
 (`LaunchRequest.pool`). The maximum model length is the model's context, or the longest
 sequence (in 1,024-token steps) that fits the pool's KV cache by the memory model (METHOD
-§3.9), so the engine does not refuse to start. A lever the engine cannot express is an `InputError`, as in a
-harvest.
+§3.9), so the engine does not refuse to start. A lever the engine cannot express is an
+`InputError`, as in a harvest.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ def mix_page(data: dict[str, Any], path: str) -> str:
         ("models file", data.get("source")), ("candidates", f"{data.get('candidates_evaluated')} evaluated, "
                                                             f"{data.get('candidates_legal')} legal"),
         ("over max_gpus", data.get("excluded_by_max_gpus")),
-        ("same deployment as priced", data.get("same_deployment_as_priced", 0)), ("wall time", f"{data.get('wall_s')} s"),
+        ("same deployment as priced", data.get("same_deployment_as_priced", 0)),
+        ("wall time", f"{data.get('wall_s')} s"),
         ("settings", ", ".join(f"{k} {v}" for k, v in settings.items()) or "-")]),
         table(["tier", "interactivity floor tok/s/user", "TTFT cap s", "qualifies when"],
               [[t["name"], _bound(t.get("interactivity"), t.get("interactivity_stat")),
