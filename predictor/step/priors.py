@@ -18,6 +18,13 @@ dtype class, learned from every anchor that has been fitted, in two tables.
   reproduce, and with two Qwen3-235B anchors (own compute 3.6-4.1) it set the key's
   compute factor at 4.0 where the other seven anchors' own fits are 0.9-1.6 (robust: 0.8);
   that priced Llama-3.1-8B's prefill-laden decode steps 55% slow with no anchor.
+- Each key's fit is then shrunk toward its parent's (`parent_key`: a GPU's engine toward
+  the engine on every GPU, a dtype class toward its engine) as if the parent were
+  `SHRINK_ANCHORS` more anchors (`_shrunk`): a key of two or four anchors describes those
+  models, and a model with no anchor is a new one (B300 under vLLM, FP8: four anchors
+  pooled a compute factor of 3.9 where the engine's on that GPU was 1.2; shrunk, 3.1).
+  AIConfigurator no anchor TPOT 14.0 -> 13.5%, leave-model-out 14.9 -> 14.4%
+  (docs/SCORES.md, choices).
 - For an anchor's own fit to start from (`Priors.seed`): that median, the typical value
   of each efficiency on its own.
 
@@ -78,6 +85,12 @@ POINTS_PER_ANCHOR = 8
 # the wrong way).
 ROBUST_SCALE_LOG = 0.05
 ROBUST_ROUNDS = 4
+# `_shrunk`: a key's pooled prior counts its parent's as this many more anchors. Measured
+# with `score --protocol none,leave-model-out` on both dev corpora at 0 / 1 / 2 / 4
+# (docs/SCORES.md, choices): 1 moved every AIConfigurator median and p90 the right way and
+# left InferenceX's no-anchor rows within 0.2 points; 2 and 4 gained more medians on
+# AIConfigurator and lost p90 there and pairs on InferenceX.
+SHRINK_ANCHORS = 1.0
 TEACHING_MAX_BANDWIDTH = 2.5     # `teaches_other_models`: HBM-bound terms at 40% of the datasheet rate
 PRIOR_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us", "host_ms", "host_us_per_token")
 ADDITIVE_FLOOR = {"launch_us": 0.05, "fixed_us": 1.0, "host_ms": 0.01}
@@ -230,7 +243,58 @@ def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], excl
         if len(teaching) >= MIN_ANCHORS:
             by_key[key] = _pooled_calibration(key, teaching, launch[key]) if pooled else seeds[key]
             counts[key] = len(teaching)
+    if pooled:
+        by_key = _shrunk(by_key, counts, launch)
     return Priors(by_key, counts, seeds, _hosts(fitted, exclude_model), seed_counts)
+
+
+def parent_key(key: str) -> str | None:
+    """The key a prior is shrunk toward (`_shrunk`): a GPU's engine toward the engine on
+    every GPU, a dtype class toward its engine (on that GPU or every GPU), a GPU or an
+    engine toward every anchor."""
+    parts = key.split("/")
+    if key == "*":
+        return None
+    if len(parts) == 1 or (len(parts) == 2 and parts[0] == "*"):
+        return "*"
+    if len(parts) == 2:
+        return f"*/{parts[1]}"
+    return f"{parts[0]}/{parts[1]}"
+
+
+SHRINK_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us")
+
+
+def _shrunk(by_key: dict[str, Calibration], counts: dict[str, int], launch: dict[str, float]) -> dict[str, Calibration]:
+    """Each key's efficiencies pulled toward its parent's in log space by the weight
+    ``n / (n + SHRINK_ANCHORS)`` of its ``n`` anchors (empirical Bayes: a model with no
+    anchor is a new draw from the key's models, and a key of few anchors says little
+    about the next one), parents first so that shrinkage compounds down the tree."""
+    out: dict[str, Calibration] = {}
+    for key in sorted(by_key, key=_depth):
+        found, parent = by_key[key], None
+        up = parent_key(key)
+        while up is not None and parent is None:
+            parent = out.get(up)
+            up = parent_key(up)
+        if parent is None:
+            out[key] = found
+            continue
+        weight = counts[key] / (counts[key] + SHRINK_ANCHORS)
+        default = launch.get(key, 5.0)
+        values = {}
+        for name in SHRINK_FACTORS:
+            own = default if getattr(found, name) is None else getattr(found, name)
+            base = default if getattr(parent, name) is None else getattr(parent, name)
+            values[name] = _exp(name, weight * _log(name, own) + (1 - weight) * _log(name, base))
+        out[key] = replace(found, **values)
+    return out
+
+
+def _depth(key: str) -> int:
+    """Hops from ``key`` to the root of `parent_key`'s tree: parents sort first."""
+    up = parent_key(key)
+    return 0 if up is None else 1 + _depth(up)
 
 
 def teaches_other_models(calibration: Calibration) -> bool:

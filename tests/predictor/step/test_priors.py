@@ -212,3 +212,38 @@ def test_an_anchor_whose_fit_left_the_physical_range_teaches_no_other_model():
     assert "h100/sglang/fp8" not in priors.by_key and "h100/sglang/fp8" in priors.seeds     # one teaches: < 2
     assert priors.lookup("h100", "sglang", "fp8").bandwidth <= TEACHING_MAX_BANDWIDTH
     assert shipped_priors().lookup("h100", "sglang", "fp8").bandwidth <= TEACHING_MAX_BANDWIDTH
+
+
+def _with_compute(dtype: str, model: str, compute: float):
+    from predictor.step.calibration import Calibration
+    from predictor.step.priors import Fitted
+
+    return Fitted("h200", "vllm", dtype, model, Calibration(compute=compute, launch_us=4.0, source=f"anchor:{model}"))
+
+
+def test_a_key_of_few_anchors_is_shrunk_toward_its_parent_and_a_key_of_many_is_not():
+    """Two fp8 anchors at compute 4.0 among six bf16 ones at 1.0 on one GPU and engine:
+    the fp8 prior is pulled toward the engine's by ``n / (n + SHRINK_ANCHORS)`` in log
+    space (a model with no anchor is a new draw from the key's models); forty of each keep
+    their own (`predictor.step.priors._shrunk`; B300 under vLLM, FP8, had pooled compute
+    3.9 from four anchors where the engine's on that GPU was 1.2)."""
+    import math
+
+    from predictor.step.priors import SHRINK_ANCHORS, learn, parent_key
+
+    assert [parent_key(k) for k in ("h200/vllm/fp8", "h200/vllm", "*/vllm/fp8", "*/vllm", "h200", "*")] == [
+        "h200/vllm", "*/vllm", "*/vllm", "*", "*", None]
+    few = [_with_compute("fp8", f"f{i}", 4.0) for i in range(2)] + [_with_compute("bf16", f"b{i}", 1.0)
+                                                                      for i in range(6)]
+    priors = learn(few, default_launch_us={"h200": 4.0})
+    assert priors.by_key["h200/vllm"].compute == pytest.approx(1.0)
+    weight = 2 / (2 + SHRINK_ANCHORS)
+    assert SHRINK_ANCHORS > 0
+    assert priors.lookup("h200", "vllm", "fp8").compute == pytest.approx(math.exp(weight * math.log(4.0)), rel=1e-4)
+    assert priors.seeds["h200/vllm/fp8"].compute == pytest.approx(4.0)      # an anchor's own fit starts from its own
+    many = [_with_compute("fp8", f"f{i}", 4.0) for i in range(40)] + [_with_compute("bf16", f"b{i}", 1.0)
+                                                                        for i in range(40)]
+    parent = learn(many, default_launch_us={"h200": 4.0}).by_key["h200/vllm"].compute
+    own = learn(many, default_launch_us={"h200": 4.0}).by_key["h200/vllm/fp8"].compute
+    assert own == pytest.approx(math.exp((40 * math.log(4.0) + SHRINK_ANCHORS * math.log(parent)) / (40 + SHRINK_ANCHORS)),
+                                rel=1e-4) and own > 3.5
