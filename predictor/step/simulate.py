@@ -42,7 +42,6 @@ from dataclasses import dataclass
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
-from levers.precision import gemm_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.hardware import Cluster
 from predictor.memory import dtype_bytes
@@ -251,8 +250,8 @@ class SimulateStepModel:
     # -- construction ------------------------------------------------------------------
     def _gemm_rates(self, weight: str) -> tuple[float, float]:
         """(activation bytes per value, FLOPs per us) of a GEMM over ``weight``-precision
-        weights: at the activations it runs (`levers.precision.gemm_activation`)."""
-        activation = gemm_activation(self._precisions.activation, weight)
+        weights: at the activations it runs (`Precisions.gemm_activation`)."""
+        activation = self._precisions.gemm_activation(weight)
         return (dtype_bytes(activation, self.cluster.gpu.vendor),
                 self.cluster.gpu.peak_flops(activation) / TFLOPS_TO_FLOPS_PER_US)
 

@@ -151,3 +151,24 @@ def test_a_gemm_never_runs_activations_narrower_than_its_weights():
     w4a4 = prefill_terms(weight_dtype="fp4", activation_dtype="fp4")
     assert w8a4["gemm"] == w8a8["gemm"] > w4a4["gemm"]
     assert w8a4["moe"] == w4a4["moe"] < w8a8["moe"]
+
+
+def test_fp8_weights_under_an_unset_activation_lever_compute_at_the_fp8_rate():
+    """`Precisions.gemm_activation`: engines run a GEMM over fp8 weights W8A8 (activations
+    quantised per token on the fly), so GLM-5.2's fp8 experts on a BF16 checkpoint compute
+    at the fp8 rate when the lever is unset, and as W8A16 only when bf16 is asked; fp4
+    weights and bf16 ones keep the lever's default."""
+    card, cluster = load_card("glm-5.2"), parse_cluster("b300x8")
+    p = resolve_precisions(card, Configuration(tp=8, ep=8, expert_dtype="fp8"), "nvidia")
+    assert p.activation == "bf16" and not p.activation_asked
+    assert [p.gemm_activation(w) for w in ("fp8", "bf16", "fp4")] == ["fp8", "bf16", "bf16"]
+    asked = resolve_precisions(card, Configuration(tp=8, ep=8, expert_dtype="fp8", activation_dtype="bf16"), "nvidia")
+    assert asked.gemm_activation("fp8") == "bf16"
+
+    def moe(**levers) -> tuple[float, float]:
+        memory, compute, _, _ = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, ep=8, **levers))._moe_parts(64)
+        return memory, compute
+
+    bf16, fp8, w8a16 = moe(), moe(expert_dtype="fp8"), moe(expert_dtype="fp8", activation_dtype="bf16")
+    assert fp8[0] == pytest.approx(w8a16[0], rel=0.05) and fp8[0] < bf16[0] * 0.55     # half the weight bytes
+    assert fp8[1] == pytest.approx(w8a16[1] / 2) and w8a16[1] == pytest.approx(bf16[1])
