@@ -324,15 +324,16 @@ LEVERS: tuple[Lever, ...] = (
     Lever(12, "kv_transfer_backend", _P, "KV hand-off between pools (disaggregated only)",
           _per(vllm=("nixl", "mooncake"), sglang=("mooncake", "nixl", "mori"), atom=("mori",),
                trtllm=("nixl",), llamacpp=()), optional=True),
-    Lever(13, "weight_dtype", _A, "attention projections, dense MLP, shared experts (unset: checkpoint); or "
+    Lever(13, "weight_dtype", _A, "attention projections, dense MLP, shared experts (unset: as a measured anchor of the stack "
+          "ran, the one nearest the checkpoint; else the checkpoint's); or "
           "recipe:NAME (a published checkpoint of the card) and COMPONENT:DTYPE items joined by '+' "
           "(attention, dense_mlp, shared_experts, embeddings, drafter; levers.precision)",
           _each(DTYPES), optional=True),
     Lever(14, "activation_dtype", _A, "GEMM activation precision; a GEMM whose weights are wider keeps their "
-          "width (no W8A4 or W16A8 kernel) (unset: follows weights, bf16 for fp4)",
+          "width (no W8A4 or W16A8 kernel) (unset: follows weights, fp8 weights run W8A8, bf16 for fp4)",
           _each(DTYPES), optional=True),
-    Lever(15, "expert_dtype", _A, "routed experts (unset: checkpoint; fp4 on an MXFP4 checkpoint is its "
-          "own MXFP4)", _each(DTYPES), optional=True),
+    Lever(15, "expert_dtype", _A, "routed experts (unset: a measured anchor's as for weight_dtype, else the "
+          "checkpoint's; fp4 on an MXFP4 checkpoint is its own MXFP4)", _each(DTYPES), optional=True),
     Lever(16, "kv_cache_dtype", _A, "KV cache precision; also sizes the pool", _each(("bf16", "fp8")),
           optional=True),
     Lever(17, "attention_backend", _A, "attention kernels (unset: engine default)",

@@ -29,6 +29,8 @@ from predictor.step.priors import Priors, dtype_class, learn_from_anchors, shipp
 from predictor.step.simulate import SimulateStepModel
 from predictor.target import Target
 
+CHECKPOINT_LEVERS = ("weight_dtype", "expert_dtype")   # `Anchoring.recipe`: which checkpoint a stack serves
+
 
 @lru_cache(maxsize=1)
 def default_store() -> AnchorStore:
@@ -88,14 +90,22 @@ class Anchoring:
         return cls(target, store, priors if priors is not None else store_priors(store), context_tokens, acceptance,
                    harness, split)
 
-    def _select(self, config: Configuration) -> Selection:
+    def _select(self, config: Configuration, load_blind: bool = False) -> Selection:
         t = self.target
         return self.store.select(t.card, t.cluster, t.engine, config, config.concurrency,
-                                 context_tokens=self.context_tokens, disaggregated=self.split)
+                                 context_tokens=self.context_tokens, disaggregated=self.split, load_blind=load_blind)
 
     def recipe(self, config: Configuration) -> dict[str, str]:
-        """The unset levers ``config`` takes from the anchor of its (decode) layout."""
-        return dict(self._select(config).recipe)
+        """The unset levers ``config`` takes from the anchor of its (decode) layout. The
+        checkpoint (unset weight and expert precisions) is the one the stack's best-matching
+        anchor serves whatever the load, so a sweep over concurrency prices one deployment:
+        DeepSeek-R1 TP8/EP8 on B200 under SGLang took the FP4 anchor's checkpoint at one
+        client and the FP8 anchor's at 256. The rest of the recipe follows the anchor that
+        calibrates that checkpoint at the asked load."""
+        checkpoint = {lever: value for lever, value in self._select(config, load_blind=True).recipe.items()
+                      if lever in CHECKPOINT_LEVERS}
+        chosen = self._select(replace(config, **checkpoint)) if checkpoint else self._select(config)
+        return {**checkpoint, **chosen.recipe}
 
     def resolve(self, config: Configuration) -> Configuration:
         """``config`` with its unset levers taken from the anchor of its (decode) layout."""

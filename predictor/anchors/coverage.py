@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 from levers.configuration import Configuration
+from levers.precision import DTYPE_BITS
 from predictor.anchors.anchor import SPLIT_POOL, Anchor, Signature
 from predictor.cards.model_card import ModelCard
 
@@ -97,6 +98,18 @@ def native_departures(sig: Signature, layout: Configuration, card: ModelCard) ->
     return count
 
 
+def native_bits(sig: Signature, layout: Configuration, card: ModelCard) -> float:
+    """How far the anchor's precisions sit from the checkpoint's over the unset levers, in
+    octaves of width (fp8 on a BF16 checkpoint 1, fp4 2): a load-blind choice between
+    anchors that both depart prefers the nearer checkpoint (`match_rank`)."""
+    far = 0.0
+    for lever in RECIPE_LEVERS:
+        native, ran = _native(card, lever), _anchor_value(sig, lever)
+        if getattr(layout, lever) is None and native in DTYPE_BITS and ran in DTYPE_BITS:
+            far += abs(math.log2(DTYPE_BITS[native] / DTYPE_BITS[ran]))
+    return far
+
+
 def recipe(sig: Signature, config: Configuration) -> dict[str, str]:
     """What the unset levers take from the anchor (module docstring: Recipe)."""
     taken = {}
@@ -142,15 +155,17 @@ def _band_distance(value: float, low: float, high: float) -> float:
     return min(abs(math.log2(max(value, 1e-9) / low)), abs(math.log2(max(value, 1e-9) / high)))
 
 
-def match_rank(anchor: Anchor, layout: Configuration, card: ModelCard, batch: int, context: float | None,
+def match_rank(anchor: Anchor, layout: Configuration, card: ModelCard, batch: int | None, context: float | None,
                engine_version: str) -> tuple:
-    """Preference of anchors for a target (module docstring), lower first."""
+    """Preference of anchors for a target (module docstring), lower first; ``batch`` None:
+    blind to the load (`AnchorStore.select`'s ``load_blind``), the nearer checkpoint first."""
     sig = anchor.signature
     low, high = measured_batches(anchor)
     ctx_low, ctx_high = measured_contexts(anchor)
     context_gap = 0.0 if context is None else _band_distance(context, ctx_low, ctx_high)
+    load = native_bits(sig, layout, card) if batch is None else _band_distance(batch, low, high)
     return (len(set_mismatches(sig, layout)), layout_distance(sig, layout), native_departures(sig, layout, card),
-            _band_distance(batch, low, high), context_gap,
+            load, context_gap,
             sig.engine_version.lower() != engine_version.lower() and WILDCARD_BUILD not in (
                 sig.engine_version.lower(), engine_version.lower()))
 

@@ -231,16 +231,20 @@ class AnchorStore:
 
     def select(self, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
                concurrency: int, *, context_tokens: float | None = None,
-               engine_version: str = WILDCARD_BUILD, disaggregated: bool = False) -> Selection:
+               engine_version: str = WILDCARD_BUILD, disaggregated: bool = False,
+               load_blind: bool = False) -> Selection:
         """The anchor of this model, GPU and engine that best matches the target (METHOD §4,
         `predictor.anchors.coverage`), else none. ``disaggregated``: ``config`` is a pool of
-        a split deployment (a pool's layout is priced as a plain replica)."""
+        a split deployment (a pool's layout is priced as a plain replica); ``load_blind``:
+        ranked without the load and context (which checkpoint a stack serves,
+        `predictor.anchors.anchoring.Anchoring.recipe`)."""
         candidates = self.of_model(card, cluster, engine)
         if not candidates:
             return Selection(None, False, (), f"no anchor for {card.name} on {cluster.gpu.name} / {engine}")
         layout = decode_layout(config)
         batch = target_batch(config, concurrency)
-        ranked = _ordered(candidates, lambda a: match_rank(a, layout, card, batch, context_tokens, engine_version))
+        ranked = _ordered(candidates, lambda a: match_rank(a, layout, card, None if load_blind else batch,
+                                                           None if load_blind else context_tokens, engine_version))
         split = config.disaggregated or disaggregated
         chosen = ranked[0]
         skipped: tuple[str, ...] = ()

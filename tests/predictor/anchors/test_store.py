@@ -339,3 +339,21 @@ def test_a_physics_prior_is_a_none_transfer_with_or_without_a_harness():
         anchoring = Anchoring(target, AnchorStore.from_anchors([]), Priors({}, {}, {}, {}), harness=harness)
         anchoring.model(Configuration(tp=1))
         assert anchoring.kinds == ("none",), harness
+
+
+def test_a_stack_serves_one_checkpoint_whatever_the_load():
+    """`Anchoring.recipe`: DeepSeek-R1 TP8/EP8 on B200 under SGLang has FP4 and FP8 anchors;
+    with the precisions unset it took the FP4 anchor's checkpoint at one client and the
+    FP8 anchor's at 256 (memory 48.2 -> 49.4 GB, KV 70,272 -> 35,136 B a token), so a
+    concurrency sweep compared two deployments. The checkpoint is now chosen blind to the
+    load; the rest of the recipe still follows the anchor of that checkpoint at the load."""
+    from predictor.anchors.anchoring import as_priced
+    from predictor.target import Target
+
+    target = Target(load_card("deepseek-r1"), parse_cluster("b200x8"), "sglang")
+    priced = {c: as_priced(target, Configuration(tp=8, ep=8, concurrency=c))[0] for c in (1, 16, 64, 256)}
+    checkpoints = {(p.weight_dtype, p.expert_dtype) for p in priced.values()}
+    assert len(checkpoints) == 1 and None not in next(iter(checkpoints)), checkpoints
+    fp8 = as_priced(target, Configuration(tp=8, ep=8, weight_dtype="fp8", expert_dtype="fp8", concurrency=1))[0]
+    assert (fp8.weight_dtype, fp8.expert_dtype) == ("fp8", "fp8")        # a set precision is kept
+    assert plain_coverage(AnchorStore.default()).anchored >= 240
