@@ -27,7 +27,7 @@ from predictor.analytical import (
     single_ttft_ms,
     steady_state,
 )
-from predictor.anchors.anchoring import Anchoring, default_store, step_model_for  # noqa: F401 - re-exported
+from predictor.anchors.anchoring import Anchoring, default_store, recipe_text, step_model_for  # noqa: F401 - re-exported
 from predictor.anchors.store import AnchorStore
 from predictor.benchmark import Protocol, replay, runs_in_waves
 from predictor.benchmark import metrics as benchmark_metrics
@@ -74,7 +74,8 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     started = time.perf_counter()
     anchoring = Anchoring.of(target, store, priors, workload.priced_context_tokens, workload.acceptance, workload.harness.name,
                              split=config.disaggregated)
-    config = anchoring.resolve(config)
+    taken = anchoring.recipe(config)
+    config = replace(config, **taken) if taken else config
     feasibility = check_configuration(target.card, target.cluster, target.engine, config,
                                       workload.context_tokens)
     if not feasibility.legal:
@@ -85,6 +86,8 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
         prediction = _des(target, config, workload, anchoring, feasibility.memory, seed, num_requests, replications,
                           stop_rules)
     prediction = _judged(prediction, anchoring, error_bars or shipped_error_bars(), workload.harness.name)
+    if taken:   # every table, ledger and report that shows the configuration shows its flags
+        prediction = replace(prediction, flags=(recipe_text(taken), *prediction.flags))
     if target.engine is Engine.TRTLLM and config.dcp > 1:
         prediction = replace(prediction, flags=(*prediction.flags, HELIX_FLAG))
     forced = getattr(workload.acceptance, "forced_al", None)

@@ -170,7 +170,7 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
     say(console, legend)
     if result.flags:
         paragraph(console, "; ".join(result.flags), first="flags: ")
-    if taken:
+    if taken and recipe_text(taken) not in result.flags:     # an illegal one carries no flags
         say(console, recipe_text(taken))
     if result.memory is not None:
         console.print(memory_table(memory_pools(target, configuration, result.memory, priced_context),

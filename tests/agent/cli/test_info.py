@@ -185,15 +185,20 @@ def test_memory_takes_the_recipe_of_the_anchor_predict_chose_at_that_context():
 
 
 def test_predict_says_which_unset_levers_it_took_from_the_anchors_recipe():
-    """A bare Llama-3.1-70B TP4 on B200 is priced as its anchor ran it (fp4 weights on a
-    bf16 checkpoint): predict says so in its text and --json, as check and memory do."""
+    """A bare Llama-3.1-70B TP4 on B200 is priced as its anchor ran it (fp8 weights on a
+    bf16 checkpoint: of its fp8 and fp4 anchors, the nearer checkpoint): predict says so in
+    its text and --json, as check and memory do."""
     args = ("--model", "llama-3.1-70b", "--cluster", "b200", "--config", "tp=4")
     priced = run_json("predict", *args)
-    assert priced["recipe"]["weight_dtype"] == "fp4" == run_json("check", *args)["recipe"]["weight_dtype"]
+    assert priced["recipe"]["weight_dtype"] == "fp8" == run_json("check", *args)["recipe"]["weight_dtype"]
     text = " ".join(runner.invoke(app, ["predict", *args], terminal_width=200).output.split())
-    assert "from the calibrating anchor's recipe: weight_dtype=fp4" in text
+    assert "from the calibrating anchor's recipe: weight_dtype=fp8" in text
     explicit = run_json("predict", *args[:-1], "tp=4,weight_dtype=fp4,activation_dtype=fp4,kv_cache_dtype=bf16")
     assert explicit["recipe"] == {}
+    # the first flag says it, so every table, ledger and report that shows flags does
+    assert priced["flags"][0].startswith("unset levers as priced") and "weight_dtype=fp8" in priced["flags"][0]
+    assert not any(f.startswith("unset levers as priced") for f in explicit["flags"])
+    assert text.count("from the calibrating anchor's recipe") == 1
 
 
 def test_a_plain_llama_cpp_configuration_runs_without_graph_capture():
