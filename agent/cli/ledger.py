@@ -93,7 +93,8 @@ def show_command(ledger: str = LedgerArg, top: int = typer.Option(DEFAULT_SHOWN,
     id_line(console, f"{data['search_id']} ({data['status']})")
     say(console, f"{question['model']} on {question['cluster']} ({question['engine']}), {question['workload']}, "
                  f"objective {question['objective']}, SLOs {', '.join(question['slos']) or 'none'}")
-    say(console, f"trials by phase: {mapping_text(data['trials_by_phase'])}; stop: {data['stop_reason']}")
+    stop = data["stop_reason"] or f"none recorded (the search is {data['status']})"
+    say(console, f"trials by phase: {mapping_text(data['trials_by_phase'])}; stop: {stop}")
     unit = objective_unit(question["objective"])
     grid = table("Top trials", [("#", "right"), ("phase", "left"), (f"objective\n{unit}", "right"),
                                 ("SLOs", "left"), ("mode", "left"), ("configuration", "left")], wrap_last=True)

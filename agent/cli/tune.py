@@ -168,6 +168,8 @@ def render(result: TuneResult) -> None:
     paragraph(console, title, indent=0)
     tied = {t.index for t in outcome.ties}
     console.print(trial_table(shown, None, goal, [slo.key for slo in context.slos], tied))
+    if any(t.confirm_of is not None for t in shown):
+        say(console, TABLE_LEGEND)
     if tied:
         replicated = outcome.best.interval(goal.metric) is not None
         why = ("90% replication intervals overlap, so their order is inside the simulator's noise" if replicated
@@ -228,6 +230,11 @@ def _check_planner_options(no_llm: bool, **given: bool) -> None:
     if no_llm and used:
         raise InputError("--no-llm", f"given with {', '.join(used)}, which only the LLM phase reads",
                          "drop them, or drop --no-llm")
+
+
+TABLE_LEGEND = ("80%: the objective's interval from the measured error of the row's transfer kind; [lo-hi] under a "
+                "value: its 90% interval over DES replications. Confirm rows are re-priced at full fidelity, seed rows "
+                "on the search's shorter replay, so a seed row's value may sit above or below its confirmed one.")
 
 
 def trial_table(trials: list[Trial], title: str | None, goal: Objective, slo_keys: list[str] = (),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,7 +71,7 @@ def trials_svg(indices: Sequence[int], values: Sequence[float | None], phases: S
     axes.grid(True, alpha=0.3)
     if axes.get_legend_handles_labels()[1]:     # a search with no trial draws nothing to name
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    figure.tight_layout()
+    _tight(figure)
     return svg(figure)
 
 
@@ -86,7 +87,7 @@ def rejections_svg(reasons: Sequence[tuple[str, int]]) -> str:
         axes.text(count, y, f" {count}", va="center", fontsize=8)
     axes.set_xlabel("rejected trials")
     axes.tick_params(axis="y", labelsize=8)
-    figure.tight_layout()
+    _tight(figure)
     return svg(figure)
 
 
@@ -107,9 +108,17 @@ def tier_svg(points: Sequence[tuple[float, float, str, bool]], floor: float | No
     axes.set_xlim(left=0)
     axes.set_ylim(bottom=0)
     axes.grid(True, alpha=0.3)
-    figure.tight_layout()
+    _tight(figure)
     return svg(figure)
 
 
 def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _tight(figure) -> None:
+    """``tight_layout`` without its warning on stderr when long labels leave it no room
+    (the figure keeps its default layout then)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        figure.tight_layout()

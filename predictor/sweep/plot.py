@@ -68,14 +68,14 @@ def precision(config: Configuration) -> str:
 
 
 def short_label(config: Configuration) -> str:
-    """``TP2 DP2 EP2 fp4 c64 mtp1``: the layout, precision, load and speculation."""
+    """``TP2 DP2 EP2 fp4 c64 mtp:1``: the layout, precision, load and speculation (method:depth)."""
     if config.disaggregated:
         layout = f"P {config.prefill_layout}x{config.prefill_replicas} D {config.decode_layout}x{config.decode_replicas}"
     else:
         parts = [f"TP{config.tp}"] + [f"{name}{width}" for name, width in
                                       (("DP", config.attention_dp), ("EP", config.ep), ("PP", config.pp)) if width > 1]
         layout = " ".join(parts) + (f" x{config.replicas}" if config.replicas > 1 else "")
-    spec = f" {config.spec_method}{config.spec_depth}" if config.spec_method != "none" else ""
+    spec = f" {config.spec_method}:{config.spec_depth}" if config.spec_method != "none" else ""
     dtype = precision(config)
     return f"{layout}{'' if dtype == 'native' else ' ' + dtype} c{config.concurrency}{spec}"
 

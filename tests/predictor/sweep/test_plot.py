@@ -25,7 +25,7 @@ def test_families_precisions_and_labels():
     assert [layout_family(c) for c in (TP, DP, EP, SPLIT)] == ["TP", "attention-DP", "EP", "disaggregated"]
     assert [precision(c) for c in (TP, DP, EP, SPLIT)] == ["native", "fp8", "fp4", "native"]
     assert short_label(EP) == "TP8 DP8 EP8 fp4 c256"
-    assert short_label(SPLIT) == "P TP4x1 D TP4/EP1/DP4x2 c128 mtp2"
+    assert short_label(SPLIT) == "P TP4x1 D TP4/EP1/DP4x2 c128 mtp:2"
     assert short_label(Configuration(tp=2, replicas=4, concurrency=16)) == "TP2 x4 c16"
 
 
