@@ -187,8 +187,10 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
         if lever is None:
             raise InputError(error.what, error.problem, accepted) from None
         native = native_dtypes(card).get(lever)     # the price came from an anchor of that precision
-        if native:
-            accepted += f"; or --config {lever}={native} to price and launch the checkpoint's own {native}"
+        if native:      # a runnable line whether the pick came from --config, a ledger or a plan
+            own = replace(config, **{**{name: None for name in taken}, lever: native})
+            accepted += (f"; or price and launch the checkpoint's own {native}: inferasim deploy --model {card.name} "
+                         f"--cluster {target.cluster.spec} --engine {target.engine} --config {own.describe()}")
         raise InputError(f"{lever} (unset: the calibrating anchor's recipe, as priced)", error.problem,
                          accepted) from None
     nodes = _node_commands(target, config, command)

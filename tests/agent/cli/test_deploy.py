@@ -243,3 +243,21 @@ def test_colocated_replicas_get_a_dynamo_graph_with_the_priced_router(tmp_path):
     single = deploy("--model", "llama-3.1-8b", "--cluster", "h100x8", "--engine", "vllm", "--config", "tp=8",
                     "--out", str(tmp_path / "b"), "--json")
     assert json.loads(single.stdout)["manifests"] == {} and not (tmp_path / "b" / "dynamo.yaml").exists()
+
+
+def test_a_recipe_the_engine_cannot_launch_names_a_runnable_alternative(tmp_path, monkeypatch):
+    """DeepSeek-R1 TP8/EP4 on B200 under SGLang is priced at its anchor's FP4 experts, which
+    SGLang cannot quantize to on its command line: the refusal offers a whole `deploy` line
+    with the checkpoint's own fp8 (it offered `--config expert_dtype=fp8`, which a ledger's
+    or a plan's pick refuses), and that line deploys."""
+    monkeypatch.setenv("INFERASIM_HOME", str(tmp_path / "home"))
+    args = ["deploy", "--model", "deepseek-r1", "--cluster", "b200x8", "--engine", "sglang",
+            "--config", "tp=8,ep=4,concurrency=4"]
+    refused = runner.invoke(app, args, terminal_width=400)
+    assert refused.exit_code == 2
+    message = " ".join(refused.output.split())
+    line = message.split("price and launch the checkpoint's own fp8: inferasim ", 1)[1].rstrip(")")
+    offered = line.split()
+    assert offered[0] == "deploy" and "expert_dtype=fp8" in offered[-1]
+    launched = runner.invoke(app, [*offered, "--out", str(tmp_path / "out")], terminal_width=400)
+    assert launched.exit_code == 0, launched.output
