@@ -31,6 +31,7 @@ from agent.sustainable import METRIC as SUSTAINABLE_METRIC
 from agent.sustainable import sustainable
 from agent.trial import METRIC_DIGITS, Phase, SearchContext, Stage, Trial
 from levers.configuration import Configuration
+from levers.errors import InputError
 from objectives.slo import UPPER, check_all, miss_distance
 from predictor.sim.stop import StopRule
 from predictor.units import MS_PER_S
@@ -80,6 +81,9 @@ def _evaluate(context: SearchContext, config: Configuration, phase: Phase,
         prediction = context.predict_fn(
             target, config, context.workload, store=context.store, seed=context.seed,
             num_requests=requests, need_distribution=context.need_distribution, **extra)
+    except InputError as error:     # the configuration cannot serve the workload (a request its KV pool cannot hold)
+        reason = f"cannot serve the workload: {error.problem}"
+        return rejected(phase, config, proposed, [reason], Stage.PREDICTION, _ms_since(started))
     except Exception as error:  # noqa: BLE001 - a predictor failure must not lose the search
         reason = f"prediction failed: {type(error).__name__}: {error}"
         return rejected(phase, config, proposed, [reason], Stage.PREDICTION, _ms_since(started))

@@ -64,6 +64,7 @@ class TuneResult:
     stats: dict = field(default_factory=dict)
     num_confirmed: int | None = None   # confirm trials of a bounded search (None: one fidelity)
     warnings: tuple[str, ...] = ()
+    num_rejected: int = 0              # trials the checks or the predictor refused
 
     @property
     def best(self) -> Trial | None:
@@ -160,7 +161,8 @@ def _run(search: _Search, runtime: LmRuntime | None, listeners: list[TrialListen
                       num_trials=len(session.trials), lm=lm if runtime is not None else None,
                       harvest=harvest_plan(context.target, [t for t in shown if t is not None]),
                       stats=recorder.stats(session),
-                      num_confirmed=len(session.confirmed) if session.bounded else None, warnings=search.warnings)
+                      num_confirmed=len(session.confirmed) if session.bounded else None, warnings=search.warnings,
+                      num_rejected=sum(not t.legal for t in session.trials))
 
 
 def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store) -> _Search:

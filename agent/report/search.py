@@ -13,6 +13,7 @@ meet the search's SLOs with a mean TTFT under 10 s (`predictor.sweep.frontier`).
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -37,6 +38,7 @@ from predictor.workload import parse_workload
 TOP = 15
 METRIC_KEYS = ("ttft_ms_mean", "tpot_ms_p50", "interactivity_p50")
 MAX_REASON_CHARS = 160
+NUMBERS = re.compile(r"\d[\d,.]*")     # `_rejections`: reasons that differ in numbers alone
 
 
 def search_page(ledger: Ledger, top: int = TOP) -> str:
@@ -172,12 +174,27 @@ def _over_time(ledger: Ledger, unit: str) -> str:
 
 
 def _rejections(ledger: Ledger) -> str:
-    reasons = Counter(f"{t.rejected_by or 'prediction'}: {(t.reason or 'no reason given')[:MAX_REASON_CHARS]}"
-                      for t in ledger.trials if not t.legal).most_common()
+    """Rejections counted by reason, reasons that differ only in their numbers as one (the
+    first one's text shown): sixteen KV-capacity rows of one search differed in token
+    counts alone."""
+    groups: dict[str, list[str]] = {}
+    for t in ledger.trials:
+        if not t.legal:
+            text = f"{t.rejected_by or 'prediction'}: {t.reason or 'no reason given'}"
+            groups.setdefault(NUMBERS.sub("#", text), []).append(text)
+    reasons = sorted(((_clipped(texts[0]) + (" (numbers vary)" if len(set(texts)) > 1 else ""), len(texts))
+                      for texts in groups.values()), key=lambda item: -item[1])
     if not reasons:
         return paragraph("No trial was rejected.")
     return (figure(figures.rejections_svg(reasons), "Rejected trials per stage and reason.")
             + table(["stage: reason", "trials"], reasons))
+
+
+def _clipped(text: str) -> str:
+    """At most `MAX_REASON_CHARS`, cut at a word with an ellipsis."""
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    return text[:MAX_REASON_CHARS].rsplit(" ", 1)[0] + " ..."
 
 
 def _hints(target: Target, trials: list[TrialRecord]) -> str:

@@ -64,3 +64,21 @@ def test_trial_json_round_trips_through_the_ledger_model():
     record = TrialRecord.model_validate({**trial.to_json(), "index": 0})
     assert record.metrics["output_throughput_per_gpu"] == trial.objective_value
     assert record.slo_checks[0].slo == "mean-ttft<=1000ms"
+
+
+def test_a_workload_the_configuration_cannot_serve_is_said_so_not_as_a_failure():
+    """The DES refuses a request longer than a rank's KV pool with an InputError naming
+    ``--config``: inside a search there is no --config, so the rejection reads 'cannot serve
+    the workload: ...' (a DeepSeek-R1 tune listed 63 of them as 'prediction failed:
+    InputError: --config: ...')."""
+    from levers.errors import InputError
+
+    class TooLong(FakePredictor):
+        def __call__(self, *args, **kwargs):
+            raise InputError("--config", "request 0 (106204 prompt + 126 output tokens) needs 106330 KV tokens "
+                             "but one colocated rank's pool holds 68719", "a larger KV pool")
+
+    context = make_context(predictor=TooLong(), precisions="fp8")
+    trial = evaluate(context, Configuration(weight_dtype="fp8", expert_dtype="fp8"), phase=Phase.SEED)
+    assert trial.stage is Stage.PREDICTION and not trial.legal
+    assert trial.reason.startswith("cannot serve the workload: request 0") and "--config" not in trial.reason

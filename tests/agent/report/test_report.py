@@ -149,3 +149,23 @@ def test_harvest_hints_do_not_call_an_anchored_best_rank_only(ledger, tmp_path):
     assert runner.invoke(app, ["report", ledger["ledger"], "-o", str(out)]).exit_code == 0
     text = out.read_text()
     assert "The best trial is anchored;" in text and "The best trials are rank-only" not in text
+
+
+def test_rejections_that_differ_in_numbers_alone_are_one_row():
+    """Sixteen KV-capacity rejections of one search differed only in token counts and were
+    sixteen rows, each cut mid-word: one row now, counted, cut at a word."""
+    from types import SimpleNamespace
+
+    from agent.report.search import MAX_REASON_CHARS, _rejections
+
+    def rejected(tokens: int, pool: int, rank: str = "colocated"):
+        return SimpleNamespace(legal=False, rejected_by="prediction", reason=(
+            f"cannot serve the workload: request 0 (106204 prompt + 126 output tokens) needs {tokens} KV tokens but "
+            f"one {rank} rank's pool holds {pool:,} (accepted: a layout, KV dtype or memory fraction with a larger pool)"))
+
+    trials = [rejected(106330 + i, 68719 - i) for i in range(16)] + [rejected(106204, 68719, "prefill")] * 2
+    html = _rejections(SimpleNamespace(trials=trials))
+    rows = re.findall(r"<tr><td[^>]*>(.*?)</td><td[^>]*>(\d+)</td></tr>", html)
+    assert [int(count) for _, count in rows] == [16, 2], rows
+    assert rows[0][0].endswith("... (numbers vary)") and len(rows[0][0]) <= MAX_REASON_CHARS + len(" ... (numbers vary)")
+    assert "(numbers vary)" not in rows[1][0]
