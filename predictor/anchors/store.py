@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -188,6 +188,7 @@ class AnchorStore:
         self._stored = dict(sorted(by_id.items()))
         self.problems = problems  # (path, message) of files that failed to load
         self._of_model: dict[tuple[str, str, str], list[Anchor]] = {}  # the store is immutable
+        self._blind: dict[tuple, Selection] = {}     # load-blind selections (read for their recipe only)
 
     @classmethod
     def default(cls) -> "AnchorStore":
@@ -238,6 +239,19 @@ class AnchorStore:
         a split deployment (a pool's layout is priced as a plain replica); ``load_blind``:
         ranked without the load and context (which checkpoint a stack serves,
         `predictor.anchors.anchoring.Anchoring.recipe`)."""
+        if load_blind:      # blind to the load: one answer per layout (the store is immutable)
+            key = (card.name, cluster.spec, str(engine), replace(config, concurrency=1), engine_version, disaggregated)
+            found = self._blind.get(key)
+            if found is None:
+                found = self._blind[key] = self._select(card, cluster, engine, config, concurrency, None,
+                                                        engine_version, disaggregated, True)
+            return found
+        return self._select(card, cluster, engine, config, concurrency, context_tokens, engine_version,
+                            disaggregated, False)
+
+    def _select(self, card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration,
+                concurrency: int, context_tokens: float | None, engine_version: str, disaggregated: bool,
+                load_blind: bool) -> Selection:
         candidates = self.of_model(card, cluster, engine)
         if not candidates:
             return Selection(None, False, (), f"no anchor for {card.name} on {cluster.gpu.name} / {engine}")
