@@ -39,6 +39,12 @@ def best_record(ledger: Ledger) -> TrialRecord | None:
     return ledger.trials[ledger.best.index]
 
 
+def unfinished_note(ledger: Ledger) -> str:
+    """What a search's best is worth before the search finished ("" once it has)."""
+    return "" if ledger.status == "finished" else \
+        " of an unfinished search (interrupted or still running: its best is not re-priced at full fidelity)"
+
+
 def row(path: Path) -> dict[str, Any]:
     """One line of `ledger list` (an unreadable file is listed with its problem)."""
     try:

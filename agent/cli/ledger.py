@@ -11,7 +11,7 @@ from agent.cli.app import app, cli_errors, console, int_option, print_json
 from agent.cli.info import JsonOpt, WideOpt
 from agent.cli.render import (MISSING, config_text, id_line, mapping_text, metric_header, number,
                               objective_header, paragraph, print_wide, say, table)
-from ledgers.review import best_record, compare, overview, rows
+from ledgers.review import best_record, compare, overview, rows, unfinished_note
 from ledgers.store import load_ledger
 from levers.configuration import configuration_from_dict
 from objectives.objectives import resolve_objective
@@ -127,8 +127,10 @@ def best_command(ledger: str = LedgerArg, json_out: bool = JsonOpt) -> None:
     elif record is None:
         console.print("no trial met the SLOs (see `inferasim ledger show` for the nearest misses)")
     else:
+        unfinished = unfinished_note(loaded)     # its best is not re-priced yet: said, as deploy says it
         say(console, f"trial #{record.index} ({record.phase}, {record.mode}): {loaded.objective} "
-                     f"{number(record.objective_value)} {objective_unit(loaded.objective)}")
+                     f"{number(record.objective_value)} {objective_unit(loaded.objective)}"
+                     f"{f' (best{unfinished})' if unfinished else ''}")
         paragraph(console, config_text(configuration_from_dict(record.configuration)), first="configuration: ")
         metrics = record.metrics or {}
         shown = [f"{metric_header(key).replace(chr(10), ' ')} {number(metrics[key])}"

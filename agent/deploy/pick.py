@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ledgers.review import best_record
+from ledgers.review import best_record, unfinished_note
 from ledgers.store import load_ledger
 from levers.configuration import Configuration, configuration_from_dict, from_partial, parse_config_text
 from levers.errors import InputError, accepted_list, did_you_mean
@@ -57,10 +57,8 @@ def from_ledger(reference: str, trial: int | None = None) -> Pick:
                          f"({record.reason})", "a priced trial (inferasim ledger show)")
     target = recorded_target(ledger.model, ledger.cluster, ledger.engine, f"ledger {ledger.search_id}")
     which = "best trial" if trial is None else "trial"
-    unfinished = "" if ledger.status == "finished" else \
-        " of an unfinished search (interrupted or still running: its best is not re-priced at full fidelity)"
     return Pick(target, configuration_from_dict(record.configuration),
-                f"{ledger.search_id}: {which} #{record.index}{unfinished}", record.mode, record.metrics,
+                f"{ledger.search_id}: {which} #{record.index}{unfinished_note(ledger)}", record.mode, record.metrics,
                 parse_workload(ledger.workload).priced_context_tokens)
 
 

@@ -175,3 +175,19 @@ def test_ledger_show_ranks_as_tune_does_the_best_then_the_confirmed():
     phases = [t["phase"] for t in shown if t["slo_met"]]
     if "confirm" in phases:
         assert phases == sorted(phases, key=lambda phase: phase != "confirm")     # confirmed ones first
+
+
+def test_ledger_best_of_an_unfinished_search_says_so_and_show_names_no_stop():
+    """An interrupted or running search's best is not re-priced at full fidelity: `ledger
+    best` says so as `deploy` does, and `ledger show` says no stop was recorded (it printed
+    'stop: None')."""
+    path = Path(json.loads(invoke(*QWEN, "--budget", "12", "--json").output)["ledger"])
+    finished = runner.invoke(app, ["ledger", "best", str(path)], terminal_width=300).output
+    assert "unfinished" not in finished
+    data = json.loads(path.read_text())
+    data["status"], data["stop_reason"] = "running", None
+    path.write_text(json.dumps(data))
+    best = runner.invoke(app, ["ledger", "best", str(path)], terminal_width=300)
+    assert best.exit_code == 0 and "(best of an unfinished search" in " ".join(best.output.split())
+    shown = " ".join(runner.invoke(app, ["ledger", "show", str(path)], terminal_width=300).output.split())
+    assert "stop: none recorded (the search is running)" in shown and "stop: None" not in shown
