@@ -3,9 +3,9 @@
 A rank-only trial was priced in simulate mode (or off its anchor's coverage): its
 ranking is meaningful, its absolute numbers — and so its SLO compliance — are not yet.
 The fix is one anchor per kernel set and width, so the hints are grouped that way:
-trials that differ only in transferable levers (spec depth given the method, load,
-scheduler limits, replicas) share one harvest, whose depth is the first (best-ranked)
-trial's. A disaggregated deployment gets one harvest per pool layout (one for both when
+trials (as priced: an unset precision at the calibrating anchor's recipe) that differ
+only in transferable levers (spec depth given the method, load, scheduler limits,
+replicas) share one harvest, whose depth is the first (best-ranked) trial's. A disaggregated deployment gets one harvest per pool layout (one for both when
 the pools share a layout); a layout wider
 than one node is reduced (drop PP, narrow EP and TP) and says so. Every command line
 printed has passed `plan_harvest`, which is what `inferasim harvest --dry-run` runs;
@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from agent.trial import Trial
+from predictor.anchors.anchoring import as_priced
 from predictor.anchors.store import signature_for
 from predictor.harvest.layouts import ReducedHarvest, reduced_harvests
 from predictor.target import Target
@@ -39,7 +40,8 @@ def harvest_hints(target: Target, trials: Iterable[Trial]) -> list[ReducedHarves
     """One harvest per anchor the rank-only trials among ``trials`` need, in order."""
     chosen: dict[tuple, ReducedHarvest] = {}
     for trial in rank_only(trials):
-        for harvest in reduced_harvests(target.engine, target.card.name, target.card, target.cluster, trial.config):
+        priced = as_priced(target, trial.config)[0]     # the precisions it was priced at, not the bare levers
+        for harvest in reduced_harvests(target.engine, target.card.name, target.card, target.cluster, priced):
             chosen.setdefault(_group_key(target, harvest), harvest)
     return list(chosen.values())
 

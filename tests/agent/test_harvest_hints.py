@@ -94,3 +94,14 @@ def test_every_hint_of_a_real_search_passes_the_dry_run(name, tmp_path):
 def _ledger_trials(result):
     ledger = load_ledger(result.ledger_path)
     return [trial_from_record(record, result.context) for record in ledger.trials]
+
+
+def test_a_hint_measures_the_precisions_the_trial_was_priced_at():
+    """A DeepSeek-R1 TP8/EP4 trial on B200 under SGLang with its precisions unset is priced at
+    its anchor's FP4 recipe: the hint measures that (it printed a bare layout, which would
+    run the checkpoint's own FP8, beside an fp4 one), and one hint serves both trials."""
+    target = resolve_target("deepseek-r1", "b200x8", "sglang")
+    trials = [rank_only(tp=8, ep=4, concurrency=4), rank_only(tp=8, ep=4, weight_dtype="fp4", concurrency=4)]
+    commands = [line for line in harvest_plan(target, trials) if not line.startswith("#")]
+    assert len(commands) == 1, commands
+    assert "weight_dtype=fp4" in commands[0] and "expert_dtype=fp4" in commands[0]
