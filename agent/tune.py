@@ -64,7 +64,6 @@ class TuneResult:
     stats: dict = field(default_factory=dict)
     num_confirmed: int | None = None   # confirm trials of a bounded search (None: one fidelity)
     warnings: tuple[str, ...] = ()
-    num_rejected: int = 0              # trials the checks or the predictor refused
 
     @property
     def best(self) -> Trial | None:
@@ -159,10 +158,10 @@ def _run(search: _Search, runtime: LmRuntime | None, listeners: list[TrialListen
     shown = [outcome.best, *outcome.top] if outcome.best else outcome.nearest_misses
     return TuneResult(context=context, outcome=outcome, ledger_path=recorder.path,
                       num_trials=len(session.trials), lm=lm if runtime is not None else None,
-                      harvest=harvest_plan(context.target, [t for t in shown if t is not None]),
+                      harvest=harvest_plan(context.target, [t for t in shown if t is not None],
+                                           context.workload.priced_context_tokens),
                       stats=recorder.stats(session),
-                      num_confirmed=len(session.confirmed) if session.bounded else None, warnings=search.warnings,
-                      num_rejected=sum(not t.legal for t in session.trials))
+                      num_confirmed=len(session.confirmed) if session.bounded else None, warnings=search.warnings)
 
 
 def _resumed(path: Path, request: TuneRequest, lm: LmSettings | None, predict_fn, check_fn, store) -> _Search:

@@ -74,8 +74,7 @@ def predict(target: Target, config: Configuration, workload: WorkloadSpec, *,
     started = time.perf_counter()
     anchoring = Anchoring.of(target, store, priors, workload.priced_context_tokens, workload.acceptance, workload.harness.name,
                              split=config.disaggregated)
-    taken = anchoring.recipe(config)
-    config = replace(config, **taken) if taken else config
+    config, taken = anchoring.priced(config)
     feasibility = check_configuration(target.card, target.cluster, target.engine, config,
                                       workload.context_tokens)
     if not feasibility.legal:

@@ -122,7 +122,7 @@ def simulate_command(
     # command line prices the same kernels in both
     anchoring = Anchoring.of(target, context_tokens=getattr(replay, "priced_context_tokens", None),
                              split=configuration.disaggregated)
-    priced = anchoring.resolve(configuration)
+    priced = anchoring.priced(configuration)[0]
     feasibility = check_configuration(target.card, target.cluster, target.engine, priced, context_tokens)
     if not feasibility.legal:   # a result, as predict reports it: why, and exit 1
         _does_not_fit(target, replay.name, configuration, feasibility, json_out)

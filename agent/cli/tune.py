@@ -195,8 +195,8 @@ def render(result: TuneResult) -> None:
                      "the answer is priced at full fidelity.")
     stats = result.stats
     say(console, f"Stopped: {outcome.stop_reason}")
-    rejected = f", {number(result.num_rejected)} of them rejected (by reason: inferasim ledger show)" \
-        if result.num_rejected else ""
+    rejected = f", {number(stats['num_rejected'])} of them rejected (by reason: inferasim ledger show)" \
+        if stats.get("num_rejected") else ""
     say(console, f"{number(result.num_trials)} trials in {number(stats.get('wall_s', 0))} s "
                  f"({number(stats.get('trials_per_s', 0))} trials/s){rejected}")
     console.print("Ledger:", highlight=False)

@@ -107,10 +107,11 @@ class Anchoring:
         chosen = self._select(replace(config, **checkpoint)) if checkpoint else self._select(config)
         return {**checkpoint, **chosen.recipe}
 
-    def resolve(self, config: Configuration) -> Configuration:
-        """``config`` with its unset levers taken from the anchor of its (decode) layout."""
+    def priced(self, config: Configuration) -> tuple[Configuration, dict[str, str]]:
+        """``config`` with its unset levers taken from the anchor of its (decode) layout,
+        and the levers so taken (`recipe`)."""
         taken = self.recipe(config)
-        return replace(config, **taken) if taken else config
+        return (replace(config, **taken) if taken else config), taken
 
     def model(self, config: Configuration) -> StepModel:
         """The step model of one replica layout (cached per configuration)."""
@@ -176,8 +177,7 @@ def as_priced(target: Target, config: Configuration, store: AnchorStore | None =
     """``config`` with its unset levers as `predict` takes them (the recipe of the anchor
     that calibrates it), and the levers so taken: what `deploy` launches and `check` /
     `memory` size, so a command serves and sizes the precisions it was priced at."""
-    anchoring = Anchoring.of(target, store, context_tokens=context_tokens, split=config.disaggregated)
-    return anchoring.resolve(config), anchoring.recipe(config)
+    return Anchoring.of(target, store, context_tokens=context_tokens, split=config.disaggregated).priced(config)
 
 
 def recipe_text(taken: dict[str, str]) -> str:

@@ -91,6 +91,7 @@ ROBUST_ROUNDS = 4
 # left InferenceX's no-anchor rows within 0.2 points; 2 and 4 gained more medians on
 # AIConfigurator and lost p90 there and pairs on InferenceX.
 SHRINK_ANCHORS = 1.0
+SHRINK_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us")   # host time: `_hosts`
 TEACHING_MAX_BANDWIDTH = 2.5     # `teaches_other_models`: HBM-bound terms at 40% of the datasheet rate
 PRIOR_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us", "host_ms", "host_us_per_token")
 ADDITIVE_FLOOR = {"launch_us": 0.05, "fixed_us": 1.0, "host_ms": 0.01}
@@ -244,7 +245,7 @@ def learn(fitted: Iterable[Fitted], *, default_launch_us: dict[str, float], excl
             by_key[key] = _pooled_calibration(key, teaching, launch[key]) if pooled else seeds[key]
             counts[key] = len(teaching)
     if pooled:
-        by_key = _shrunk(by_key, counts, launch)
+        by_key = _shrunk(by_key, counts)
     return Priors(by_key, counts, seeds, _hosts(fitted, exclude_model), seed_counts)
 
 
@@ -262,32 +263,23 @@ def parent_key(key: str) -> str | None:
     return f"{parts[0]}/{parts[1]}"
 
 
-SHRINK_FACTORS = ("bandwidth", "compute", "moe", "comm", "launch_us", "fixed_us")
-
-
-def _shrunk(by_key: dict[str, Calibration], counts: dict[str, int], launch: dict[str, float]) -> dict[str, Calibration]:
+def _shrunk(by_key: dict[str, Calibration], counts: dict[str, int]) -> dict[str, Calibration]:
     """Each key's efficiencies pulled toward its parent's in log space by the weight
     ``n / (n + SHRINK_ANCHORS)`` of its ``n`` anchors (empirical Bayes: a model with no
     anchor is a new draw from the key's models, and a key of few anchors says little
-    about the next one), parents first so that shrinkage compounds down the tree."""
+    about the next one), parents first so that shrinkage compounds down the tree. A
+    parent's anchors include its children's, so every key but "*" has its parent here;
+    a pooled prior sets every factor (its per-kernel cost too)."""
     out: dict[str, Calibration] = {}
     for key in sorted(by_key, key=_depth):
-        found, parent = by_key[key], None
-        up = parent_key(key)
-        while up is not None and parent is None:
-            parent = out.get(up)
-            up = parent_key(up)
+        found, parent = by_key[key], out.get(parent_key(key) or "")
         if parent is None:
             out[key] = found
             continue
         weight = counts[key] / (counts[key] + SHRINK_ANCHORS)
-        default = launch.get(key, 5.0)
-        values = {}
-        for name in SHRINK_FACTORS:
-            own = default if getattr(found, name) is None else getattr(found, name)
-            base = default if getattr(parent, name) is None else getattr(parent, name)
-            values[name] = _exp(name, weight * _log(name, own) + (1 - weight) * _log(name, base))
-        out[key] = replace(found, **values)
+        out[key] = replace(found, **{name: _exp(name, weight * _log(name, getattr(found, name))
+                                                 + (1 - weight) * _log(name, getattr(parent, name)))
+                                     for name in SHRINK_FACTORS})
     return out
 
 
