@@ -5,11 +5,12 @@ ranking is meaningful, its absolute numbers — and so its SLO compliance — ar
 The fix is one anchor per kernel set and width, so the hints are grouped that way:
 trials (as priced: an unset precision at the calibrating anchor's recipe) that differ
 only in transferable levers (spec depth given the method, load, scheduler limits,
-replicas) share one harvest, whose depth is the first (best-ranked) trial's. A disaggregated deployment gets one harvest per pool layout (one for both when
-the pools share a layout); a layout wider
-than one node is reduced (drop PP, narrow EP and TP) and says so. Every command line
-printed has passed `plan_harvest`, which is what `inferasim harvest --dry-run` runs;
-a layout no launch can measure gets a comment line with the reason instead.
+replicas) share one harvest, whose depth is the first (best-ranked) trial's. A
+disaggregated deployment gets one harvest per pool layout (one for both when the pools
+share a layout); a layout wider than one node is reduced (drop PP, narrow EP and TP) and
+says so. Every command line printed has passed `plan_harvest`, which is what
+`inferasim harvest --dry-run` runs; a layout no launch can measure gets a comment line
+with the reason instead.
 
 The lines are shell-ready: notes start with ``#``.
 """
@@ -36,16 +37,17 @@ def rank_only(trials: Iterable[Trial]) -> list[Trial]:
     return [trial for trial in trials if trial.mode == "rank-only" and trial.config is not None]
 
 
-def harvest_hints(target: Target, trials: Iterable[Trial]) -> list[ReducedHarvest]:
-    """One harvest per anchor the rank-only trials among ``trials`` need, in order."""
+def harvest_hints(target: Target, trials: Iterable[Trial], context_tokens: float | None = None) -> list[ReducedHarvest]:
+    """One harvest per anchor the rank-only trials among ``trials`` need, in order
+    (``context_tokens``: the context their workload was priced at)."""
     chosen: dict[tuple, ReducedHarvest] = {}
     for trial in rank_only(trials):
-        priced = as_priced(target, trial.config)[0]     # the precisions it was priced at, not the bare levers
+        priced = as_priced(target, trial.config, context_tokens=context_tokens)[0]   # as priced, not the bare levers
         for harvest in reduced_harvests(target.engine, target.card.name, target.card, target.cluster, priced):
             chosen.setdefault(_group_key(target, harvest), harvest)
     return list(chosen.values())
 
 
-def harvest_plan(target: Target, trials: Iterable[Trial]) -> list[str]:
+def harvest_plan(target: Target, trials: Iterable[Trial], context_tokens: float | None = None) -> list[str]:
     """The hints as printable, shell-ready lines (module docstring)."""
-    return [line for hint in harvest_hints(target, trials) for line in hint.lines()]
+    return [line for hint in harvest_hints(target, trials, context_tokens) for line in hint.lines()]

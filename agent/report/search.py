@@ -47,6 +47,7 @@ def search_page(ledger: Ledger, top: int = TOP) -> str:
     goal = resolve_objective(ledger.objective)
     unit = objective_header(goal).split("\n")[-1]
     best_trials = ranked(ledger)[:top]
+    context = parse_workload(ledger.workload).priced_context_tokens    # what the trials were priced at
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = [
         section("The question", _question(ledger)),
@@ -58,11 +59,11 @@ def search_page(ledger: Ledger, top: int = TOP) -> str:
                           "the trial's DES replications. TPOT and tok/s/user are the median over requests "
                           "(tok/s/user = 1000 / TPOT, per request). Rank-only numbers only order candidates "
                           "(METHOD §2).", "note")),
-        section("Deploy the best", _deploy(ledger, target)),
+        section("Deploy the best", _deploy(ledger, target, context)),
         section("Pareto frontier of the priced trials", _pareto(ledger, target)),
         section("Trials over time", _over_time(ledger, unit)),
         section("Rejections by reason", _rejections(ledger)),
-        section("Harvest hints", _hints(target, best_trials)),
+        section("Harvest hints", _hints(target, best_trials, context)),
     ]
     notes = _llm(ledger)
     if notes:
@@ -125,11 +126,10 @@ def _slo_text(record: TrialRecord) -> str:
     return "met" if record.slo_met else f"missed by {percent(record.miss_distance)}"
 
 
-def _deploy(ledger: Ledger, target: Target) -> str:
+def _deploy(ledger: Ledger, target: Target, context_tokens: float | None) -> str:
     if ledger.best is None:
         return paragraph("No best trial, so nothing to deploy (inferasim deploy LEDGER --trial N deploys any trial).")
-    plan, problem = try_plan(target, configuration_from_dict(ledger.best.configuration),
-                             parse_workload(ledger.workload).priced_context_tokens)
+    plan, problem = try_plan(target, configuration_from_dict(ledger.best.configuration), context_tokens)
     if plan is None:
         return paragraph(f"Not expressible on the {ledger.engine} command line: {problem}")
     return ("".join(paragraph(line, "note") for line in plan.recipe_lines()) + pre(plan.lines()) + paragraph(f"inferasim deploy {ledger.search_id} writes these with the engine's "
@@ -197,10 +197,10 @@ def _clipped(text: str) -> str:
     return text[:MAX_REASON_CHARS].rsplit(" ", 1)[0] + " ..."
 
 
-def _hints(target: Target, trials: list[TrialRecord]) -> str:
+def _hints(target: Target, trials: list[TrialRecord], context_tokens: float | None) -> str:
     shown = [Trial(Phase(t.phase), configuration_from_dict(t.configuration), None, t.legal, mode=t.mode)
              for t in trials if t.configuration]
-    lines = harvest_plan(target, shown)
+    lines = harvest_plan(target, shown, context_tokens)
     if not lines:
         return paragraph("The best trials are anchored: no harvest is needed to verify them.")
     rank_only = sum(t.mode == "rank-only" for t in trials if t.configuration)
