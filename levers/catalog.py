@@ -330,7 +330,8 @@ LEVERS: tuple[Lever, ...] = (
           "(attention, dense_mlp, shared_experts, embeddings, drafter; levers.precision)",
           _each(DTYPES), optional=True),
     Lever(14, "activation_dtype", _A, "GEMM activation precision; a GEMM whose weights are wider keeps their "
-          "width (no W8A4 or W16A8 kernel) (unset: follows weights, fp8 weights run W8A8, bf16 for fp4)",
+          "width (no W8A4 or W16A8 kernel) (unset: follows weights: fp8 weights run W8A8, fp4 weights "
+          "quantized online or requantized W4A4, a checkpoint's own 4-bit weights bf16)",
           _each(DTYPES), optional=True),
     Lever(15, "expert_dtype", _A, "routed experts (unset: a measured anchor's as for weight_dtype, else the "
           "checkpoint's; fp4 on an MXFP4 checkpoint is its own MXFP4)", _each(DTYPES), optional=True),

@@ -25,6 +25,7 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
 from levers.inputs import bounded, load_json, quote
+from levers.precision import unset_activation
 from predictor.anchors.anchor import HOST_AT_BOUND, Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
 from predictor.anchors.coverage import (
     IN_LADDER,
@@ -123,11 +124,14 @@ def decode_layout(config: Configuration) -> Configuration:
 def signature_for(card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration, *,
                   engine_version: str = WILDCARD_BUILD) -> Signature:
     """The target's signature: unset dtypes from the card's native dtypes (activations
-    follow the weights, bf16 for fp4 weights), unset backends "auto"."""
+    follow the weights; for fp4 weights as `levers.precision.unset_activation` says: fp4
+    when quantized from the checkpoint, bf16 for its own), unset backends "auto"."""
     layout = decode_layout(config)
     native = card.native_dtypes
     weight = layout.weight_dtype or native.weight.value
-    activation = layout.activation_dtype or ("bf16" if weight == "fp4" else weight)
+    activation = layout.activation_dtype or weight
+    if activation == "fp4" and not layout.activation_dtype:
+        activation = unset_activation(weight, native=weight == native.weight.value) or "bf16"
     expert = (layout.expert_dtype or native.expert.value) if card.is_moe else None
     return Signature(
         accelerator=cluster.gpu.name, engine=str(engine), engine_version=engine_version, model=card.name,

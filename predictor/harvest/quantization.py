@@ -16,7 +16,8 @@ this for activations of MXFP4 MoE checkpoints).
 
 Our levers map as: `weight_dtype` -> the linear (attention, dense MLP, shared expert)
 weights, `expert_dtype` -> the MoE weights, `activation_dtype` -> the activations of
-both (unset: fp8 with fp8 weights, else bf16; PRODUCT.md §3), where the slot's weights
+both (unset: W8A8 for fp8 weights, W4A4 for fp4 weights quantized online, else bf16;
+`levers.precision.unset_activation`), where the slot's weights
 are no wider: a slot whose weights are wider keeps their width, as the step model prices
 it (`levers.precision.gemm_activation`: no GEMM runs W16A8 or W8A4), so fp8 activations
 on Kimi-K3 leave its BF16 linear layers alone and run its fp4 experts W4A8. fp4 is MXFP4,
@@ -30,7 +31,7 @@ from __future__ import annotations
 import json
 
 from levers.errors import InputError
-from levers.precision import DTYPE_BITS, gemm_activation
+from levers.precision import DTYPE_BITS, gemm_activation, unset_activation
 
 ONLINE_SHORTHANDS = {"fp8": "fp8_per_block", "fp4": "mxfp4"}   # vLLM's online methods, per weight dtype
 ONLINE_ACTIVATION = {"fp8": "fp8", "fp4": "fp4"}     # ... and the activations each runs (W8A8, W4A4)
@@ -38,8 +39,11 @@ ACTIVATION_KEYS = {"bf16": None, "fp8": "fp8_per_block_dynamic", "fp4": "mxfp4"}
 FP4_MOE_FP8_ACTIVATION = "mxfp8"          # vLLM's W4A8 MoE path (MXFP4 weights, MXFP8 activations)
 
 
-def _effective_activation(weight: str, activation: str | None) -> str:
-    return activation or ("fp8" if weight == "fp8" else "bf16")
+def _effective_activation(weight: str, activation: str | None, native_weight: str | None) -> str:
+    """The asked activations, else what the step model prices with the lever unset
+    (`levers.precision.unset_activation`: W8A8 for fp8 weights, W4A4 for fp4 weights
+    quantized online, the checkpoint's own 4-bit weights weight-only)."""
+    return activation or unset_activation(weight, native=weight == native_weight) or "bf16"
 
 
 def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
@@ -83,17 +87,17 @@ def vllm_quantization_args(weight: str | None, expert: str | None, activation: s
     native_weight = str(native.get("weight_dtype") or "bf16")
     native_expert = native.get("expert_dtype")
     linear_weight = weight or native_weight
-    linear_activation = _effective_activation(linear_weight, activation)
+    linear_activation = _effective_activation(linear_weight, activation, native_weight)
     config: dict[str, dict] = {}
     linear = _slot("linear", linear_weight, native_weight, linear_activation,
-                   _effective_activation(native_weight, None))
+                   _effective_activation(native_weight, None, native_weight))
     if linear:
         config["linear"] = linear
     if native_expert is not None:
         moe_weight = expert or str(native_expert)
-        moe_activation = activation or ("fp8" if moe_weight == "fp8" else "bf16")
+        moe_activation = _effective_activation(moe_weight, activation, str(native_expert))
         moe = _slot("moe", moe_weight, str(native_expert), moe_activation,
-                    "fp8" if native_expert == "fp8" else "bf16")
+                    _effective_activation(str(native_expert), None, str(native_expert)))
         if moe:
             config["moe"] = moe
     if not config:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype
-from levers.precision import gemm_activation
+from levers.precision import gemm_activation, stored_expert_dtype, unset_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.cards.precision import config_dtypes
 from predictor.cards.weights import BF16_BYTES
@@ -276,27 +276,37 @@ class Precisions:
     dense_mlp: str = "bf16"       # compute dtypes of the dense MLP and shared experts
     shared: str = "bf16"
     activation_asked: bool = True   # the activation_dtype lever set (not the default)
+    requantized: frozenset[str] = frozenset()   # weight components not stored as the checkpoint ships them
 
     @property
     def is_low_precision_activation(self) -> bool:
         return self.activation in ("fp8", "fp4")
 
-    def gemm_activation(self, weight: str) -> str:
-        """The activations a GEMM over ``weight`` runs. With the lever unset, a GEMM over
-        fp8 weights runs W8A8: engines quantise its activations per token on the fly
-        (vLLM's and SGLang's fp8 linear and MoE methods, TensorRT-LLM's FP8 recipe), so
-        fp8 experts on a BF16 checkpoint compute at the fp8 rate, not as W8A16 at BF16's
-        (GLM-5.2 on eight B300 under vLLM, 64 clients: 36.9 ms TPOT at fp8 experts against
-        36.3 at bf16 ones when priced as W8A16). Otherwise the asked activations, at least
-        the weights' width (`levers.precision.gemm_activation`)."""
-        if not self.activation_asked and weight == "fp8":
-            return "fp8"
+    def gemm_activation(self, component: str) -> str:
+        """The activations the GEMMs of weight ``component`` (attention, dense_mlp,
+        shared_experts, routed_experts) run. With the lever unset, the weights decide
+        where they quantise activations (`levers.precision.unset_activation`): fp8 experts
+        on a BF16 checkpoint compute at the fp8 rate, not as W8A16 at BF16's (GLM-5.2 on
+        eight B300 under vLLM, 64 clients: 36.9 ms TPOT at fp8 experts against 36.3 at bf16
+        ones when priced as W8A16), and fp4 weights the checkpoint does not ship run W4A4
+        as `deploy` launches them. Otherwise the asked activations, at least the weights'
+        width (`levers.precision.gemm_activation`)."""
+        weight = {"attention": self.weight, "routed_experts": self.expert, "dense_mlp": self.dense_mlp,
+                  "shared_experts": self.shared}[component]
+        if not self.activation_asked:
+            runs = unset_activation(weight, native=component not in self.requantized)
+            if runs is not None:
+                return runs
         return gemm_activation(self.activation, weight)
 
 
 def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> Precisions:
     """The :class:`Precisions` of ``config`` for ``card`` on a ``vendor`` GPU."""
     dtypes = config_dtypes(card, config)
+    shipped = card.native_dtypes
+    native = {"attention": shipped.weight.value, "dense_mlp": shipped.weight.value,
+              "shared_experts": shipped.weight.value,
+              "routed_experts": stored_expert_dtype(shipped.expert.value, shipped.expert_format)}
     activation = effective_activation_dtype(config, card)
     kv = config.kv_cache_dtype or str(card.native_dtypes.kv_cache)
     at = lambda component: dtypes.bytes_per_value(component, vendor)  # noqa: E731
@@ -305,4 +315,5 @@ def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> P
                       dtype_bytes(activation, vendor), dtype_bytes(kv, vendor), at("embeddings"),
                       at("dense_mlp"), at("shared_experts"), dtype_bytes(dtypes.drafter_dtype("eagle3"), vendor),
                       dtypes.compute("dense_mlp"), dtypes.compute("shared_experts"),
-                      activation_asked=config.activation_dtype is not None)
+                      activation_asked=config.activation_dtype is not None,
+                      requantized=frozenset(c for c, ships in native.items() if getattr(dtypes, c) != ships))

@@ -248,18 +248,18 @@ class SimulateStepModel:
                                  carried_host=self._carried_host)
 
     # -- construction ------------------------------------------------------------------
-    def _gemm_rates(self, weight: str) -> tuple[float, float]:
-        """(activation bytes per value, FLOPs per us) of a GEMM over ``weight``-precision
-        weights: at the activations it runs (`Precisions.gemm_activation`)."""
-        activation = self._precisions.gemm_activation(weight)
+    def _gemm_rates(self, component: str) -> tuple[float, float]:
+        """(activation bytes per value, FLOPs per us) of the GEMMs of weight ``component``:
+        at the activations they run (`Precisions.gemm_activation`)."""
+        activation = self._precisions.gemm_activation(component)
         return (dtype_bytes(activation, self.cluster.gpu.vendor),
                 self.cluster.gpu.peak_flops(activation) / TFLOPS_TO_FLOPS_PER_US)
 
-    def _dense_gemm(self, params: float, inner: float, layers: int, weight_bytes: float, weight: str) -> _Gemm:
+    def _dense_gemm(self, params: float, inner: float, layers: int, weight_bytes: float, component: str) -> _Gemm:
         hidden, sub = self.card.hidden_size, self._subgroup
         if sub > 1:    # TP subgroup: 1/t of the weights over t ranks' rows
             params, inner = params / sub, inner / sub
-        act_bytes, flops = self._gemm_rates(weight)
+        act_bytes, flops = self._gemm_rates(component)
         act = hidden * act_bytes + 2 * inner * BF16_BYTES + inner * act_bytes + hidden * BF16_BYTES
         return _Gemm(layers * params, layers * params * weight_bytes, layers * act, flops, self._tile, float(sub))
 
@@ -271,7 +271,7 @@ class SimulateStepModel:
         mlp_tp = self.config.dense_tp
         hidden = card.hidden_size
         gemms, replicated_parts = [], []
-        act_bytes, flops = self._gemm_rates(p.weight)
+        act_bytes, flops = self._gemm_rates("attention")
         for group in card.attention:
             act = 2 * hidden * (act_bytes + BF16_BYTES)
             if self._subgroup > 1:
@@ -289,12 +289,12 @@ class SimulateStepModel:
         if dense_layers and card.dense_intermediate_size:
             gemms.append(self._dense_gemm(card.dense_mlp_params_per_layer() / mlp_tp,
                                           card.dense_intermediate_size / mlp_tp, dense_layers, p.dense_mlp_bytes,
-                                          p.dense_mlp))
+                                          "dense_mlp"))
         if moe_layers:
             shared = card.shared_params_per_moe_layer() / mlp_tp
             if shared:
                 inner = card.num_shared_experts * card.shared_intermediate_size / mlp_tp
-                gemms.append(self._dense_gemm(shared, inner, moe_layers, p.shared_bytes, p.shared))
+                gemms.append(self._dense_gemm(shared, inner, moe_layers, p.shared_bytes, "shared_experts"))
             router = card.router_params_per_moe_layer()
             gemms.append(_Gemm(moe_layers * router, moe_layers * router * BF16_BYTES,
                                moe_layers * (hidden * BF16_BYTES + card.num_experts * FP32_BYTES), self._bf16_flops,
@@ -312,7 +312,7 @@ class SimulateStepModel:
             return None
         moe_tp = max(1, config.moe_tp)
         width, inner = card.expert_hidden_size, card.moe_intermediate_size / moe_tp
-        act_bytes, flops = self._gemm_rates(p.expert)
+        act_bytes, flops = self._gemm_rates("routed_experts")
         act = width * act_bytes + 2 * inner * BF16_BYTES + inner * act_bytes + width * BF16_BYTES
         return _Moe(card.moe_layers, card.num_experts, card.top_k, config.ep, config.eplb_replicas,
                     card.expert_params() / moe_tp, card.expert_params(), p.expert_bytes, p.expert, act, flops)

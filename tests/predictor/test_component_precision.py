@@ -156,14 +156,14 @@ def test_a_gemm_never_runs_activations_narrower_than_its_weights():
 def test_fp8_weights_under_an_unset_activation_lever_compute_at_the_fp8_rate():
     """`Precisions.gemm_activation`: engines run a GEMM over fp8 weights W8A8 (activations
     quantised per token on the fly), so GLM-5.2's fp8 experts on a BF16 checkpoint compute
-    at the fp8 rate when the lever is unset, and as W8A16 only when bf16 is asked; fp4
-    weights and bf16 ones keep the lever's default."""
+    at the fp8 rate when the lever is unset, and as W8A16 only when bf16 is asked; bf16
+    weights keep the lever's default."""
     card, cluster = load_card("glm-5.2"), parse_cluster("b300x8")
     p = resolve_precisions(card, Configuration(tp=8, ep=8, expert_dtype="fp8"), "nvidia")
     assert p.activation == "bf16" and not p.activation_asked
-    assert [p.gemm_activation(w) for w in ("fp8", "bf16", "fp4")] == ["fp8", "bf16", "bf16"]
+    assert [p.gemm_activation(c) for c in ("routed_experts", "attention")] == ["fp8", "bf16"]
     asked = resolve_precisions(card, Configuration(tp=8, ep=8, expert_dtype="fp8", activation_dtype="bf16"), "nvidia")
-    assert asked.gemm_activation("fp8") == "bf16"
+    assert asked.gemm_activation("routed_experts") == "bf16"
 
     def moe(**levers) -> tuple[float, float]:
         memory, compute, _, _ = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, ep=8, **levers))._moe_parts(64)
@@ -172,3 +172,29 @@ def test_fp8_weights_under_an_unset_activation_lever_compute_at_the_fp8_rate():
     bf16, fp8, w8a16 = moe(), moe(expert_dtype="fp8"), moe(expert_dtype="fp8", activation_dtype="bf16")
     assert fp8[0] == pytest.approx(w8a16[0], rel=0.05) and fp8[0] < bf16[0] * 0.55     # half the weight bytes
     assert fp8[1] == pytest.approx(w8a16[1] / 2) and w8a16[1] == pytest.approx(bf16[1])
+
+
+def test_fp4_weights_under_an_unset_activation_lever_run_w4a4_unless_the_checkpoint_ships_them():
+    """fp4 weights the checkpoint does not ship (a BF16 checkpoint quantized online, which
+    vLLM runs as MXFP4 W4A4 and `deploy` launches so; Kimi-K3's NVFP4 recipe) compute at
+    the fp4 rate with the lever unset; a checkpoint's own 4-bit experts (Kimi-K3's MXFP4,
+    gpt-oss's) run weight-only at the lever's default, as before."""
+    kimi, glm = load_card("kimi-k3"), load_card("glm-5.2")
+    native = resolve_precisions(kimi, Configuration(tp=8, ep=8), "nvidia")
+    assert native.gemm_activation("routed_experts") == "bf16"
+    online = resolve_precisions(kimi, Configuration(tp=8, ep=8, weight_dtype="fp4"), "nvidia")
+    assert [online.gemm_activation(c) for c in ("attention", "routed_experts")] == ["fp4", "bf16"]
+    recipe = resolve_precisions(kimi, Configuration(tp=8, ep=8, weight_dtype="recipe:nvfp4"), "nvidia")
+    assert [recipe.gemm_activation(c) for c in ("attention", "routed_experts", "shared_experts")] \
+        == ["fp8", "fp4", "bf16"]      # bf16 shared experts keep their width under fp8 activations
+    assert resolve_precisions(glm, Configuration(tp=8, ep=8, expert_dtype="fp4"), "nvidia") \
+        .gemm_activation("routed_experts") == "fp4"
+    asked = resolve_precisions(glm, Configuration(tp=8, ep=8, expert_dtype="fp4", activation_dtype="bf16"), "nvidia")
+    assert asked.gemm_activation("routed_experts") == "bf16"
+    cluster = parse_cluster("b300x8")
+
+    def moe_compute(**levers) -> float:
+        return SimulateStepModel(glm, cluster, "vllm", Configuration(tp=8, ep=8, **levers))._moe_parts(64)[1]
+
+    assert moe_compute(expert_dtype="fp4") == pytest.approx(moe_compute(expert_dtype="fp4", activation_dtype="fp4"))
+    assert moe_compute(expert_dtype="fp4") < moe_compute(expert_dtype="fp4", activation_dtype="bf16") / 2

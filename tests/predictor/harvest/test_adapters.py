@@ -119,8 +119,10 @@ def test_vllm_online_quantization_of_a_bf16_checkpoint():
     assert shorthand == "online" and config == {"linear": "fp8_per_block"}
     shorthand, config = quantization(DENSE_BF16, weight_dtype="fp4", activation_dtype="fp4")
     assert shorthand == "online" and config == {"linear": "mxfp4"}
+    # unset activations: the online method's W4A4, as the step model prices it (Precisions.gemm_activation)
+    assert quantization(DENSE_BF16, weight_dtype="fp4") == ("online", {"linear": "mxfp4"})
     with pytest.raises(InputError, match="online mxfp4 runs fp4 activations"):
-        quantization(DENSE_BF16, weight_dtype="fp4")                     # W4A16: not an online method
+        quantization(DENSE_BF16, weight_dtype="fp4", activation_dtype="bf16")   # W4A16: not an online method
 
 
 def test_vllm_fp4_on_a_partly_quantized_checkpoint():
