@@ -330,8 +330,9 @@ LEVERS: tuple[Lever, ...] = (
           "(attention, dense_mlp, shared_experts, embeddings, drafter; levers.precision)",
           _each(DTYPES), optional=True),
     Lever(14, "activation_dtype", _A, "GEMM activation precision; a GEMM whose weights are wider keeps their "
-          "width (no W8A4 or W16A8 kernel) (unset: follows weights: fp8 weights run W8A8, fp4 weights "
-          "quantized online or requantized W4A4, a checkpoint's own 4-bit weights bf16)",
+          "width (no W8A4 or W16A8 kernel) (unset: a measured anchor's as for weight_dtype; else each GEMM's "
+          "weights decide: fp8 ones run W8A8, fp4 ones the checkpoint does not ship W4A4 on GPUs with FP4 "
+          "tensor cores, the rest fp8 with fp8 attention weights, else bf16)",
           _each(DTYPES), optional=True),
     Lever(15, "expert_dtype", _A, "routed experts (unset: a measured anchor's as for weight_dtype, else the "
           "checkpoint's; fp4 on an MXFP4 checkpoint is its own MXFP4)", _each(DTYPES), optional=True),

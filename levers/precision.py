@@ -114,18 +114,19 @@ def stored_expert_dtype(dtype: str, expert_format: str | None) -> str:
     return "mxfp4" if dtype == "fp4" and expert_format == "mxfp4" else dtype
 
 
-def unset_activation(weight: str, native: bool) -> str | None:
+def unset_activation(weight: str, native: bool, fp4_compute: bool = True) -> str | None:
     """The activations a GEMM over ``weight`` (a compute dtype) runs when the activation
     lever is unset, where the weights decide them (None: the lever's default decides).
     fp8 weights run W8A8: engines quantise activations per token on the fly (vLLM's and
     SGLang's fp8 linear and MoE methods, TensorRT-LLM's FP8 recipe). fp4 weights the
     checkpoint does not ship (``native`` False: a BF16 checkpoint quantised online, which
     vLLM runs as MXFP4 W4A4, or an NVFP4 requantization, whose kernels take NVFP4
-    activations) run W4A4; a checkpoint's own 4-bit weights (gpt-oss's MXFP4, Kimi's INT4
-    on Marlin) run weight-only at the lever's default."""
+    activations) run W4A4 on a GPU with FP4 tensor cores (``fp4_compute``; elsewhere
+    weight-only, as `activation_dtype=fp4` is illegal there); a checkpoint's own 4-bit
+    weights (gpt-oss's MXFP4, Kimi's INT4 on Marlin) run at the lever's default."""
     if weight == "fp8":
         return "fp8"
-    if weight == "fp4" and not native:
+    if weight == "fp4" and not native and fp4_compute:
         return "fp4"
     return None
 

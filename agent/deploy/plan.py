@@ -173,7 +173,8 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
         python=DEPLOY_PYTHON,
         files_dir=options.files_dir, checkpoint_given=options.model_path is not None,
         prefix_caching=config.prefix_cache == "on",
-        pool=None if role == SERVE else PoolRole(role, backend), draft_model=options.draft_model, mla=card.uses_mla)
+        pool=None if role == SERVE else PoolRole(role, backend), draft_model=options.draft_model, mla=card.uses_mla,
+        fp4_compute=bool(target.cluster.gpu.fp4_tflops))
     request = replace(request, memory_fraction=engine_memory_flag(card, target.cluster, target.engine, config,
                                                                   request.context_tokens))
     try:

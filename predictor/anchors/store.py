@@ -25,7 +25,6 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
 from levers.inputs import bounded, load_json, quote
-from levers.precision import unset_activation
 from predictor.anchors.anchor import HOST_AT_BOUND, Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
 from predictor.anchors.coverage import (
     IN_LADDER,
@@ -42,6 +41,7 @@ from predictor.cards.registry import ModelCard, inferasim_home
 from predictor.feasibility import pool_configs
 from predictor.files import atomic_write_text
 from predictor.hardware import Cluster
+from predictor.step.operators import narrowest_activation
 from predictor.step.transfer import fit_prefill
 
 ID_HASH_CHARS = 6
@@ -123,15 +123,14 @@ def decode_layout(config: Configuration) -> Configuration:
 
 def signature_for(card: ModelCard, cluster: Cluster, engine: Engine | str, config: Configuration, *,
                   engine_version: str = WILDCARD_BUILD) -> Signature:
-    """The target's signature: unset dtypes from the card's native dtypes (activations
-    follow the weights; for fp4 weights as `levers.precision.unset_activation` says: fp4
-    when quantized from the checkpoint, bf16 for its own), unset backends "auto"."""
+    """The target's signature: unset dtypes from the card's native dtypes, an unset
+    activation the narrowest any of its GEMMs runs (`Precisions.gemm_activation`: what a
+    harvest of it measures, and as one lever value it runs every GEMM so again), unset
+    backends "auto"."""
     layout = decode_layout(config)
     native = card.native_dtypes
     weight = layout.weight_dtype or native.weight.value
-    activation = layout.activation_dtype or weight
-    if activation == "fp4" and not layout.activation_dtype:
-        activation = unset_activation(weight, native=weight == native.weight.value) or "bf16"
+    activation = layout.activation_dtype or narrowest_activation(card, layout, cluster.gpu)
     expert = (layout.expert_dtype or native.expert.value) if card.is_moe else None
     return Signature(
         accelerator=cluster.gpu.name, engine=str(engine), engine_version=engine_version, model=card.name,

@@ -127,7 +127,7 @@ class VllmAdapter(GpuAdapter):
 
     def launch(self, config: Configuration, request: LaunchRequest, native: dict[str, str]) -> LaunchCommand:
         quantization = [] if request.checkpoint_given else vllm_quantization_args(
-            config.weight_dtype, config.expert_dtype, config.activation_dtype, native)
+            config.weight_dtype, config.expert_dtype, config.activation_dtype, native, request.fp4_compute)
         attention_tp = config.tp // config.attention_dp
         argv = ["vllm", "serve", request.model_path, "--served-model-name", request.served_name,
                 "--host", request.host, "--port", str(request.port),

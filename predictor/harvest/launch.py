@@ -61,6 +61,7 @@ class LaunchRequest:
                                           # (`predictor.memory.engine_memory_fraction`); None: the lever
     draft_model: str | None = None  # the draft checkpoint of EAGLE-3 / DSpark speculation (none: refused)
     mla: bool = False               # the model's attention is MLA: the engines name other kernels for it
+    fp4_compute: bool = True        # the GPU has FP4 tensor cores (fp4 weights quantized online run W4A4)
 
     def memory_share(self, config: Configuration) -> float:
         """The value the engine's memory flag gets (`memory_fraction`, else the lever's)."""

@@ -378,7 +378,8 @@ def plan_harvest(request: HarvestRequest) -> HarvestPlan:
                                        context_tokens=context, threads=request.threads, python=request.python,
                                        checkpoint_given=request.model_path is not None,
                                        memory_fraction=memory_flag(engine, memory),
-                                       draft_model=request.draft_model, mla=card.uses_mla)
+                                       draft_model=request.draft_model, mla=card.uses_mla,
+                                       fp4_compute=bool(cluster.gpu.fp4_tflops))
         launch = adapter.launch(config, launch_request, native)
         _check_extra_args(request.extra_args, launch.argv)
         launch = replace(launch, argv=launch.argv + tuple(request.extra_args))

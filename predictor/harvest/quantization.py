@@ -16,7 +16,8 @@ this for activations of MXFP4 MoE checkpoints).
 
 Our levers map as: `weight_dtype` -> the linear (attention, dense MLP, shared expert)
 weights, `expert_dtype` -> the MoE weights, `activation_dtype` -> the activations of
-both (unset: W8A8 for fp8 weights, W4A4 for fp4 weights quantized online, else bf16;
+both (unset: W8A8 for fp8 weights, W4A4 for fp4 weights quantized online on a GPU with
+FP4 tensor cores, else bf16;
 `levers.precision.unset_activation`), where the slot's weights
 are no wider: a slot whose weights are wider keeps their width, as the step model prices
 it (`levers.precision.gemm_activation`: no GEMM runs W16A8 or W8A4), so fp8 activations
@@ -39,11 +40,12 @@ ACTIVATION_KEYS = {"bf16": None, "fp8": "fp8_per_block_dynamic", "fp4": "mxfp4"}
 FP4_MOE_FP8_ACTIVATION = "mxfp8"          # vLLM's W4A8 MoE path (MXFP4 weights, MXFP8 activations)
 
 
-def _effective_activation(weight: str, activation: str | None, native_weight: str | None) -> str:
+def _effective_activation(weight: str, activation: str | None, native_weight: str | None,
+                          fp4_compute: bool) -> str:
     """The asked activations, else what the step model prices with the lever unset
     (`levers.precision.unset_activation`: W8A8 for fp8 weights, W4A4 for fp4 weights
-    quantized online, the checkpoint's own 4-bit weights weight-only)."""
-    return activation or unset_activation(weight, native=weight == native_weight) or "bf16"
+    quantized online on a GPU with FP4 tensor cores, else the default)."""
+    return activation or unset_activation(weight, weight == native_weight, fp4_compute) or "bf16"
 
 
 def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
@@ -75,7 +77,7 @@ def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
 
 
 def vllm_quantization_args(weight: str | None, expert: str | None, activation: str | None,
-                           native: dict[str, str | None]) -> list[str]:
+                           native: dict[str, str | None], fp4_compute: bool = True) -> list[str]:
     """`--quantization` / `--quantization-config` for the asked precisions (module
     docstring); empty when every slot is the checkpoint's own. A published recipe or
     per-component dtypes (`levers.precision`) are a checkpoint's layout, which vLLM loads
@@ -87,17 +89,17 @@ def vllm_quantization_args(weight: str | None, expert: str | None, activation: s
     native_weight = str(native.get("weight_dtype") or "bf16")
     native_expert = native.get("expert_dtype")
     linear_weight = weight or native_weight
-    linear_activation = _effective_activation(linear_weight, activation, native_weight)
+    linear_activation = _effective_activation(linear_weight, activation, native_weight, fp4_compute)
     config: dict[str, dict] = {}
     linear = _slot("linear", linear_weight, native_weight, linear_activation,
-                   _effective_activation(native_weight, None, native_weight))
+                   _effective_activation(native_weight, None, native_weight, fp4_compute))
     if linear:
         config["linear"] = linear
     if native_expert is not None:
         moe_weight = expert or str(native_expert)
-        moe_activation = _effective_activation(moe_weight, activation, str(native_expert))
+        moe_activation = _effective_activation(moe_weight, activation, str(native_expert), fp4_compute)
         moe = _slot("moe", moe_weight, str(native_expert), moe_activation,
-                    _effective_activation(str(native_expert), None, str(native_expert)))
+                    _effective_activation(str(native_expert), None, str(native_expert), fp4_compute))
         if moe:
             config["moe"] = moe
     if not config:

@@ -113,7 +113,7 @@ def _shape(card: ModelCard, config: Configuration) -> _Shape:
 
 def _savings(shape: _Shape, precisions: Precisions, enabled: frozenset[str]) -> dict[str, FusionSaving]:
     act = precisions.activation_bytes
-    quant = 1 if precisions.is_low_precision_activation else 0
+    quant = 1 if "routed_experts" in precisions.quantized_sites else 0
     routed_act_quant = 0 if "moe_expert" in enabled else 1
     shared = 1 if shape.shared_inner > 0 else 0
     act_rows = shape.dense_layers * shape.dense_inner + shape.moe_layers * shape.shared_inner
@@ -160,9 +160,9 @@ class FusionPlan:
 
 
 @lru_cache(maxsize=1024)
-def fusion_plan(card: ModelCard, config: Configuration, vendor: str) -> FusionPlan:
+def fusion_plan(card: ModelCard, config: Configuration, vendor: str, fp4_compute: bool = True) -> FusionPlan:
     """What ``config.fusions`` removes and what else is legal (cached per configuration)."""
-    precisions = resolve_precisions(card, config, vendor)
+    precisions = resolve_precisions(card, config, vendor, fp4_compute)
     legal = legal_fusions(card, precisions)
     chosen = set(config.fusions)
     savings = _savings(_shape(card, config), precisions, frozenset(chosen))
@@ -189,7 +189,7 @@ def fusion_savings_us(card: ModelCard, gpu: GpuProfile, config: Configuration, t
     """Microseconds the fusions enabled in ``config`` remove from a step of ``tokens``
     replica tokens (realised fraction included)."""
     rank_rows, moe_rows = _rows(card, config, tokens)
-    plan = fusion_plan(card, config, gpu.vendor)
+    plan = fusion_plan(card, config, gpu.vendor, bool(gpu.fp4_tflops))
     return sum(plan.saved_us(gpu.kernel_launch_us, _elementwise_bytes_per_us(gpu), rank_rows, moe_rows))
 
 
@@ -202,7 +202,7 @@ def fusion_opportunities(card: ModelCard, gpu: GpuProfile, config: Configuration
     rank_rows, moe_rows = _rows(card, config, tokens)
     bytes_per_us = _elementwise_bytes_per_us(gpu)
     found = []
-    for saving in fusion_plan(card, config, gpu.vendor).available:
+    for saving in fusion_plan(card, config, gpu.vendor, bool(gpu.fp4_tflops)).available:
         launch, moved = saving.ideal_us(gpu.kernel_launch_us, bytes_per_us, rank_rows, moe_rows)
         saved = NAMED_REALISED_FRACTION * (launch + moved)
         share = saved / decode_step_us

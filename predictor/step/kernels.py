@@ -6,8 +6,11 @@ store, activations, quantisation, router top-k, sampling and MoE permutation as
 bandwidth-bound passes. This module counts both, unfused (fusions subtract their savings,
 `predictor.step.fusions`), for a full-depth forward of one replica layout.
 
-Kernels per layer (unfused; "q" = one quant kernel when activations are fp8/fp4):
-- every layer: 2 residual adds, 2 RMSNorms, 2 q; 2 hyper-connection mixes under mHC;
+Kernels per layer (unfused; "q" = one quant kernel where the GEMMs it feeds run fp8/fp4
+activations, `Precisions.quantized_sites`: a GEMM whose weights are wider than the
+activations keeps its input as it is):
+- every layer: 2 residual adds, 2 RMSNorms, a q before the attention projections and one
+  before the MLP (dense, or the experts and shared experts); 2 hyper-connection mixes under mHC;
 - GQA: QKV, RoPE, KV store, attention, O (+ index Q, index K store, top-k with an indexer);
   MLA: fused QKV-A, 2 LoRA norms, Q-B, K absorb, RoPE, KV store, attention, V absorb, O
   (2 fewer without a Q LoRA); compressed (V4): Q-A, Q norm, Q-B, KV, KV norm, RoPE, store,
@@ -69,24 +72,28 @@ def _attention_kernels(group: AttentionGroup) -> int:
 
 def count_kernels(card: ModelCard, config: Configuration, precisions: Precisions) -> KernelCounts:
     """Kernels of one full-depth forward (see the module docstring)."""
-    quant = 1 if precisions.is_low_precision_activation else 0
+    sites = precisions.quantized_sites
+    q_attention, q_dense = int("attention" in sites), int("dense_mlp" in sites)
+    q_routed, q_shared = int("routed_experts" in sites), int("shared_experts" in sites)
     atp, dp, tp = config.attention_tp, config.attention_dp, config.tp
     mlp_tp = config.dense_tp
     moe_layers = card.moe_layers if card.is_moe else 0
     dense_layers = card.num_layers - moe_layers
-    per_layer_common = 4 + 2 * quant + (2 if card.hyper_connection_mult > 1 else 0)
-    total = card.num_layers * per_layer_common
+    per_layer_common = 4 + q_attention + (2 if card.hyper_connection_mult > 1 else 0)
+    total = card.num_layers * per_layer_common + dense_layers * q_dense
+    if moe_layers:
+        total += moe_layers * max(q_routed, q_shared if card.num_shared_experts else 0)
     attention_core = 0
     for group in card.attention:
         total += group.num_layers * (_attention_kernels(group) + (1 if atp > 1 else 0) + (1 if config.dcp > 1 else 0))
         attention_core += group.num_layers
-    total += dense_layers * (3 + quant + (1 if mlp_tp > 1 else 0))
+    total += dense_layers * (3 + q_dense + (1 if mlp_tp > 1 else 0))
     if moe_layers:
-        shared = (3 + quant if card.num_shared_experts else 0) + (1 if card.shared_expert_gate else 0)
+        shared = (3 + q_shared if card.num_shared_experts else 0) + (1 if card.shared_expert_gate else 0)
         shared += 2 if card.latent_moe_dim else 0
         backend = config.all_to_all_backend in EP_BACKENDS and config.ep > 1
         exchange = 2 if (backend or dp > 1) else (1 if tp > 1 else 0)
-        total += moe_layers * (3 + 4 + quant + 1 + shared + exchange)
+        total += moe_layers * (3 + 4 + q_routed + 1 + shared + exchange)
     if config.allreduce_algorithm == "fused_rmsnorm":
         total -= card.num_layers * (1 if atp > 1 else 0) + (dense_layers * (1 if mlp_tp > 1 else 0))
     head = 3 + (1 if tp > 1 else 0) + SAMPLING_KERNELS
@@ -104,31 +111,40 @@ class ElementwiseBytes:
 
 def elementwise_bytes(card: ModelCard, config: Configuration, precisions: Precisions) -> ElementwiseBytes:
     """Bytes per row of the bandwidth-bound kernels (see the module docstring)."""
-    act, atp = precisions.activation_bytes, config.attention_tp
-    quant = precisions.is_low_precision_activation
+    atp, sites = config.attention_tp, precisions.quantized_sites
+    act = precisions.site_activation_bytes
     mlp_tp = config.dense_tp
     hidden, mult = card.hidden_size, card.hyper_connection_mult
     per_layer = 2 * (3 * hidden * mult * BF16) + 2 * (2 * hidden * BF16)  # 2 adds (x, r -> r), 2 norms
     if mult > 1:  # mHC: each sub-layer mixes the streams in (mult h -> h) and out (h + mult h -> mult h)
         per_layer += 2 * (3 * mult + 2) * hidden * BF16
-    if quant:
-        per_layer += 2 * hidden * (BF16 + act)
+    if "attention" in sites:
+        per_layer += hidden * (BF16 + act("attention"))
     rows = card.num_layers * per_layer
     for group in card.attention:
         rows += group.num_layers * _rope_and_store_bytes(group, atp, precisions.kv_bytes)
     moe_layers = card.moe_layers if card.is_moe else 0
+    dense_layers = card.num_layers - moe_layers
     dense_inner = card.dense_intermediate_size / mlp_tp
-    rows += (card.num_layers - moe_layers) * _activation_bytes(dense_inner, act, quant)
+    if "dense_mlp" in sites:
+        rows += dense_layers * hidden * (BF16 + act("dense_mlp"))
+    rows += dense_layers * _activation_bytes(dense_inner, act("dense_mlp"), "dense_mlp" in sites)
     if moe_layers:
         shared_inner = card.num_shared_experts * card.shared_intermediate_size / mlp_tp
-        rows += moe_layers * (_activation_bytes(shared_inner, act, quant)
+        quantized_input = [c for c in ("routed_experts", "shared_experts") if c in sites
+                           and (c == "routed_experts" or card.num_shared_experts)]
+        if quantized_input:
+            rows += moe_layers * hidden * (BF16 + act(quantized_input[0]))
+        rows += moe_layers * (_activation_bytes(shared_inner, act("shared_experts"), "shared_experts" in sites)
                               + 2 * card.num_experts * FP32 + 3 * card.top_k * TOPK_ENTRY)
     vocab = card.vocab_size / config.tp
     lm_row = hidden * (precisions.embedding_bytes + BF16) + 2 * hidden * BF16 + vocab * BF16 + 2 * vocab * FP32
     moe_row = 0.0
     if moe_layers:
         width, inner = card.expert_hidden_size, card.moe_intermediate_size / max(1, config.moe_tp)
-        moe_row = moe_layers * (2 * width * act + _activation_bytes(inner, act, quant) + 2 * width * BF16)
+        routed = act("routed_experts")
+        moe_row = moe_layers * (2 * width * routed + _activation_bytes(inner, routed, "routed_experts" in sites)
+                                + 2 * width * BF16)
     return ElementwiseBytes(rows, lm_row, moe_row)
 
 

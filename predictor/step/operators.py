@@ -43,13 +43,15 @@ import math
 from dataclasses import dataclass
 
 from levers.configuration import Configuration
-from levers.legality import effective_activation_dtype
-from levers.precision import gemm_activation, stored_expert_dtype, unset_activation
+from levers.legality import effective_activation_dtype, routed_expert_dtype
+from levers.precision import DTYPE_BITS, gemm_activation, unset_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.cards.precision import config_dtypes
 from predictor.cards.weights import BF16_BYTES
 from predictor.memory import dtype_bytes, heads_per_rank
 
+GEMM_COMPONENTS = ("attention", "dense_mlp", "shared_experts", "routed_experts")   # weights a GEMM streams
+LOW_PRECISION_ACTIVATIONS = ("fp8", "fp4")
 GEMM_PEAK_EFFICIENCY = 0.80
 GEMM_HALF_EFFICIENCY_ROWS = 64.0
 GEMM_BW_EFFICIENCY = 0.80
@@ -252,12 +254,14 @@ class Precisions:
 
     Every weight component at its own stored precision (`predictor.cards.precision`:
     native dtypes, a recipe, the lever's items, ``expert_dtype``); ``weight`` is the
-    attention projections' compute dtype, ``expert`` the routed experts'. An unset
-    activation dtype is fp8 when the attention projections are fp8, else bf16. A GEMM
-    computes at its activations' peak (`gemm_activation`): fp4 or fp8 weights with bf16
-    activations asked are weight-only quantisation (bytes shrink, compute stays bf16), and
-    activations narrower than a GEMM's weights run at the weights' width, since no kernel
-    takes them narrower (`levers.precision.gemm_activation`).
+    attention projections' compute dtype, ``expert`` the routed experts'. ``activation``
+    is the lever's, or its default when unset (fp8 when the attention projections are fp8,
+    else bf16). Each component's GEMMs compute at the activations they run
+    (`gemm_activation`): with the lever unset, fp8 weights and fp4 weights the checkpoint
+    does not ship quantise their own (`levers.precision.unset_activation`); fp4 or fp8
+    weights with bf16 activations asked are weight-only quantisation (bytes shrink,
+    compute stays bf16); activations narrower than a GEMM's weights run at the weights'
+    width, since no kernel takes them narrower (`levers.precision.gemm_activation`).
     """
 
     weight: str
@@ -277,10 +281,23 @@ class Precisions:
     shared: str = "bf16"
     activation_asked: bool = True   # the activation_dtype lever set (not the default)
     requantized: frozenset[str] = frozenset()   # weight components not stored as the checkpoint ships them
+    fp4_compute: bool = True        # the GPU has FP4 tensor cores
+    vendor: str = "nvidia"          # ... and whose formats size an activation (`predictor.memory.dtype_bytes`)
+
+    @property
+    def quantized_sites(self) -> frozenset[str]:
+        """The weight components whose GEMMs run fp8 or fp4 activations: each quantises its
+        input (a kernel and its bytes, `predictor.step.kernels`), the others run as they are."""
+        return frozenset(c for c in GEMM_COMPONENTS if self.gemm_activation(c) in LOW_PRECISION_ACTIVATIONS)
+
+    def site_activation_bytes(self, component: str) -> float:
+        """Bytes per value of the activations the GEMMs of ``component`` run."""
+        return dtype_bytes(self.gemm_activation(component), self.vendor)
 
     @property
     def is_low_precision_activation(self) -> bool:
-        return self.activation in ("fp8", "fp4")
+        """Some GEMM runs quantised activations (what quant-fed fusions need)."""
+        return bool(self.quantized_sites)
 
     def gemm_activation(self, component: str) -> str:
         """The activations the GEMMs of weight ``component`` (attention, dense_mlp,
@@ -294,19 +311,22 @@ class Precisions:
         weight = {"attention": self.weight, "routed_experts": self.expert, "dense_mlp": self.dense_mlp,
                   "shared_experts": self.shared}[component]
         if not self.activation_asked:
-            runs = unset_activation(weight, native=component not in self.requantized)
+            runs = unset_activation(weight, native=component not in self.requantized, fp4_compute=self.fp4_compute)
             if runs is not None:
                 return runs
         return gemm_activation(self.activation, weight)
 
 
-def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> Precisions:
-    """The :class:`Precisions` of ``config`` for ``card`` on a ``vendor`` GPU."""
+def resolve_precisions(card: ModelCard, config: Configuration, vendor: str, fp4_compute: bool = True) -> Precisions:
+    """The :class:`Precisions` of ``config`` for ``card`` on a ``vendor`` GPU (with FP4
+    tensor cores: ``fp4_compute``). A component is requantized when it is not stored as the
+    checkpoint ships it; routed experts by their format (`levers.legality.routed_expert_dtype`:
+    ``fp4`` is Kimi-K2.5's INT4 checkpoint requantized, Kimi-K3's own MXFP4)."""
     dtypes = config_dtypes(card, config)
-    shipped = card.native_dtypes
-    native = {"attention": shipped.weight.value, "dense_mlp": shipped.weight.value,
-              "shared_experts": shipped.weight.value,
-              "routed_experts": stored_expert_dtype(shipped.expert.value, shipped.expert_format)}
+    native = card.native_dtypes.weight.value
+    requantized = {c for c in ("attention", "dense_mlp", "shared_experts") if getattr(dtypes, c) != native}
+    if card.is_moe and routed_expert_dtype(config, card) != routed_expert_dtype(Configuration(), card):
+        requantized.add("routed_experts")
     activation = effective_activation_dtype(config, card)
     kv = config.kv_cache_dtype or str(card.native_dtypes.kv_cache)
     at = lambda component: dtypes.bytes_per_value(component, vendor)  # noqa: E731
@@ -316,4 +336,19 @@ def resolve_precisions(card: ModelCard, config: Configuration, vendor: str) -> P
                       at("dense_mlp"), at("shared_experts"), dtype_bytes(dtypes.drafter_dtype("eagle3"), vendor),
                       dtypes.compute("dense_mlp"), dtypes.compute("shared_experts"),
                       activation_asked=config.activation_dtype is not None,
-                      requantized=frozenset(c for c, ships in native.items() if getattr(dtypes, c) != ships))
+                      requantized=frozenset(requantized), fp4_compute=fp4_compute, vendor=vendor)
+
+
+def narrowest_activation(card: ModelCard, config: Configuration, gpu) -> str:
+    """The narrowest activations any of ``card``'s GEMMs runs under ``config`` on ``gpu``:
+    set as the activation lever, it runs every GEMM as ``config`` does (no GEMM takes
+    activations narrower than its weights, `levers.precision.gemm_activation`)."""
+    precisions = resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops))
+    present = ["attention"]
+    if card.num_layers > (card.moe_layers if card.is_moe else 0) and card.dense_intermediate_size:
+        present.append("dense_mlp")
+    if card.is_moe:
+        present.append("routed_experts")
+        if card.num_shared_experts:
+            present.append("shared_experts")
+    return min((precisions.gemm_activation(c) for c in present), key=DTYPE_BITS.__getitem__)

@@ -165,7 +165,7 @@ class SimulateStepModel:
         self._decode_memo: dict[tuple[int, float], tuple[float, ...]] = {}
         self._flags = tuple(flags)
         gpu = cluster.gpu
-        self._precisions = p = resolve_precisions(card, config, gpu.vendor)
+        self._precisions = p = resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops))
         self._bytes_per_us = gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US
         self._bf16_flops = gpu.peak_flops("bf16") / TFLOPS_TO_FLOPS_PER_US
         self._dp, self._pp, self._tp, self._atp = config.attention_dp, config.pp, config.tp, config.attention_tp
@@ -184,7 +184,7 @@ class SimulateStepModel:
         self._comm = build_comm_model(card, cluster, config)
         self._dwdp = (dwdp_plan(card, config.dwdp_ranks, p.expert_bytes, gpu.intra_node_bw_gbps)
                       if config.dwdp_ranks > 1 and card.is_moe else None)
-        self._fusions = fusion_plan(card, config, gpu.vendor)
+        self._fusions = fusion_plan(card, config, gpu.vendor, bool(gpu.fp4_tflops))
         self._spec = SpecMethod(config.spec_method) if config.spec_depth > 0 else SpecMethod.NONE
         self._depth = config.spec_depth if self._spec is not SpecMethod.NONE else 0
         self._queries = self._depth + 1

@@ -198,3 +198,50 @@ def test_fp4_weights_under_an_unset_activation_lever_run_w4a4_unless_the_checkpo
 
     assert moe_compute(expert_dtype="fp4") == pytest.approx(moe_compute(expert_dtype="fp4", activation_dtype="fp4"))
     assert moe_compute(expert_dtype="fp4") < moe_compute(expert_dtype="fp4", activation_dtype="bf16") / 2
+
+
+def test_fp4_weights_on_a_gpu_without_fp4_tensor_cores_stay_weight_only():
+    """`activation_dtype=fp4` is illegal on Hopper, so an unset lever does not price W4A4
+    there either: GLM-5.2's requantized fp4 experts on H200 run at the lever's default."""
+    glm = load_card("glm-5.2")
+    hopper = resolve_precisions(glm, Configuration(tp=8, ep=8, expert_dtype="fp4"), "nvidia", fp4_compute=False)
+    assert hopper.gemm_activation("routed_experts") == "bf16" and not hopper.quantized_sites
+    h200 = parse_cluster("h200x8")
+    model = SimulateStepModel(glm, h200, "vllm", Configuration(tp=8, ep=8, expert_dtype="fp4"))
+    asked = SimulateStepModel(glm, h200, "vllm", Configuration(tp=8, ep=8, expert_dtype="fp4", activation_dtype="bf16"))
+    assert model.decode(64, 2048).total_us == pytest.approx(asked.decode(64, 2048).total_us)
+
+
+def test_an_int4_checkpoint_requantized_to_fp4_runs_w4a4():
+    """Kimi-K2.5 ships its experts in INT4 (run weight-only); `expert_dtype=fp4` is an NVFP4
+    requantization, whose kernels take fp4 activations."""
+    card = load_card("kimi-k2.5")
+    assert resolve_precisions(card, Configuration(tp=8), "nvidia").gemm_activation("routed_experts") == "bf16"
+    fp4 = resolve_precisions(card, Configuration(tp=8, expert_dtype="fp4"), "nvidia")
+    assert fp4.gemm_activation("routed_experts") == "fp4" and fp4.quantized_sites == {"routed_experts"}
+
+
+def test_a_launch_is_priced_the_same_whether_its_activations_are_asked_or_follow_the_weights():
+    """The same GEMMs, the same kernels: an unset lever whose weights quantise their own
+    activations (W4A4 attention on a BF16 checkpoint) and the lever set to what they run
+    price one step, and a quant kernel sits only before GEMMs that take quantised input
+    (Llama-3.1-70B fp4 on eight GB300 under vLLM was 11% cheaper unset)."""
+    cluster = parse_cluster("gb300x4x2")
+    for name, levers, asked in (("llama-3.1-70b", {"weight_dtype": "fp4"}, "fp4"),
+                                ("glm-5.2", {"ep": 8, "expert_dtype": "fp4"}, "fp4"),
+                                ("glm-5.2", {"ep": 8, "expert_dtype": "fp8"}, "fp8")):
+        card = load_card(name)
+        unset = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, **levers))
+        named = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, activation_dtype=asked, **levers))
+        assert unset.decode(32, 2048).total_us == pytest.approx(named.decode(32, 2048).total_us), name
+        assert unset.prefill(8192).total_us == pytest.approx(named.prefill(8192).total_us), name
+    card = load_card("glm-5.2")
+    bf16 = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, ep=8, activation_dtype="bf16"))
+    experts_only = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, ep=8, expert_dtype="fp4"))
+    everything = SimulateStepModel(card, cluster, "vllm", Configuration(tp=8, ep=8, weight_dtype="fp4",
+                                                                       expert_dtype="fp4"))
+    moe_layers, layers = card.moe_layers, card.num_layers
+    kernels = lambda model: model._kernels.per_forward   # noqa: E731
+    # two quant kernels per MoE layer (input, before the down projection) and none before attention
+    assert kernels(experts_only) - kernels(bf16) == 2 * moe_layers
+    assert kernels(everything) - kernels(experts_only) > layers       # attention's and the shared experts' too

@@ -114,6 +114,20 @@ def test_signature_resolves_native_dtypes_and_auto_backends():
     assert llama.expert_dtype is None and llama.kv_cache_dtype == "fp8"
 
 
+def test_an_unset_activation_signs_as_the_narrowest_its_gemms_run():
+    """What a harvest of the configuration measures: requantized fp4 experts run W4A4 on a
+    GPU with FP4 tensor cores (and sign fp4 though the attention stays bf16), weight-only
+    on Hopper; an NVFP4 recipe signs fp4, not its own name."""
+    glm, experts = load_card("glm-5.2"), Configuration(tp=8, ep=8, expert_dtype="fp4")
+    assert signature_for(glm, parse_cluster("b200x8"), "vllm", experts).activation_dtype == "fp4"
+    assert signature_for(glm, parse_cluster("h200x8"), "vllm", experts).activation_dtype == "bf16"
+    kimi = signature_for(load_card("kimi-k3"), parse_cluster("b200x8"), "trtllm",
+                         Configuration(tp=8, weight_dtype="recipe:nvfp4"))
+    assert kimi.activation_dtype == "fp4"
+    assert signature_for(glm, parse_cluster("b200x8"), "vllm",
+                         Configuration(tp=8, ep=8, expert_dtype="fp8")).activation_dtype == "fp8"
+
+
 # --- refusal and coverage ----------------------------------------------------------------
 
 def test_another_gpu_or_engine_is_refused():

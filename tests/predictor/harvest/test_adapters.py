@@ -125,6 +125,16 @@ def test_vllm_online_quantization_of_a_bf16_checkpoint():
         quantization(DENSE_BF16, weight_dtype="fp4", activation_dtype="bf16")   # W4A16: not an online method
 
 
+def test_vllm_online_fp4_on_a_gpu_without_fp4_tensor_cores_is_refused_unless_activations_are_fp4():
+    """Without FP4 tensor cores the step model prices fp4 weights weight-only (W4A16), which
+    vLLM's online mxfp4 does not run: refused with the way out, never launched as W4A4."""
+    hopper = replace(REQUEST, fp4_compute=False)
+    args = list(adapter_for("vllm").launch(Configuration(tp=8), hopper, DENSE_BF16).argv)
+    assert "--quantization" not in args
+    with pytest.raises(InputError, match="online mxfp4 runs fp4 activations"):
+        adapter_for("vllm").launch(Configuration(tp=8, weight_dtype="fp4"), hopper, DENSE_BF16)
+
+
 def test_vllm_fp4_on_a_partly_quantized_checkpoint():
     """Kimi-K3 keeps its own fp4 experts: only the override is passed, never --quantization."""
     shorthand, config = quantization(KIMI, weight_dtype="fp4", activation_dtype="fp4")
