@@ -231,7 +231,7 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     host_ms = host_time_ms(prefill_model, workload.isl) + decode_host_ms
     pools = PoolLoad(
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
-                     replicas=config.prefill_replicas),
+                     replicas=prefill_config.replicas),     # a DWDP pool's ranks are replicas (pool_configs)
         decode=Load(workload.isl, workload.osl, config.concurrency / config.decode_replicas,
                     running_cap=_running_cap(target.engine, decode_config, memory, workload, split=True),
                     gpus=decode_config.replica_gpus, replicas=config.decode_replicas,

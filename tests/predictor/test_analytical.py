@@ -398,3 +398,27 @@ def test_a_prompt_one_token_longer_than_the_budget_holds_prices_alike():
     price = _real("llama-3.1-8b", "h200x8", "vllm", tp=1)
     at, past = (price(isl, 20, concurrency=1024)["itl_ms_mean"] for isl in (4096, 4097))
     assert past == pytest.approx(at, rel=0.02)
+
+
+def test_a_prefill_bound_split_queues_its_clients_as_little_s_law_says():
+    """A closed loop whose prefill pool is the bottleneck: the rate stops growing with the
+    clients, so each waits longer (TTFT and end-to-end grow) and output throughput equals
+    clients x output tokens / end-to-end. TTFT stayed 6.6 s from 256 to 1,024 clients."""
+    split = _real("deepseek-r1", "b200x8x2", "sglang", disaggregated=True, prefill_layout="TP8/EP8/DP8",
+                  decode_layout="TP8/EP8/DP8")
+    by_clients = {c: split(8192, 1024, concurrency=c) for c in (256, 1024)}
+    assert by_clients[1024]["ttft_ms_mean"] > 3 * by_clients[256]["ttft_ms_mean"]
+    for clients, metrics in by_clients.items():
+        rate = clients * 1024 / (metrics["e2e_ms_mean"] / 1000.0) / 16
+        assert metrics["output_throughput_per_gpu"] == pytest.approx(rate, rel=0.05)
+
+
+def test_a_dwdp_prefill_pool_prefills_on_every_rank():
+    """DWDP16 is sixteen independent prefill ranks (`pool_configs`), not one: on 8k/1k its
+    fleet's output is within 2x of a TP16 prefill pool's (it was 15x below)."""
+    pools = dict(tp=16, ep=16, attention_dp=16, disaggregated=True, decode_layout="TP16/EP16/DP16",
+                 all_to_all_backend="deepep",
+                 weight_dtype="recipe:nvfp4", kv_cache_dtype="fp8", concurrency=256)
+    dwdp = _real("kimi-k3", "gb300x4x8", "trtllm", prefill_layout="DWDP16", **pools)(8192, 1024)
+    tp16 = _real("kimi-k3", "gb300x4x8", "trtllm", prefill_layout="TP16/EP16/DP16", **pools)(8192, 1024)
+    assert dwdp["output_throughput_per_gpu"] > tp16["output_throughput_per_gpu"] / 2
