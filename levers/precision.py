@@ -87,14 +87,24 @@ def parse_weight_spec(raw: Any) -> WeightSpec:
         if not item:
             raise InputError(LEVER, f"{quote(raw)} has an empty item", ACCEPTED)
         if item.startswith(RECIPE_PREFIX):
+            _once(recipe is None, "a recipe", raw)
             recipe = _recipe_name(item[len(RECIPE_PREFIX):], raw)
         elif ":" in item:
             name, _, dtype = item.partition(":")
-            components[_component(name.strip(), raw)] = _dtype(dtype.strip(), raw)
+            component = _component(name.strip(), raw)
+            _once(component not in components, f"component {quote(component)}", raw)
+            components[component] = _dtype(dtype.strip(), raw)
         else:
+            _once(base is None, "a bare dtype", raw)
             base = _dtype(item, raw)
     ordered = tuple((name, components[name]) for name in COMPONENT_NAMES if name in components)
     return WeightSpec(recipe, base, ordered)
+
+
+def _once(first: bool, what: str, raw: Any) -> None:
+    """An item kind given twice is refused, as a lever given twice is (never last-wins)."""
+    if not first:
+        raise InputError(LEVER, f"{quote(raw)} gives {what} twice", f"each at most once; {ACCEPTED}")
 
 
 def canonical_weight_dtype(raw: Any) -> str | None:

@@ -37,7 +37,10 @@ def resolve_cluster(text: str | None) -> Cluster:
     harvested on a CPU such as llama.cpp)."""
     if text and is_cpu_cluster(text):
         return cpu_cluster()
-    return parse_cluster(DEFAULT_CLUSTER if text is None else text)   # "" is an error, not the default
+    try:
+        return parse_cluster(DEFAULT_CLUSTER if text is None else text)   # "" is an error, not the default
+    except InputError as error:
+        raise InputError(error.what, error.problem, f"{error.accepted}; or cpu (this machine, for llama.cpp)") from None
 
 
 def resolve_target(model: str, cluster: str | None = None, engine: str | None = None,

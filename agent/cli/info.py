@@ -235,7 +235,10 @@ def memory(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: O
                                           "decode_layout": pools[1].describe(), "prefill_layout": pools[0].describe()}
         return print_json({"model": target.card.name, "cluster": target.cluster.spec, "engine": str(target.engine),
                            "configuration_text": configuration.describe(), "recipe": taken,
-                           "legal": not reasons, "reasons": reasons, "context_tokens": context, **data, **extra})
+                           # legal as `check` says it: structurally, and inside 90% of HBM
+                           "legal": not reasons and not short,
+                           "reasons": reasons + ([data["reason"]] if short else []),
+                           "context_tokens": context, **data, **extra})
     if taken:
         say(console, recipe_text(taken))
     for label, memory in memories.items():

@@ -41,7 +41,8 @@ def test_plain_values_stay_plain_and_specs_are_canonical():
     assert spec.component("embeddings") is None
 
 
-@pytest.mark.parametrize("bad", ["fp9", "attention:fp9", "routed:fp4", "recipe:", "fp8++bf16"])
+@pytest.mark.parametrize("bad", ["fp9", "attention:fp9", "routed:fp4", "recipe:", "fp8++bf16",
+                                 "fp8+attention:bf16+attention:fp4", "fp8+bf16", "recipe:a+recipe:b"])
 def test_bad_specs_name_the_lever(bad):
     with pytest.raises(InputError) as caught:
         parse_config_text(f"weight_dtype={bad}")

@@ -66,6 +66,9 @@ def test_memory_json_keys_and_fit():
     too_big = run_json("memory", "--model", "kimi-k3", "--cluster", "mi355x1", "--config", "expert_dtype=bf16")
     assert too_big["fits"] is False
     assert too_big["kv_pool_per_gpu_gb"] == 0 and too_big["max_concurrency"] == 0   # no negative pool
+    # legal as `check` says it: a layout that does not fit is not legal, and says why
+    assert data["legal"] is True and too_big["legal"] is False
+    assert too_big["reasons"] == [too_big["reason"]]
 
 
 @pytest.mark.parametrize("args, fragment", [
