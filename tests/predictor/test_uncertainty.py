@@ -13,6 +13,7 @@ from predictor.uncertainty import (
     band_keys,
     fit_tier,
     shipped_error_bars,
+    with_sampling_noise,
 )
 
 
@@ -145,3 +146,21 @@ def test_the_shipped_harness_band_is_ttft_measured_across_harnesses():
     band = shipped_error_bars().by_kind[HARNESS]
     assert set(band) == {"ttft"} and band["ttft"].rows >= 100
     assert band["ttft"].q10 < 0.0 < band["ttft"].q90
+
+
+def test_a_des_interval_carries_the_replications_noise_too():
+    """Transfer error and the replayed mean's sampling noise add in quadrature in log space:
+    the interval widens, never below the noise alone (scaled from 90% to 80%), and a metric
+    without replications keeps its band."""
+    metrics = {"output_throughput_per_gpu": 10.0, "ttft_ms_mean": 500.0}
+    bands = {"output_throughput_per_gpu": (9.0, 11.0), "ttft_ms_mean": (400.0, 600.0)}
+    seeds = {"output_throughput_per_gpu": (7.0, 13.0)}
+    out = with_sampling_noise(bands, metrics, seeds)
+    low, high = out["output_throughput_per_gpu"]
+    z = 1.2815515655446004 / 1.6448536269514722
+    assert low == pytest.approx(10.0 * math.exp(-math.hypot(math.log(10 / 9), z * math.log(10 / 7))))
+    assert high == pytest.approx(10.0 * math.exp(math.hypot(math.log(11 / 10), z * math.log(13 / 10))))
+    assert low < 10.0 * math.exp(-z * math.log(10 / 7)) and high > 10.0 * math.exp(z * math.log(13 / 10))
+    assert out["ttft_ms_mean"] == bands["ttft_ms_mean"]
+    biased = with_sampling_noise({"output_throughput_per_gpu": (10.5, 12.0)}, metrics, seeds)
+    assert biased["output_throughput_per_gpu"][0] < 10.5      # a band above the value moves out by the noise
