@@ -184,12 +184,18 @@ def target_with_default_engine(model: str, cluster: str | None, engine: str | No
 @app.command("check")
 @cli_errors
 def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Optional[str] = EngineOpt,
-          config: Optional[list[str]] = ConfigOpt, json_out: bool = JsonOpt) -> None:
-    """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not."""
+          config: Optional[list[str]] = ConfigOpt,
+          context: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context",
+                                      parser=int_option("--context", 1, MAX_CONTEXT_TOKENS),
+                                      help="Tokens per sequence one request must fit (prompt + output)."),
+          json_out: bool = JsonOpt) -> None:
+    """Is a configuration legal (structure, engine support, fusions, 90% HBM with one
+    sequence of --context tokens)? Exit 1 if not."""
     target = target_with_default_engine(model, cluster, engine)
+    check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     configuration, taken = priced_configuration(target, configuration_from_options(config, engine=target.engine),
                                                  PREDICT_CONTEXT_TOKENS)
-    result = check_configuration(target.card, target.cluster, target.engine, configuration)
+    result = check_configuration(target.card, target.cluster, target.engine, configuration, context)
     if json_out:
         print_json({**target.to_json(), "configuration": configuration.to_dict(),
                     "configuration_text": configuration.describe(), "recipe": taken, **result.to_json()})

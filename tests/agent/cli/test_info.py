@@ -55,6 +55,16 @@ def test_check_reports_every_reason_and_exits_1():
     assert data["legal"] is True and data["memory"]["fits"] is True
 
 
+def test_check_sizes_the_context_it_is_asked_about():
+    """`check` fits one sequence of --context tokens (2,048 by default), as `memory` and
+    `predict` size theirs: DeepSeek-R1 on four B200 fits 2k tokens, not 101k."""
+    base = ("check", "--model", "deepseek-r1", "--cluster", "b200x4", "--engine", "sglang",
+            "--config", "tp=4,weight_dtype=fp8,expert_dtype=fp8,kv_cache_dtype=fp8")
+    assert run(*base).exit_code == 0
+    long = run(*base, "--context", "101000")
+    assert long.exit_code == 1 and "101000-token sequence" in long.output
+
+
 def test_memory_json_keys_and_fit():
     data = run_json("memory", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--context", "4096")
     for key in ("weights_per_gpu_gb", "weights_by_component_gb", "kv_bytes_per_token",
