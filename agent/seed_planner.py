@@ -24,9 +24,9 @@ from agent.trial import SearchContext
 from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
 from levers.configuration import Configuration, engine_only_values
 from levers.errors import InputError
-from levers.legality import effective_activation_dtype
 from predictor.harvest.adapters import adapter_for
 from predictor.sim.scheduler import PROFILES
+from predictor.step.operators import narrowest_activation
 
 # Ladders for ranged levers (values a first search should try; the LLM may go further).
 CONCURRENCY_LADDER = (1, 4, 16, 32, 64, 128, 256, 512, 1024)
@@ -223,8 +223,8 @@ class SeedPlanner:
     def _effective(self, config: Configuration, lever: str) -> str | None:
         if lever in ("weight_dtype", "expert_dtype"):
             return effective_dtype(self.context, config, lever)
-        if lever == "activation_dtype":
-            return effective_activation_dtype(config, self.card)
+        if lever == "activation_dtype":     # unset: the value whose launch it is (its GEMMs' narrowest)
+            return config.activation_dtype or narrowest_activation(self.card, config, self.context.target.cluster.gpu)
         return config.kv_cache_dtype or str(self.card.native_dtypes.kv_cache)
 
     def _load(self, base: Configuration) -> Iterator[Partial]:

@@ -135,3 +135,13 @@ def test_no_seed_takes_an_attention_dp_trtllm_cannot_launch():
     context = make_context("deepseek-r1", cluster="h200x8", engine="trtllm")
     _, seeds = _round_zero(context)
     assert {s.config.attention_dp for s in seeds} <= {1, 8}
+
+
+def test_an_unset_activation_lever_is_the_launch_its_weights_make():
+    """fp4 experts GLM-5.2 does not ship run W4A4 on B200 with the activation lever unset,
+    so offering activation_dtype=fp4 would price the same launch again; bf16 (W4A16) is a
+    new one and is offered."""
+    context = make_context("glm-5.2", cluster="b200x8", engine="vllm")
+    offers = list(SeedPlanner(context)._precision(Configuration(tp=8, ep=8, expert_dtype="fp4")))
+    activations = [o["activation_dtype"] for o in offers if "activation_dtype" in o]
+    assert "fp4" not in activations and "bf16" in activations
