@@ -48,6 +48,7 @@ from levers.precision import DTYPE_BITS, gemm_activation, unset_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.cards.precision import config_dtypes
 from predictor.cards.weights import BF16_BYTES
+from predictor.hardware import GpuProfile
 from predictor.memory import dtype_bytes, heads_per_rank
 
 GEMM_COMPONENTS = ("attention", "dense_mlp", "shared_experts", "routed_experts")   # weights a GEMM streams
@@ -339,7 +340,7 @@ def resolve_precisions(card: ModelCard, config: Configuration, vendor: str, fp4_
                       requantized=frozenset(requantized), fp4_compute=fp4_compute, vendor=vendor)
 
 
-def narrowest_activation(card: ModelCard, config: Configuration, gpu) -> str:
+def narrowest_activation(card: ModelCard, config: Configuration, gpu: GpuProfile) -> str:
     """The narrowest activations any of ``card``'s GEMMs runs under ``config`` on ``gpu``:
     set as the activation lever, it runs every GEMM as ``config`` does (no GEMM takes
     activations narrower than its weights, `levers.precision.gemm_activation`)."""
