@@ -189,8 +189,9 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
                                       parser=int_option("--context", 1, MAX_CONTEXT_TOKENS),
                                       help="Tokens per sequence one request must fit (prompt + output)."),
           json_out: bool = JsonOpt) -> None:
-    """Is a configuration legal (structure, engine support, fusions, 90% HBM with one
-    sequence of --context tokens)? Exit 1 if not."""
+    """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not.
+
+    Memory fits one sequence of --context tokens (prompt + output), as `memory` sizes it."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     configuration, taken = priced_configuration(target, configuration_from_options(config, engine=target.engine),
