@@ -163,7 +163,8 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
                  f"source: {result.source}")
     legend = "80% interval: from the measured error of this transfer kind (docs/SCORES.md)"
     if result.seed_intervals:
-        legend += "; brackets after a value: the 90% interval over DES replications"
+        legend += (" and the replications' noise; brackets after a value: the 90% interval over DES "
+                   "replications")
     if outside:   # a band whose errors are one-sided: the measured values sat on one side of the prediction
         legend += ("; an interval that leaves out its value: this kind's measured values lay on one side of the "
                    "prediction more than 90% of the time (the model's bias there, kept rather than hidden)")

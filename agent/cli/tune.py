@@ -234,7 +234,8 @@ def _check_planner_options(no_llm: bool, **given: bool) -> None:
                          "drop them, or drop --no-llm")
 
 
-TABLE_LEGEND = ("80%: the objective's interval from the measured error of the row's transfer kind; [lo-hi] under a "
+TABLE_LEGEND = ("80%: the objective's interval from the measured error of the row's transfer kind and the DES "
+                "replications' noise; [lo-hi] under a "
                 "value: its 90% interval over DES replications. Confirm rows are re-priced at full fidelity, seed rows "
                 "on the search's shorter replay, so a seed row's value may sit above or below its confirmed one.")
 
