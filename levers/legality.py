@@ -20,7 +20,7 @@ from levers.catalog import (
     parse_layout_options,
 )
 from levers.configuration import Configuration
-from levers.precision import base_dtype, parse_weight_spec, stored_expert_dtype
+from levers.precision import base_dtype, parse_weight_spec, stored_expert_dtype, unset_activation
 
 
 class ModelShape(Protocol):
@@ -69,7 +69,8 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     reasons += _precision_and_kernels(config, model, cluster)
     reasons += _recipe_reasons(config, model)
     reasons += _scheduler(config)
-    reasons += fusion_reasons(config.fusions, effective_activation_dtype(config, model), model.is_moe)
+    reasons += fusion_reasons(config.fusions, quantized_activation(config, model, bool(cluster.gpu.fp4_tflops)),
+                              model.is_moe)
     return reasons
 
 
@@ -128,13 +129,35 @@ def effective_activation_dtype(config: Configuration, model: ModelShape) -> str:
     return "fp8" if attention_weight_dtype(config, model) == "fp8" else "bf16"
 
 
+def quantized_activation(config: Configuration, model: ModelShape, fp4_compute: bool) -> str:
+    """The activations a quant-fed fusion sees: the lever's; unset, fp8 or fp4 when some
+    GEMM's weights quantise their own (`levers.precision.unset_activation`, as the step
+    model prices them: `Precisions.quantized_sites`), else the lever's default."""
+    default = effective_activation_dtype(config, model)
+    if config.activation_dtype or default != "bf16":
+        return default
+    native = getattr(model, "native_dtypes", None)
+    shipped = str(native.weight) if native is not None else "bf16"
+    stored = [(component_weight_dtype(config, model, c), shipped) for c in ("attention", "dense_mlp", "shared_experts")]
+    if getattr(model, "is_moe", False):
+        stored.append((routed_expert_dtype(config, model), routed_expert_dtype(Configuration(), model)))
+    runs = {unset_activation(base_dtype(str(dtype)), dtype == ships, fp4_compute) for dtype, ships in stored}
+    return "fp4" if "fp4" in runs else "fp8" if "fp8" in runs else default
+
+
 def attention_weight_dtype(config: Configuration, model: ModelShape) -> str:
-    """The attention projections' stored dtype: the lever's own item, else its recipe's
-    (a card's `recipe(name)`), else the checkpoint's (levers.precision)."""
-    own = parse_weight_spec(config.weight_dtype).component("attention")
+    """The attention projections' stored dtype (`component_weight_dtype`)."""
+    return component_weight_dtype(config, model, "attention")
+
+
+def component_weight_dtype(config: Configuration, model: ModelShape, component: str) -> str:
+    """A linear weight component's stored dtype (attention, dense_mlp, shared_experts): the
+    lever's own item, else its recipe's (a card's `recipe(name)`), else the checkpoint's
+    (levers.precision)."""
+    own = parse_weight_spec(config.weight_dtype).component(component)
     if own is not None:
         return own
-    recipe = _recipe_dtype(config, model, "attention")
+    recipe = _recipe_dtype(config, model, component)
     if recipe is not None:
         return recipe
     native = getattr(model, "native_dtypes", None)

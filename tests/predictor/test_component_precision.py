@@ -246,3 +246,15 @@ def test_a_launch_is_priced_the_same_whether_its_activations_are_asked_or_follow
     # two quant kernels per MoE layer (input, before the down projection) and none before attention
     assert kernels(experts_only) - kernels(bf16) == 2 * moe_layers
     assert kernels(everything) - kernels(experts_only) > layers       # attention's and the shared experts' too
+
+
+def test_quant_fed_fusions_are_legal_where_the_weights_quantise_their_own_activations():
+    """`check` agrees with the step model: requantized fp4 experts run W4A4 on B200 with the
+    lever unset, so act_quant is legal there; on H200 they run weight-only and it is not."""
+    glm = load_card("glm-5.2")
+    config = Configuration(tp=8, ep=8, expert_dtype="fp4", fusions=("act_quant",))
+    needs = "fusion act_quant needs fp8 or fp4 activations"
+    assert needs not in structural_reasons(config, Engine.VLLM, glm, parse_cluster("b200x8"))
+    assert needs in structural_reasons(config, Engine.VLLM, glm, parse_cluster("h200x8"))
+    assert needs in structural_reasons(Configuration(tp=8, ep=8, fusions=("act_quant",)), Engine.VLLM, glm,
+                                       parse_cluster("b200x8"))
