@@ -239,20 +239,26 @@ def with_sampling_noise(intervals: dict[str, tuple[float, float]], metrics: dict
     """80% intervals of a DES prediction widened by the simulator's own sampling noise: the
     bands were measured on fixed-length rows priced without it, and a replayed mean carries
     both. In log space each side's offset from the value and the replications' (their 90%
-    interval of the mean, scaled to 80%) add in quadrature; a side the band puts beyond
-    the value (a measured bias) moves out by the noise. Without it an agentic prediction's
+    interval of the mean, scaled to 80% as a normal's: at three replications their
+    Student-t interval makes that ~20% wider than the mean's own noise, on the safe side)
+    add in quadrature; a side the band puts beyond the value (a measured bias) moves out by
+    the noise, and replications that reach zero leave no lower bound. Without it an agentic prediction's
     80% interval could be narrower than its own replications' spread (DeepSeek-R1 TP8/EP8
     on B200, 8 clients: 9.11-11.1 tok/s/GPU against [7.14-12.5])."""
     out = dict(intervals)
     for key, (low, high) in intervals.items():
         value, seed = metrics.get(key), seed_intervals.get(key)
-        if not value or value <= 0 or seed is None or min(seed) <= 0 or low <= 0:
+        if not value or value <= 0 or seed is None or seed[1] <= 0 or low <= 0:
+            continue
+        above = max(0.0, math.log(seed[1] / value)) * Z80_OVER_Z90
+        b = math.log(high / value)
+        b = math.hypot(b, above) if b > 0 else b + above
+        if seed[0] <= 0:        # the replications reach zero (a sparse tail): nothing bounds it below
+            out[key] = (0.0, value * math.exp(b))
             continue
         below = max(0.0, math.log(value / seed[0])) * Z80_OVER_Z90
-        above = max(0.0, math.log(seed[1] / value)) * Z80_OVER_Z90
-        a, b = math.log(low / value), math.log(high / value)
+        a = math.log(low / value)
         a = -math.hypot(a, below) if a < 0 else a - below
-        b = math.hypot(b, above) if b > 0 else b + above
         out[key] = (value * math.exp(a), value * math.exp(b))
     return out
 

@@ -184,7 +184,8 @@ def native_dtypes(card: ModelCard) -> dict[str, str | None]:
     """The checkpoint's own dtype per precision lever (what an unset lever means)."""
     return {"weight_dtype": card.native_dtypes.weight.value,
             "expert_dtype": card.native_dtypes.expert.value if card.is_moe else None,
-            "activation_dtype": None, "kv_cache_dtype": card.native_dtypes.kv_cache.value}
+            "activation_dtype": None, "kv_cache_dtype": card.native_dtypes.kv_cache.value,
+            "expert_format": card.native_dtypes.expert_format if card.is_moe else None}
 
 
 def changed_dtype(config: Configuration, native: dict[str, str], lever: str) -> str | None:

@@ -49,7 +49,7 @@ def _effective_activation(weight: str, activation: str | None, native_weight: st
 
 
 def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
-          native_activation: str) -> dict | str | None:
+          native_activation: str, fp4_compute: bool = True) -> dict | str | None:
     """One layer kind's entry: an online method's shorthand (a new weight precision: vLLM
     0.33 picks its activations itself and refuses an override, so the asked activations must
     be the method's), an activation-only override of a checkpoint's quantized slot, or None
@@ -65,10 +65,13 @@ def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
     if weight != native_weight:
         runs = ONLINE_ACTIVATION[weight]
         if activation != runs:
+            checkpoint = (f"--model-path to a checkpoint that holds W{weight[2:] if weight != 'bf16' else 16}"
+                          f"A{activation[2:] if activation != 'bf16' else 16} weights")
+            way_out = ("a GPU with FP4 tensor cores" if runs == "fp4" and not fp4_compute
+                       else f"activation_dtype={runs}, or {checkpoint}")
             raise InputError(lever, f"{weight} {kind} weights with {activation} activations: vLLM's online "
-                             f"{ONLINE_SHORTHANDS[weight]} runs {runs} activations", f"activation_dtype={runs}, or "
-                             f"--model-path to a checkpoint that holds W{weight[2:] if weight != 'bf16' else 16}"
-                             f"A{activation[2:] if activation != 'bf16' else 16} weights")
+                             f"{ONLINE_SHORTHANDS[weight]} runs {runs} activations"
+                             + ("" if fp4_compute else ", which this GPU has no FP4 tensor cores for"), way_out)
         return ONLINE_SHORTHANDS[weight]
     activation_key = ACTIVATION_KEYS[activation]
     if kind == "moe" and weight == "fp4" and activation == "fp8":
@@ -88,18 +91,24 @@ def vllm_quantization_args(weight: str | None, expert: str | None, activation: s
                          "one dtype (bf16, fp8, fp4) for vLLM to quantize online")
     native_weight = str(native.get("weight_dtype") or "bf16")
     native_expert = native.get("expert_dtype")
+    held = native.get("expert_format")
+    if expert == "fp4" and native_expert == "fp4" and held not in (None, "mxfp4"):
+        # Kimi-K2.5's INT4 experts: fp4 asks for their requantization (priced W4A4), not them
+        raise InputError("--config expert_dtype", f"fp4 moe weights: the checkpoint holds them in {held} and vLLM "
+                         "quantizes only BF16 weights online", f"expert_dtype unset (its {held}), or --model-path "
+                         "to a checkpoint that holds fp4 experts")
     linear_weight = weight or native_weight
     linear_activation = _effective_activation(linear_weight, activation, native_weight, fp4_compute)
     config: dict[str, dict] = {}
     linear = _slot("linear", linear_weight, native_weight, linear_activation,
-                   _effective_activation(native_weight, None, native_weight, fp4_compute))
+                   _effective_activation(native_weight, None, native_weight, fp4_compute), fp4_compute)
     if linear:
         config["linear"] = linear
     if native_expert is not None:
         moe_weight = expert or str(native_expert)
         moe_activation = _effective_activation(moe_weight, activation, str(native_expert), fp4_compute)
         moe = _slot("moe", moe_weight, str(native_expert), moe_activation,
-                    _effective_activation(str(native_expert), None, str(native_expert), fp4_compute))
+                    _effective_activation(str(native_expert), None, str(native_expert), fp4_compute), fp4_compute)
         if moe:
             config["moe"] = moe
     if not config:

@@ -49,10 +49,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from levers.configuration import Configuration
-from levers.legality import effective_activation_dtype
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile
 from predictor.step.comm import Collective
+from predictor.step.operators import resolve_precisions
 from predictor.step.transfer import pipeline_hops_us
 
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024  # METHOD §3.15: custom all-reduce <= 8 MiB
@@ -283,7 +283,7 @@ def subgroup_comm(card: ModelCard, cluster: Cluster, config: Configuration) -> S
     if group <= 1:
         return None
     gpu, crosses = cluster.gpu, group > max(1, cluster.scale_up_gpus())
-    act = 1.0 if effective_activation_dtype(config, card) in LOW_PRECISION else float(HIDDEN_BYTES)
+    act = 1.0 if _runs(card, config, gpu, "attention") in LOW_PRECISION else float(HIDDEN_BYTES)
     mlp_layers = card.moe_layers if card.is_moe else 0
     mlp_layers += card.dense_layers if card.is_moe else card.num_layers
     latency = (_latency_or_inter(gpu, Collective.ALLGATHER, Collective.ALLREDUCE_INTER, group, crosses, 0.5)
@@ -312,6 +312,12 @@ def _latency_or_inter(gpu: GpuProfile, name: str, inter: str, group: int, crosse
     return inter_share * _latency_us(gpu, inter, group) if crosses else _latency_us(gpu, name, group)
 
 
+def _runs(card: ModelCard, config: Configuration, gpu: GpuProfile, component: str) -> str:
+    """The activations ``component``'s GEMMs run (`Precisions.gemm_activation`): what a
+    collective feeding them carries, quantised or not."""
+    return resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops)).gemm_activation(component)
+
+
 def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -> CommModel:
     """The communication of ``config``'s replica layout on ``cluster`` (METHOD §3.7)."""
     gpu, tp, dp, ep = cluster.gpu, config.tp, config.attention_dp, config.ep
@@ -324,7 +330,7 @@ def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -
     dense_ar = AllReduceTier.build(gpu, dense_group, algorithm, dense_group > scale_up)
     backend = config.all_to_all_backend in EP_BACKENDS and ep > 1
     moe_ar = AllReduceTier.build(gpu, tp, algorithm, crosses) if (dp == 1 and not backend) else None
-    low_precision = effective_activation_dtype(config, card) in LOW_PRECISION
+    low_precision = _runs(card, config, gpu, "routed_experts") in LOW_PRECISION   # what dispatch carries
     width = card.expert_hidden_size * card.top_k
     a2a = _collective_or_inter(gpu, Collective.ALL_TO_ALL, Collective.ALL_TO_ALL_INTER, ep, ep > scale_up) if backend else 0.0
     gather_group = dp if (dp > 1 and not backend) else 1

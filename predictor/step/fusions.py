@@ -6,8 +6,9 @@ elementwise kernels that moved them reach (0.7 of HBM bandwidth, `predictor.step
 fused kernels still pay some extra register pressure and tail effects).
 
 Per forward (full depth), with ``h`` the hidden width and ``I`` a per-GPU intermediate:
-- ``norm_quant``: RMSNorm + activation quant before the attention and MLP GEMMs, twice per
-  layer; removes the quant kernel and the BF16 normed tensor (written and read, 4h bytes);
+- ``norm_quant``: RMSNorm + activation quant before the attention and MLP GEMMs that take
+  quantised input (at most twice per layer); removes each quant kernel and its BF16 normed
+  tensor (written and read, 2h bytes);
 - ``add_rmsnorm``: residual add + RMSNorm, twice per layer; removes the add kernel and the
   norm's re-read of the residual (2h bytes);
 - ``moe_expert``: expert gate/up, activation, quant and down in one kernel per MoE layer;
@@ -44,6 +45,7 @@ from levers.configuration import Configuration
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import GpuProfile
 from predictor.memory import heads_per_rank
+from predictor.step.kernels import moe_input_formats
 from predictor.step.operators import (
     ELEMENTWISE_BW_EFFICIENCY,
     GB_PER_S_TO_BYTES_PER_US,
@@ -112,21 +114,26 @@ def _shape(card: ModelCard, config: Configuration) -> _Shape:
 
 
 def _savings(shape: _Shape, precisions: Precisions, enabled: frozenset[str]) -> dict[str, FusionSaving]:
-    act = precisions.activation_bytes
-    quant = 1 if "routed_experts" in precisions.quantized_sites else 0
-    routed_act_quant = 0 if "moe_expert" in enabled else 1
+    """What each fusion removes, at the quant kernels the step has (`Precisions.quantized_sites`:
+    a quant kernel sits only before GEMMs that take quantised input)."""
+    sites = precisions.quantized_sites
+    q_attention, q_dense = int("attention" in sites), int("dense_mlp" in sites)
+    q_shared, q_routed = int("shared_experts" in sites), int("routed_experts" in sites)
+    normed = shape.layers * q_attention + shape.dense_layers * q_dense + shape.moe_layers * len(moe_input_formats(precisions))
+    routed_act_quant = 0 if "moe_expert" in enabled else q_routed
     shared = 1 if shape.shared_inner > 0 else 0
-    act_rows = shape.dense_layers * shape.dense_inner + shape.moe_layers * shape.shared_inner
+    act_rows = shape.dense_layers * shape.dense_inner * q_dense + shape.moe_layers * shape.shared_inner * q_shared
+    routed_act = precisions.site_activation_bytes("routed_experts")
     return {
-        "norm_quant": FusionSaving("norm_quant", 2 * shape.layers, 2 * shape.layers * 2 * shape.hidden * BF16_BYTES, 0.0),
+        "norm_quant": FusionSaving("norm_quant", normed, normed * 2 * shape.hidden * BF16_BYTES, 0.0),
         "add_rmsnorm": FusionSaving("add_rmsnorm", 2 * shape.layers, 2 * shape.layers * shape.hidden * BF16_BYTES, 0.0),
-        "moe_expert": FusionSaving("moe_expert", shape.moe_layers * (2 + quant), 0.0,
-                                   shape.moe_layers * shape.expert_inner * (2 * 2 * BF16_BYTES + 2 * act)),
+        "moe_expert": FusionSaving("moe_expert", shape.moe_layers * (2 + q_routed), 0.0,
+                                   shape.moe_layers * shape.expert_inner * (2 * 2 * BF16_BYTES + 2 * routed_act)),
         "moe_routing": FusionSaving("moe_routing", 2 * shape.moe_layers,
                                     shape.moe_layers * 2 * (shape.num_experts * FP32_BYTES + shape.top_k * TOPK_ENTRY_BYTES),
                                     0.0),
         "act_quant": FusionSaving("act_quant",
-                                  shape.dense_layers + shape.moe_layers * (shared + routed_act_quant),
+                                  shape.dense_layers * q_dense + shape.moe_layers * (shared * q_shared + routed_act_quant),
                                   act_rows * 2 * BF16_BYTES,
                                   routed_act_quant * shape.moe_layers * shape.expert_inner * 2 * BF16_BYTES),
         "rope_kvstore": FusionSaving("rope_kvstore", shape.softmax_layers,

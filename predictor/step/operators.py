@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from levers.configuration import Configuration
 from levers.legality import effective_activation_dtype, routed_expert_dtype
@@ -284,12 +285,13 @@ class Precisions:
     requantized: frozenset[str] = frozenset()   # weight components not stored as the checkpoint ships them
     fp4_compute: bool = True        # the GPU has FP4 tensor cores
     vendor: str = "nvidia"          # ... and whose formats size an activation (`predictor.memory.dtype_bytes`)
+    components: tuple[str, ...] = GEMM_COMPONENTS   # the weight components the model's GEMMs have
 
     @property
     def quantized_sites(self) -> frozenset[str]:
         """The weight components whose GEMMs run fp8 or fp4 activations: each quantises its
         input (a kernel and its bytes, `predictor.step.kernels`), the others run as they are."""
-        return frozenset(c for c in GEMM_COMPONENTS if self.gemm_activation(c) in LOW_PRECISION_ACTIVATIONS)
+        return frozenset(c for c in self.components if self.gemm_activation(c) in LOW_PRECISION_ACTIVATIONS)
 
     def site_activation_bytes(self, component: str) -> float:
         """Bytes per value of the activations the GEMMs of ``component`` run."""
@@ -337,14 +339,12 @@ def resolve_precisions(card: ModelCard, config: Configuration, vendor: str, fp4_
                       at("dense_mlp"), at("shared_experts"), dtype_bytes(dtypes.drafter_dtype("eagle3"), vendor),
                       dtypes.compute("dense_mlp"), dtypes.compute("shared_experts"),
                       activation_asked=config.activation_dtype is not None,
-                      requantized=frozenset(requantized), fp4_compute=fp4_compute, vendor=vendor)
+                      requantized=frozenset(requantized), fp4_compute=fp4_compute, vendor=vendor,
+                      components=gemm_components(card))
 
 
-def narrowest_activation(card: ModelCard, config: Configuration, gpu: GpuProfile) -> str:
-    """The narrowest activations any of ``card``'s GEMMs runs under ``config`` on ``gpu``:
-    set as the activation lever, it runs every GEMM as ``config`` does (no GEMM takes
-    activations narrower than its weights, `levers.precision.gemm_activation`)."""
-    precisions = resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops))
+def gemm_components(card: ModelCard) -> tuple[str, ...]:
+    """The weight components whose GEMMs ``card`` has (of `GEMM_COMPONENTS`)."""
     present = ["attention"]
     if card.num_layers > (card.moe_layers if card.is_moe else 0) and card.dense_intermediate_size:
         present.append("dense_mlp")
@@ -352,4 +352,26 @@ def narrowest_activation(card: ModelCard, config: Configuration, gpu: GpuProfile
         present.append("routed_experts")
         if card.num_shared_experts:
             present.append("shared_experts")
-    return min((precisions.gemm_activation(c) for c in present), key=DTYPE_BITS.__getitem__)
+    return tuple(present)
+
+
+def narrowest_activation(card: ModelCard, config: Configuration, gpu: GpuProfile) -> str:
+    """The activation lever value that runs every GEMM of ``card`` as ``config`` does on
+    ``gpu``: the narrowest they run, when set as the lever it reproduces each (no GEMM takes
+    activations narrower than its weights, `levers.precision.gemm_activation`); else the
+    lever's default (fp4 attention quantized online beside a checkpoint's own MXFP4
+    experts: W4A4 and W4A16 at once, which no single value runs)."""
+    return _narrowest(card, config, gpu.vendor, bool(gpu.fp4_tflops))
+
+
+@lru_cache(maxsize=4096)
+def _narrowest(card: ModelCard, config: Configuration, vendor: str, fp4_compute: bool) -> str:
+    """`narrowest_activation`, cached: an anchor lookup asks it on every prediction."""
+    precisions = resolve_precisions(card, config, vendor, fp4_compute)
+    runs = {c: precisions.gemm_activation(c) for c in precisions.components}
+    weights = {"attention": precisions.weight, "routed_experts": precisions.expert,
+               "dense_mlp": precisions.dense_mlp, "shared_experts": precisions.shared}
+    for value in sorted(set(runs.values()), key=DTYPE_BITS.__getitem__):
+        if all(gemm_activation(value, weights[c]) == ran for c, ran in runs.items()):
+            return value
+    return precisions.activation

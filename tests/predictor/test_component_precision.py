@@ -258,3 +258,28 @@ def test_quant_fed_fusions_are_legal_where_the_weights_quantise_their_own_activa
     assert needs in structural_reasons(config, Engine.VLLM, glm, parse_cluster("h200x8"))
     assert needs in structural_reasons(Configuration(tp=8, ep=8, fusions=("act_quant",)), Engine.VLLM, glm,
                                        parse_cluster("b200x8"))
+
+
+def test_no_single_activation_lever_value_means_the_default():
+    """fp4 attention quantized online beside Kimi-K3's own MXFP4 experts runs W4A4 and W4A16
+    at once: no lever value runs that, so an anchor of it signs the lever's default."""
+    from predictor.step.operators import narrowest_activation
+    b200 = parse_cluster("b200x8").gpu
+    assert narrowest_activation(load_card("kimi-k3"), Configuration(tp=8, weight_dtype="fp4"), b200) == "bf16"
+    assert narrowest_activation(load_card("glm-5.2"), Configuration(tp=8, ep=8, expert_dtype="fp4"), b200) == "fp4"
+
+
+def test_fusions_remove_only_the_quant_kernels_the_step_has_and_comm_follows_the_experts():
+    """With the lever unset and only GLM-5.2's experts in fp4, the fused step keeps fewer
+    kernels than the unfused one but never fewer than a step without any quant kernel, and
+    an expert dispatch carries what the experts run: unset and asked price the same."""
+    card, cluster = load_card("glm-5.2"), parse_cluster("b200x8")
+    levers = dict(tp=8, ep=8, attention_dp=8, all_to_all_backend="deepep", expert_dtype="fp4")
+
+    def step(**more) -> float:
+        return SimulateStepModel(card, cluster, "vllm", Configuration(**{**levers, **more})).decode(64, 2048).total_us
+
+    plain, fused = step(), step(fusions=("norm_quant", "act_quant"))
+    bf16 = step(activation_dtype="bf16")
+    assert bf16 * 0.9 < fused < plain
+    assert step() == pytest.approx(step(activation_dtype="fp4"))

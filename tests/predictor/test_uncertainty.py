@@ -164,3 +164,5 @@ def test_a_des_interval_carries_the_replications_noise_too():
     assert out["ttft_ms_mean"] == bands["ttft_ms_mean"]
     biased = with_sampling_noise({"output_throughput_per_gpu": (10.5, 12.0)}, metrics, seeds)
     assert biased["output_throughput_per_gpu"][0] < 10.5      # a band above the value moves out by the noise
+    sparse = with_sampling_noise({"itl_ms_p999": (89.0, 135.0)}, {"itl_ms_p999": 110.0}, {"itl_ms_p999": (0.0, 361.0)})
+    assert sparse["itl_ms_p999"][0] == 0.0 and sparse["itl_ms_p999"][1] > 135.0

@@ -360,3 +360,13 @@ def test_the_allreduce_algorithm_is_launched_or_refused_never_dropped():
     assert argv("vllm", tp=8, allreduce_algorithm="quick_reduce")[1]["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT8"
     assert argv("sglang", tp=8, allreduce_algorithm="quick_reduce")[1]["ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT8"
     assert not any("QUICK_REDUCE" in name for name in argv("vllm", tp=8)[1])
+
+
+def test_vllm_refuses_fp4_experts_on_an_int4_checkpoint():
+    """Kimi-K2.5 ships INT4 experts: expert_dtype=fp4 is their NVFP4 requantization (priced
+    W4A4), which vLLM cannot make online; unset, the checkpoint's INT4 run as they are."""
+    native = {"weight_dtype": "bf16", "expert_dtype": "fp4", "activation_dtype": None, "kv_cache_dtype": "bf16",
+              "expert_format": "int4"}
+    assert quantization(native) == (None, None)
+    with pytest.raises(InputError, match="holds them in int4"):
+        quantization(native, expert_dtype="fp4")
