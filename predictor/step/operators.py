@@ -320,6 +320,7 @@ class Precisions:
         return gemm_activation(self.activation, weight)
 
 
+@lru_cache(maxsize=4096)      # a prediction asks it for the step model and again for its collectives
 def resolve_precisions(card: ModelCard, config: Configuration, vendor: str, fp4_compute: bool = True) -> Precisions:
     """The :class:`Precisions` of ``config`` for ``card`` on a ``vendor`` GPU (with FP4
     tensor cores: ``fp4_compute``). A component is requantized when it is not stored as the
