@@ -24,6 +24,7 @@ from agent.trial import SearchContext
 from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
 from levers.configuration import Configuration, engine_only_values
 from levers.errors import InputError
+from predictor.anchors.anchoring import as_priced
 from predictor.harvest.adapters import adapter_for
 from predictor.sim.scheduler import PROFILES
 from predictor.step.operators import narrowest_activation
@@ -211,11 +212,15 @@ class SeedPlanner:
                 yield {"attention_dp": dp, "dcp": dcp}
 
     def _precision(self, base: Configuration) -> Iterator[Partial]:
+        """Each precision lever's other values: "other" than the base as priced (its unset
+        levers take the calibrating anchor's recipe, `as_priced`), so no offer prices the
+        base's own launch again (a Qwen3-32B search on H100 spent two of 30 trials so)."""
+        priced, _ = as_priced(self.context.target, base, context_tokens=self.context.workload.priced_context_tokens)
         levers = ["weight_dtype", "expert_dtype", "activation_dtype", "kv_cache_dtype"]
         for lever in levers:
             if lever == "expert_dtype" and not self.card.is_moe:
                 continue
-            current = self._effective(base, lever)
+            current = self._effective(priced, lever)
             for value in allowed_values(self.context, lever):
                 if value != current:
                     yield {lever: value}

@@ -145,3 +145,15 @@ def test_an_unset_activation_lever_is_the_launch_its_weights_make():
     offers = list(SeedPlanner(context)._precision(Configuration(tp=8, ep=8, expert_dtype="fp4")))
     activations = [o["activation_dtype"] for o in offers if "activation_dtype" in o]
     assert "fp4" not in activations and "bf16" in activations
+
+
+def test_precision_offers_differ_from_the_base_as_priced():
+    """An unset lever is priced at the calibrating anchor's recipe (`as_priced`): offering
+    that recipe's value again would price the base's own launch a second time."""
+    from predictor.anchors.anchoring import as_priced
+    context = make_context("deepseek-r1", cluster="b200x8", engine="sglang")
+    base = Configuration(tp=8, ep=8)
+    _, taken = as_priced(context.target, base, context_tokens=context.workload.priced_context_tokens)
+    assert taken        # the stack has an anchor whose recipe fills the unset precisions
+    offers = list(SeedPlanner(context)._precision(base))
+    assert not [o for o in offers if any(o.get(lever) == value for lever, value in taken.items())]
