@@ -129,6 +129,9 @@ def effective_activation_dtype(config: Configuration, model: ModelShape) -> str:
     return "fp8" if attention_weight_dtype(config, model) == "fp8" else "bf16"
 
 
+LINEAR_COMPONENTS = ("attention", "dense_mlp", "shared_experts")   # the `weight_dtype` lever's components
+
+
 def quantized_activation(config: Configuration, model: ModelShape, fp4_compute: bool) -> str:
     """The activations a quant-fed fusion sees: the lever's; unset, fp8 or fp4 when some
     GEMM's weights quantise their own (`levers.precision.unset_activation`, as the step
@@ -136,13 +139,26 @@ def quantized_activation(config: Configuration, model: ModelShape, fp4_compute: 
     default = effective_activation_dtype(config, model)
     if config.activation_dtype or default != "bf16":
         return default
+    stored = {c: component_weight_dtype(config, model, c) for c in LINEAR_COMPONENTS}
+    if getattr(model, "is_moe", False):
+        stored["routed_experts"] = routed_expert_dtype(config, model)
+    requantized = requantized_components(config, model)
+    runs = {unset_activation(base_dtype(str(dtype)), c not in requantized, fp4_compute) for c, dtype in stored.items()}
+    return "fp4" if "fp4" in runs else "fp8" if "fp8" in runs else default
+
+
+def requantized_components(config: Configuration, model: ModelShape) -> frozenset[str]:
+    """The weight components ``config`` does not store as the checkpoint ships them (online
+    quantisation, a recipe): the linear ones by dtype, the routed experts by their format
+    (`routed_expert_dtype`: ``fp4`` is Kimi-K2.5's INT4 checkpoint requantized, Kimi-K3's
+    own MXFP4)."""
     native = getattr(model, "native_dtypes", None)
     shipped = str(native.weight) if native is not None else "bf16"
-    stored = [(component_weight_dtype(config, model, c), shipped) for c in ("attention", "dense_mlp", "shared_experts")]
-    if getattr(model, "is_moe", False):
-        stored.append((routed_expert_dtype(config, model), routed_expert_dtype(Configuration(), model)))
-    runs = {unset_activation(base_dtype(str(dtype)), dtype == ships, fp4_compute) for dtype, ships in stored}
-    return "fp4" if "fp4" in runs else "fp8" if "fp8" in runs else default
+    found = {c for c in LINEAR_COMPONENTS if component_weight_dtype(config, model, c) != shipped}
+    if getattr(model, "is_moe", False) and routed_expert_dtype(config, model) != routed_expert_dtype(Configuration(),
+                                                                                                      model):
+        found.add("routed_experts")
+    return frozenset(found)
 
 
 def attention_weight_dtype(config: Configuration, model: ModelShape) -> str:

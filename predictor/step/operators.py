@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from levers.configuration import Configuration
-from levers.legality import effective_activation_dtype, routed_expert_dtype
+from levers.legality import effective_activation_dtype, requantized_components
 from levers.precision import DTYPE_BITS, gemm_activation, unset_activation
 from predictor.cards.model_card import AttentionGroup, AttentionKind, ModelCard
 from predictor.cards.precision import config_dtypes
@@ -293,6 +293,23 @@ class Precisions:
         input (a kernel and its bytes, `predictor.step.kernels`), the others run as they are."""
         return frozenset(c for c in self.components if self.gemm_activation(c) in LOW_PRECISION_ACTIVATIONS)
 
+    def weight_of(self, component: str) -> str:
+        """The compute dtype of ``component``'s weights (of `GEMM_COMPONENTS`)."""
+        return {"attention": self.weight, "routed_experts": self.expert, "dense_mlp": self.dense_mlp,
+                "shared_experts": self.shared}[component]
+
+    def lever_value(self) -> str:
+        """The activation lever value that runs every GEMM as these precisions do: the
+        narrowest they run, when set as the lever it reproduces each (no GEMM takes
+        activations narrower than its weights, `levers.precision.gemm_activation`); else
+        the lever's default (fp4 attention quantized online beside a checkpoint's own MXFP4
+        experts: W4A4 and W4A16 at once, which no single value runs)."""
+        runs = {c: self.gemm_activation(c) for c in self.components}
+        for value in sorted(set(runs.values()), key=DTYPE_BITS.__getitem__):
+            if all(gemm_activation(value, self.weight_of(c)) == ran for c, ran in runs.items()):
+                return value
+        return self.activation
+
     def site_activation_bytes(self, component: str) -> float:
         """Bytes per value of the activations the GEMMs of ``component`` run."""
         return dtype_bytes(self.gemm_activation(component), self.vendor)
@@ -311,8 +328,7 @@ class Precisions:
         ones when priced as W8A16), and fp4 weights the checkpoint does not ship run W4A4
         as `deploy` launches them. Otherwise the asked activations, at least the weights'
         width (`levers.precision.gemm_activation`)."""
-        weight = {"attention": self.weight, "routed_experts": self.expert, "dense_mlp": self.dense_mlp,
-                  "shared_experts": self.shared}[component]
+        weight = self.weight_of(component)
         if not self.activation_asked:
             runs = unset_activation(weight, native=component not in self.requantized, fp4_compute=self.fp4_compute)
             if runs is not None:
@@ -323,14 +339,8 @@ class Precisions:
 @lru_cache(maxsize=4096)      # a prediction asks it for the step model and again for its collectives
 def resolve_precisions(card: ModelCard, config: Configuration, vendor: str, fp4_compute: bool = True) -> Precisions:
     """The :class:`Precisions` of ``config`` for ``card`` on a ``vendor`` GPU (with FP4
-    tensor cores: ``fp4_compute``). A component is requantized when it is not stored as the
-    checkpoint ships it; routed experts by their format (`levers.legality.routed_expert_dtype`:
-    ``fp4`` is Kimi-K2.5's INT4 checkpoint requantized, Kimi-K3's own MXFP4)."""
+    tensor cores: ``fp4_compute``; requantized components: `levers.legality.requantized_components`)."""
     dtypes = config_dtypes(card, config)
-    native = card.native_dtypes.weight.value
-    requantized = {c for c in ("attention", "dense_mlp", "shared_experts") if getattr(dtypes, c) != native}
-    if card.is_moe and routed_expert_dtype(config, card) != routed_expert_dtype(Configuration(), card):
-        requantized.add("routed_experts")
     activation = effective_activation_dtype(config, card)
     kv = config.kv_cache_dtype or str(card.native_dtypes.kv_cache)
     at = lambda component: dtypes.bytes_per_value(component, vendor)  # noqa: E731
@@ -340,7 +350,7 @@ def resolve_precisions(card: ModelCard, config: Configuration, vendor: str, fp4_
                       at("dense_mlp"), at("shared_experts"), dtype_bytes(dtypes.drafter_dtype("eagle3"), vendor),
                       dtypes.compute("dense_mlp"), dtypes.compute("shared_experts"),
                       activation_asked=config.activation_dtype is not None,
-                      requantized=frozenset(requantized), fp4_compute=fp4_compute, vendor=vendor,
+                      requantized=requantized_components(config, card), fp4_compute=fp4_compute, vendor=vendor,
                       components=gemm_components(card))
 
 
@@ -358,21 +368,5 @@ def gemm_components(card: ModelCard) -> tuple[str, ...]:
 
 def narrowest_activation(card: ModelCard, config: Configuration, gpu: GpuProfile) -> str:
     """The activation lever value that runs every GEMM of ``card`` as ``config`` does on
-    ``gpu``: the narrowest they run, when set as the lever it reproduces each (no GEMM takes
-    activations narrower than its weights, `levers.precision.gemm_activation`); else the
-    lever's default (fp4 attention quantized online beside a checkpoint's own MXFP4
-    experts: W4A4 and W4A16 at once, which no single value runs)."""
-    return _narrowest(card, config, gpu.vendor, bool(gpu.fp4_tflops))
-
-
-@lru_cache(maxsize=4096)
-def _narrowest(card: ModelCard, config: Configuration, vendor: str, fp4_compute: bool) -> str:
-    """`narrowest_activation`, cached: an anchor lookup asks it on every prediction."""
-    precisions = resolve_precisions(card, config, vendor, fp4_compute)
-    runs = {c: precisions.gemm_activation(c) for c in precisions.components}
-    weights = {"attention": precisions.weight, "routed_experts": precisions.expert,
-               "dense_mlp": precisions.dense_mlp, "shared_experts": precisions.shared}
-    for value in sorted(set(runs.values()), key=DTYPE_BITS.__getitem__):
-        if all(gemm_activation(value, weights[c]) == ran for c, ran in runs.items()):
-            return value
-    return precisions.activation
+    ``gpu`` (`Precisions.lever_value`)."""
+    return resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops)).lever_value()
