@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from statistics import NormalDist
 
 from predictor.anchors.coverage import CROSS_MODEL, HARNESS, IN_LADDER, NONE, TRANSFER_KINDS
 from predictor.step.cost import Mode
@@ -231,7 +232,7 @@ def _family(key: str) -> tuple[str, bool] | None:
     return None
 
 
-Z80_OVER_Z90 = 1.2815515655446004 / 1.6448536269514722   # an 80% half-width from a 90% one (normal)
+Z80_OVER_Z90 = NormalDist().inv_cdf(0.90) / NormalDist().inv_cdf(0.95)   # an 80% half-width from a 90% one
 
 
 def with_sampling_noise(intervals: dict[str, tuple[float, float]], metrics: dict[str, float],
@@ -242,9 +243,9 @@ def with_sampling_noise(intervals: dict[str, tuple[float, float]], metrics: dict
     interval of the mean, scaled to 80% as a normal's: at three replications their
     Student-t interval makes that ~20% wider than the mean's own noise, on the safe side)
     add in quadrature; a side the band puts beyond the value (a measured bias) moves out by
-    the noise, and replications that reach zero leave no lower bound. Without it an agentic prediction's
-    80% interval could be narrower than its own replications' spread (DeepSeek-R1 TP8/EP8
-    on B200, 8 clients: 9.11-11.1 tok/s/GPU against [7.14-12.5])."""
+    the noise, and replications that reach zero leave no lower bound. Without it an agentic
+    prediction's 80% interval could be narrower than its own replications' spread
+    (DeepSeek-R1 TP8/EP8 on B200, 8 clients: 9.11-11.1 tok/s/GPU against [7.14-12.5])."""
     out = dict(intervals)
     for key, (low, high) in intervals.items():
         value, seed = metrics.get(key), seed_intervals.get(key)
