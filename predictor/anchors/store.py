@@ -25,7 +25,7 @@ from levers.catalog import Engine
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
 from levers.inputs import bounded, load_json, quote
-from predictor.anchors.anchor import HOST_AT_BOUND, Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
+from predictor.anchors.anchor import BEYOND_PHYSICS, HOST_AT_BOUND, Anchor, DecodeSweep, PrefillSweep, Provenance, Signature
 from predictor.anchors.coverage import (
     IN_LADDER,
     WILDCARD_BACKEND,
@@ -265,14 +265,16 @@ class AnchorStore:
         split = config.disaggregated or disaggregated
         chosen = ranked[0]
         skipped: tuple[str, ...] = ()
-        if HOST_AT_BOUND in chosen.flags and (split or not same_widths(chosen.signature, layout)):
+        held = _held_to_own_layout(chosen, layout, split)
+        if held:
             # its calibration absorbed what the model missed on its own rows: it prices its
-            # own layout only (`HOST_AT_BOUND`); the next anchor of the stack, else the priors
-            skipped = (f"anchor-not-carried: {chosen.id} ({HOST_AT_BOUND})",)
-            fallback = next((a for a in ranked if HOST_AT_BOUND not in a.flags), None)
+            # own layout only (`HOST_AT_BOUND`, `BEYOND_PHYSICS`); the next anchor of the
+            # stack, else the priors
+            skipped = (f"anchor-not-carried: {chosen.id} ({held})",)
+            fallback = next((a for a in ranked if not _held_to_own_layout(a, layout, split)), None)
             if fallback is None:
                 return Selection(None, False, skipped,
-                                 f"{chosen.id}'s host time reached its bound: priced from the cross-model priors",
+                                 f"{chosen.id} is held to its own layout ({held}): priced from the cross-model priors",
                                  recipe=recipe(chosen.signature, layout))
             chosen = fallback
         kinds = transfer_kinds(chosen, layout, batch, context_tokens, split)
@@ -280,6 +282,18 @@ class AnchorStore:
         reason = f"covered by {chosen.id}" if covered else f"calibrated by {chosen.id} ({', '.join(kinds)})"
         return Selection(chosen, covered, (*skipped, *anchor_flags(chosen, layout, kinds)), reason, kinds,
                          recipe(chosen.signature, layout))
+
+
+def _held_to_own_layout(anchor: Anchor, layout: Configuration, split: bool) -> str | None:
+    """The flag that keeps ``anchor`` from calibrating ``layout``, if any: a host time at
+    its bound holds it to its own widths, colocated (a split's pools queue otherwise); a
+    fit beyond the physical range to its own widths (its steps are its own, its factors
+    describe no other layout)."""
+    if HOST_AT_BOUND in anchor.flags and (split or not same_widths(anchor.signature, layout)):
+        return HOST_AT_BOUND
+    if BEYOND_PHYSICS in anchor.flags and not same_widths(anchor.signature, layout):
+        return BEYOND_PHYSICS
+    return None
 
 
 def _ordered(anchors: list[Anchor], key) -> list[Anchor]:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from levers.catalog import Engine
-from predictor.anchors.anchor import HOST_AT_BOUND, STALL_AT_BOUND
+from predictor.anchors.anchor import BEYOND_PHYSICS, HOST_AT_BOUND, STALL_AT_BOUND
 from predictor.anchors.store import AnchorStore
 from predictor.cards.registry import load_card
 from predictor.corpus.anchors import AnchorBuild, Group, context_of, decode_batch, roles_of, tokens_per_step
@@ -62,7 +62,7 @@ from predictor.predict import predict
 from predictor.prediction import Prediction
 from predictor.step.anchored import calibrate
 from predictor.step.calibration import HOST_MAX_MS
-from predictor.step.priors import Priors, dtype_class, learn_from_anchors
+from predictor.step.priors import Priors, dtype_class, learn_from_anchors, teaches_other_models
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
 
@@ -104,7 +104,8 @@ def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int 
 
 def _settled(build: AnchorBuild, priors: Priors) -> AnchorBuild:
     """Each anchor carries the host time its calibration fitted (bounded to METHOD §3.12's
-    range; an anchor whose fit reached a bound says so in a flag)."""
+    range; an anchor whose fit reached a bound, or left the physical range, says so in a
+    flag)."""
     anchors = []
     for anchor in build.anchors:
         sig = anchor.signature
@@ -116,6 +117,8 @@ def _settled(build: AnchorBuild, priors: Priors) -> AnchorBuild:
             flags.append(HOST_AT_BOUND)
         if anchor.first_wave_stall_ms >= MAX_STALL_MS:
             flags.append(STALL_AT_BOUND)
+        if not teaches_other_models(fitted):
+            flags.append(BEYOND_PHYSICS)
         anchors.append(anchor.model_copy(update={"host_time_ms": fitted.host_ms,
                                                  "host_us_per_prompt_token": fitted.host_us_per_token,
                                                  "flags": tuple(dict.fromkeys(flags))}))

@@ -12,7 +12,7 @@ import pytest
 
 from levers.configuration import Configuration
 from levers.errors import InputError
-from predictor.anchors.anchor import HOST_AT_BOUND, STALL_AT_BOUND, Anchor, DecodeSweep, Provenance, Signature
+from predictor.anchors.anchor import BEYOND_PHYSICS, HOST_AT_BOUND, STALL_AT_BOUND, Anchor, DecodeSweep, Provenance, Signature
 from predictor.anchors.check import plain_coverage
 from predictor.anchors.store import (
     AnchorStore,
@@ -27,6 +27,8 @@ from predictor.anchors.store import (
 )
 from predictor.cards.registry import load_card
 from predictor.hardware import parse_cluster
+from predictor.step.anchored import calibrate
+from predictor.step.priors import dtype_class, shipped_priors, teaches_other_models
 
 REPO = Path(__file__).resolve().parents[3]
 CARD = load_card("deepseek-r1")
@@ -192,6 +194,34 @@ def test_an_anchor_whose_fit_reached_a_bound_prices_its_own_layout_only():
     assert select([make_anchor(tp=4), farther], tp=8).anchor.signature.tp == 4   # unflagged: the nearest
     stalled = make_anchor(tp=4).model_copy(update={"flags": (STALL_AT_BOUND,)})
     assert select([stalled, farther], tp=8).anchor == stalled
+
+
+def test_an_anchor_whose_fit_left_the_physical_range_prices_its_own_widths_only():
+    """Its factors reproduce its own steps (queued KV, interference) and describe no other
+    layout: another width takes the next anchor of the stack, else the priors; its own
+    widths keep it, a split's pool of them too (its steps are that layout's)."""
+    beyond = make_anchor(tp=4).model_copy(update={"flags": (BEYOND_PHYSICS,)})
+    assert select([beyond], tp=4).anchor == beyond
+    pool = AnchorStore.from_anchors([beyond]).select(CARD, MI355X, "sglang", Configuration(tp=4, concurrency=64), 64,
+                                                     disaggregated=True)
+    assert pool.anchor == beyond
+    alone = select([beyond], tp=8)
+    assert alone.anchor is None and f"anchor-not-carried: {beyond.id} (fit-beyond-physics)" in alone.flags
+    farther = make_anchor(tp=2)
+    assert select([beyond, farther], tp=8).anchor == farther
+
+
+def test_the_fit_beyond_physics_flag_is_set_at_build_where_priors_stop_learning():
+    """Each embedded anchor flagged so is one the priors leave out (one threshold, two
+    readers): Qwen3-32B's GB200 bf16 TP2 sweep and three H100 split-pool points."""
+    priors = shipped_priors()
+    flagged = [a for a in AnchorStore.default().all() if BEYOND_PHYSICS in a.flags]
+    assert len(flagged) >= 4
+    for anchor in flagged:
+        sig = anchor.signature
+        fitted = calibrate(anchor, load_card(sig.model), sig.engine,
+                           priors.seed(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype)))
+        assert not teaches_other_models(fitted), anchor.id
 
 
 def test_another_layout_is_a_width_transfer_from_the_nearest_layout():
