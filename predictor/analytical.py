@@ -66,7 +66,8 @@ class Load:
     running_cap: int = 256        # min(max_running_requests, KV-pool capacity)
     chunk_tokens: int = 8192
     gpus: int = 1                 # GPUs of one replica
-    replicas: int = 1
+    replicas: int = 1             # replicas carrying this load
+    idle_replicas: int = 0        # replicas with no client (a closed loop of fewer clients than replicas)
     host_us: float = 0.0          # per-request host time a closed-loop client waits out (METHOD §3.12)
     host_overlaps: bool = True    # host work overlaps the steps (False: it shares their cores, a CPU engine)
     recv_interval: int = 1        # decode steps between the scheduler's polls for new requests
@@ -92,7 +93,7 @@ class SteadyState:
     def metrics(self, load: Load, host_ms: float) -> dict[str, float]:
         out_rate = self.requests_per_s * load.osl
         in_rate = self.requests_per_s * load.isl
-        gpus = load.gpus
+        gpus = load.gpus * (load.replicas + load.idle_replicas) / load.replicas   # idle replicas' GPUs count too
         ttft = self.ttft_ms + host_ms
         e2e = self.e2e_ms + host_ms
         tokens_per_s = MS_PER_S / self.tpot_ms

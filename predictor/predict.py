@@ -173,13 +173,14 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         return _analytical_disaggregated(target, config, workload, anchoring, memory)
     model = anchoring.model(config)
     replicas = max(1, config.replicas)
+    busy = busy_replicas(config)
     host_ms = host_time_ms(model, workload.isl)
     load = Load(
-        isl=workload.isl, osl=workload.osl, concurrency=config.concurrency / replicas,
+        isl=workload.isl, osl=workload.osl, concurrency=config.concurrency / busy,
         arrival_rate=config.arrival_rate / replicas,
         running_cap=_running_cap(target.engine, config, memory, workload),
         chunk_tokens=rank_chunk_tokens(target.engine, config),
-        gpus=config.replica_gpus, replicas=replicas, host_us=host_ms * US_PER_MS,
+        gpus=config.replica_gpus, replicas=busy, idle_replicas=replicas - busy, host_us=host_ms * US_PER_MS,
         host_overlaps=target.cluster.gpu.vendor != "cpu", recv_interval=workload.harness.recv_interval,
         ahead_steps=workload.harness.ahead_steps, balanced_dp=PROFILES[target.engine].balances_attention_dp,
     )
@@ -190,10 +191,11 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
     if workload.requests_per_client and not runs_in_waves(target.engine, workload):
         metrics["ttft_ms_mean"] = benchmark_ttft_ms(model, load, state, workload.requests_per_client) + host_ms
     elif workload.requests_per_client:
-        protocol = Protocol(workload.isl, workload.osl, max(1, math.ceil(config.concurrency / replicas)),
+        protocol = Protocol(workload.isl, workload.osl, max(1, math.ceil(load.concurrency)),
                             workload.requests_per_client, load.running_cap, config.max_batched_tokens,
                             load.chunk_tokens)
-        metrics.update(benchmark_metrics(replay(model, protocol, target.engine), protocol, load.gpus, replicas))
+        metrics.update(benchmark_metrics(replay(model, protocol, target.engine), protocol,
+                                         load.gpus * replicas / busy, busy))
         source = "benchmark"
     batch, decode_step, prefill_step, step_metrics = _steps(model, model, workload, state.running)
     metrics.update(_memory_metrics(memory, config))
@@ -205,7 +207,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
                      "arrival with it (the figures are the replicas full)")
     elif state.overloaded:
         flags.append("overloaded")
-    if config.concurrency / replicas > load.running_cap:
+    if load.concurrency > load.running_cap:
         flags.append(f"queueing: {load.running_cap} running per replica (cap or KV pool)")
     return Prediction(
         legal=True, reasons=(), mode=model.mode, anchor_id=model.anchor_id, flags=tuple(flags),
@@ -214,6 +216,17 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
                    "decode_batch": batch},
         fusion_opportunities=_fusion_opportunities(target, config, decode_step, batch), source=source,
     )
+
+
+def busy_replicas(config: Configuration) -> int:
+    """Replicas a closed loop keeps busy: with fewer clients than replicas each client has
+    a replica of its own and the rest stand idle (a request is not split across replicas:
+    spreading one client over eight ran it at an eighth of a batch, faster than a batch of
+    one); an open loop's Poisson arrivals reach every replica."""
+    replicas = max(1, config.replicas)
+    if config.arrival_rate > 0 or config.concurrency <= 0:
+        return replicas
+    return min(replicas, config.concurrency)
 
 
 def _analytical_disaggregated(target: Target, config: Configuration, workload: WorkloadSpec,

@@ -235,3 +235,25 @@ def test_a_pipeline_reports_its_stage_to_stage_sends_as_communication():
     assert comm["tp=1,replicas=8"]["decode_comm_ms"] == 0.0
     assert 0.0 < comm["pp=2,replicas=4"]["decode_comm_ms"] < comm["pp=8"]["decode_comm_ms"]
     assert 0.0 < comm["pp=2,replicas=4"]["prefill_comm_ms"] < comm["pp=8"]["prefill_comm_ms"]
+
+
+@pytest.mark.parametrize("engine, spec", [
+    ("vllm", ONE_K),                                                               # the steady state
+    ("sglang", WorkloadSpec("fixed", 1024, 1024, requests_per_client=4, fixed_lengths=True)),  # a replayed benchmark
+])
+def test_fewer_clients_than_replicas_leave_replicas_idle_not_batches_fractional(engine, spec):
+    """One client on eight replicas runs as a batch of one on one replica: its TTFT and
+    TPOT are one replica's at one client (they were faster, an eighth of a batch), and the
+    per-GPU throughput counts the idle replicas' GPUs; an open loop reaches every replica."""
+    target = resolve_target("llama-3.1-8b", "h100x8", engine)
+    one = predict(target, config("tp=1,concurrency=1"), spec).metrics
+    for text, busy in (("tp=1,replicas=8,concurrency=1", 1), ("tp=1,replicas=8,concurrency=4", 4)):
+        spread = predict(target, config(text), spec).metrics
+        for key in ("ttft_ms_mean", "tpot_ms_mean", "tpot_pollution"):
+            assert spread[key] == pytest.approx(one[key], rel=1e-9), (text, key)
+        assert spread["output_throughput_fleet"] == pytest.approx(busy * one["output_throughput_fleet"], rel=1e-9)
+        assert spread["output_throughput_per_gpu"] == pytest.approx(busy * one["output_throughput_per_gpu"] / 8, rel=1e-9)
+    assert one["tpot_pollution"] >= 1.0
+    if spec.requests_per_client is None:    # a fixed-count benchmark is a closed loop
+        open_loop = predict(target, config("tp=1,replicas=8,concurrency=4,arrival_rate=1"), spec).metrics
+        assert open_loop["output_throughput_fleet"] == pytest.approx(spec.osl, rel=0.01)    # 1 request/s
