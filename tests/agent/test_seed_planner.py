@@ -2,7 +2,9 @@
 
 import pytest
 
+from agent.question import build_context
 from agent.seed_planner import LeverGroup, SeedPlanner, baseline, is_legal
+from agent.tune import TuneRequest
 from levers.configuration import Configuration
 from levers.errors import InputError
 from tests.agent.tune_fakes import make_context
@@ -157,3 +159,15 @@ def test_precision_offers_differ_from_the_base_as_priced():
     assert taken        # the stack has an anchor whose recipe fills the unset precisions
     offers = list(SeedPlanner(context)._precision(base))
     assert not [o for o in offers if any(o.get(lever) == value for lever, value in taken.items())]
+
+
+def test_the_search_checks_memory_at_the_precisions_it_prices():
+    """A candidate's unset precisions are sized as `predict` prices them (the calibrating
+    anchor's FP8 recipe for Llama-3.1-70B on H100 under vLLM), not as the checkpoint's
+    BF16: TP2 at a 0.8 KV fraction fits (36 GB of weights a GPU), TP1 at 0.9 too; TP1 at
+    0.8 does not (70 GB of weights on 80)."""
+    context = build_context(TuneRequest(model="llama-3.1-70b", cluster="h100x8", workload="2k/256"))
+    assert is_legal(context, Configuration(tp=2, replicas=4, kv_memory_fraction=0.8))
+    assert is_legal(context, Configuration(replicas=8))
+    assert not is_legal(context, Configuration(replicas=8, kv_memory_fraction=0.8))
+    assert not is_legal(context, Configuration(replicas=8, weight_dtype="bf16"))     # asked BF16 stays BF16
