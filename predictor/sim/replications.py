@@ -6,8 +6,9 @@ configuration on ``R`` independent workload draws (replication ``r`` seeds its
 generators from ``(seed, r)``; replication 0 is the plain seed, so one replication is
 the unreplicated run) and reports each metric as the mean over the replications with a
 90% confidence interval of that mean, ``mean +- t(0.95, R - 1) * s / sqrt(R)``
-(Student's t, ``s`` the replications' sample standard deviation). The interval narrows
-as ``1 / sqrt(R)``; with one replication there is none.
+(Student's t, ``s`` the replications' sample standard deviation); for a positive
+quantity the same interval of the logs, as factors either side of the mean (`mean_interval`).
+The interval narrows as ``1 / sqrt(R)``; with one replication there is none.
 
 Every candidate of a search sees the same draws (common random numbers): the seed, not
 the candidate, decides the sessions (`predictor.sim.agentic`), so a difference between
@@ -50,10 +51,17 @@ def mean_interval(values: Sequence[float], ceiling: float = math.inf) -> tuple[f
     mean = sum(finite) / len(finite)
     if len(finite) < 2:
         return mean, None
-    spread = math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
-    half = t95(len(finite) - 1) * spread / math.sqrt(len(finite))
-    # a quantity that cannot be negative (every latency, rate and hit rate here) keeps a
-    # non-negative interval: three replications of a heavy-tailed TTFT gave [-28 s, 398 s]
+    t = t95(len(finite) - 1) / math.sqrt(len(finite))
+    if min(finite) > 0.0:
+        # a positive quantity (every latency and rate here; a hit rate unless one draw had
+        # none) spreads by factors: the interval is t * s of the logs either side of the
+        # mean, so it stays positive. Linear, three heavy-tailed TTFT replications gave
+        # [-28 s, 398 s], clipped to a TTFT of 0 ms; for a small spread the two agree.
+        logs = [math.log(v) for v in finite]
+        centre = sum(logs) / len(logs)
+        factor = math.exp(t * math.sqrt(sum((v - centre) ** 2 for v in logs) / (len(logs) - 1)))
+        return mean, (mean / factor, min(ceiling, mean * factor))
+    half = t * math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
     low = max(0.0, mean - half) if min(finite) >= 0.0 else mean - half
     return mean, (low, min(ceiling, mean + half))
 
