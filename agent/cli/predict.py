@@ -2,7 +2,9 @@
 
 Default workload is `1k/1k` (the analytical predictor); `--workload agentic` runs the
 DES over ``--replications`` workload draws (default 3), and every DES metric is shown as
-``value [lo-hi]``, its mean and 90% interval over the replications. A configuration that
+``value [lo-hi]``, its mean and 90% interval over the replications. Fixed-length traffic
+is replayed too when ``--requests`` or ``--replications`` is given (as a search replays it
+for a percentile SLO, so a ledger's trial can be re-priced as it was). A configuration that
 does not fit prints the memory reason, `metrics: null`, and exits 1.
 """
 
@@ -82,8 +84,10 @@ def predict_command(
     concurrency: Optional[int] = typer.Option(None, "--concurrency", parser=int_option("--concurrency", 1, 65536),
                                                 help="Overrides the concurrency lever."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs."),
-    replications: int = typer.Option(PREDICT_REPLICATIONS, "--replications", parser=int_option("--replications", 1, 32),
-                                     help="DES workload draws; metrics are their mean with a 90% interval."),
+    replications: Optional[int] = typer.Option(None, "--replications", parser=int_option("--replications", 1, 32),
+                                               help=f"DES workload draws; metrics are their mean with a 90% interval "
+                                                    f"(default {PREDICT_REPLICATIONS}). Given, it replays fixed-length "
+                                                    "traffic too, as tune does for a percentile SLO."),
     acceptance: Optional[str] = AcceptanceOpt,
     requests: Optional[int] = typer.Option(None, "--requests", parser=int_option("--requests", MIN_DES_REQUESTS, MAX_DES_REQUESTS),
                                            help="Requests each DES replay releases (default: 40 per client on "
@@ -96,9 +100,12 @@ def predict_command(
     configuration = configuration_from_options(config, concurrency, target.engine)
     spec = with_acceptance(parse_workload(workload), acceptance)
     check_workload_context(target.card, spec.context_tokens, spec.name)
-    result = predict(target, configuration, spec, seed=seed, replications=replications, num_requests=requests)
-    unused = [name for name, given in (("--requests", requests is not None), ("--seed", seed != 0),
-                                       ("--replications", replications != PREDICT_REPLICATIONS)) if given]
+    # asked for replays, fixed-length traffic is replayed (the DES), as a search prices it
+    # for a percentile SLO: the analytical figure ignored them, 7% from the ledger's trial
+    replay = requests is not None or replications is not None
+    result = predict(target, configuration, spec, seed=seed, replications=replications or PREDICT_REPLICATIONS,
+                     num_requests=requests, need_distribution=replay)
+    unused = [name for name, given in (("--seed", seed != 0),) if given]
     notes = []   # options the prediction had no use for are said, not silently dropped
     if unused and result.metrics is not None and result.source != "des":
         notes.append(f"{', '.join(unused)}: DES options, unused: this prediction is {result.source} (no replay)")

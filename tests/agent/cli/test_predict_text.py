@@ -77,14 +77,26 @@ def test_options_a_prediction_had_no_use_for_are_flagged():
     output was byte-identical to the defaults, as if they had been applied."""
     import json
     base = ["predict", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--json"]
-    flags = json.loads(runner.invoke(app, [*base, "--requests", "100", "--seed", "7"]).stdout)["flags"]
-    assert "--requests, --seed: DES options, unused: this prediction is analytical (no replay)" in flags
+    flags = json.loads(runner.invoke(app, [*base, "--seed", "7"]).stdout)["flags"]
+    assert "--seed: DES options, unused: this prediction is analytical (no replay)" in flags
     assert not any("unused" in f for f in json.loads(runner.invoke(app, base).stdout)["flags"])
     flags = json.loads(runner.invoke(app, [*base, "--acceptance", "al=3.2"]).stdout)["flags"]
     assert any(f.startswith("--acceptance: unused without speculative decoding") for f in flags)
     speculating = json.loads(runner.invoke(app, [*base, "--config", "spec_method=eagle3,spec_depth=3",
                                                  "--acceptance", "al=2.2"]).stdout)["flags"]
     assert not any(f.startswith("--acceptance") for f in speculating)
+
+
+def test_asked_replays_replay_fixed_length_traffic_as_a_search_prices_it():
+    """--requests or --replications on 1k/1k replay it (the DES), as tune does for a
+    percentile SLO, so a ledger's trial re-prices as recorded; without them, analytical."""
+    import json
+    base = ["predict", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--config", "concurrency=8", "--json"]
+    for extra in (["--requests", "100"], ["--replications", "2"]):
+        data = json.loads(runner.invoke(app, [*base, *extra]).stdout)
+        assert data["source"] == "des" and not any("unused" in f for f in data["flags"])
+        assert data["all_metrics"].get("itl_ms_p90") is not None       # the percentile an SLO reads
+    assert json.loads(runner.invoke(app, base).stdout)["source"] == "analytical"
 
 
 def test_the_mean_speed_json_headlines_is_in_the_table_when_it_differs_from_the_median():
