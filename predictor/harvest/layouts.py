@@ -21,7 +21,7 @@ result says why no harvest can measure the layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from levers.catalog import Engine
 from levers.configuration import Configuration
@@ -32,6 +32,7 @@ from predictor.hardware import Cluster
 from predictor.harvest.plan import HarvestRequest, plan_harvest
 from predictor.harvest.reduce import Reduction, anchor_layouts, harvest_command, harvest_config_text
 from predictor.harvest.launch import DRAFT_CHECKPOINT
+from predictor.step.operators import gemm_components, resolve_precisions
 
 CHECK_PORT = 8000                                # a validation-only plan binds nothing
 DOMAIN_ENDPOINT = "http://HEAD_NODE:8000"        # where the user starts a multi-node engine
@@ -110,11 +111,36 @@ def _across_domain(engine: Engine | str, model: str, card: ModelCard, cluster: C
     return None
 
 
+def as_the_checkpoint_runs(card: ModelCard, cluster: Cluster, config: Configuration) -> Configuration:
+    """``config`` without the precision levers that restate what its checkpoint runs unset
+    (its own weight and expert dtypes, and the activations those GEMMs then take), so a
+    harvest launches the stock checkpoint: DeepSeek-R1's FP8 recipe (weights, experts and
+    activations FP8) was sent looking for a quantized checkpoint because SGLang cannot
+    set activation_dtype on its command line, and it needs none."""
+    native = card.native_dtypes
+    bare = replace(config, weight_dtype=None if config.weight_dtype == str(native.weight) else config.weight_dtype,
+                   expert_dtype=None if config.expert_dtype == str(native.expert) else config.expert_dtype)
+    unset = replace(bare, activation_dtype=None)
+    if bare.activation_dtype and _activations(card, cluster, unset) == _activations(card, cluster, bare):
+        return unset
+    return bare
+
+
+def _activations(card: ModelCard, cluster: Cluster, config: Configuration) -> tuple[str, ...]:
+    """What each GEMM of ``card`` runs its activations at under ``config``."""
+    gpu = cluster.gpu
+    precisions = resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops))
+    return tuple(precisions.gemm_activation(component) for component in gemm_components(card))
+
+
 def reduced_harvests(engine: Engine | str, model: str, card: ModelCard, cluster: Cluster,
                      config: Configuration) -> list[ReducedHarvest]:
-    """The anchor layouts of ``config``, each with its checked harvest (module docstring)."""
+    """The anchor layouts of ``config`` (launched as its checkpoint runs where its
+    precisions say no more, `as_the_checkpoint_runs`), each with its checked harvest
+    (module docstring)."""
     results = []
-    for index, reduction in enumerate(anchor_layouts(config, cluster.gpus_per_node)):
+    for index, reduction in enumerate(anchor_layouts(as_the_checkpoint_runs(card, cluster, config),
+                                                     cluster.gpus_per_node)):
         problem = _fits(card, cluster, engine, reduction.config) if reduction.is_reduced else None
         if problem is None:
             results.append(_checked(engine, model, cluster, reduction, None))

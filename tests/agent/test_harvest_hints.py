@@ -105,3 +105,15 @@ def test_a_hint_measures_the_precisions_the_trial_was_priced_at():
     commands = [line for line in harvest_plan(target, trials) if not line.startswith("#")]
     assert len(commands) == 1, commands
     assert "weight_dtype=fp4" in commands[0] and "expert_dtype=fp4" in commands[0]
+
+
+def test_a_recipe_that_restates_the_checkpoint_harvests_the_stock_checkpoint():
+    """DeepSeek-R1's FP8 recipe (weights, experts and activations FP8) is what its stock
+    checkpoint runs: the hint launches it as is, where it asked for a quantized checkpoint
+    because SGLang cannot set activation_dtype; a precision the stock one lacks still asks."""
+    target = resolve_target("deepseek-r1", "h200x8", "sglang")
+    lines = harvest_plan(target, [rank_only(tp=8, kv_cache_dtype="fp8")], 2048)
+    assert len(lines) == 1 and "QUANTIZED_CHECKPOINT" not in lines[0] and "activation_dtype" not in lines[0]
+    dry_run_every_command(lines)
+    experts = harvest_plan(target, [rank_only(tp=8, expert_dtype="fp4")], 2048)
+    assert any("--model-path QUANTIZED_CHECKPOINT" in line and "expert_dtype=fp4" in line for line in experts)
