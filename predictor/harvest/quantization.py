@@ -71,7 +71,8 @@ def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
                        else f"activation_dtype={runs}, or {checkpoint}")
             raise InputError(lever, f"{weight} {kind} weights with {activation} activations: vLLM's online "
                              f"{ONLINE_SHORTHANDS[weight]} runs {runs} activations"
-                             + ("" if fp4_compute else ", which this GPU has no FP4 tensor cores for"), way_out)
+                             + ("" if fp4_compute or runs != "fp4" else ", which this GPU has no FP4 tensor cores for"),
+                             way_out)
         return ONLINE_SHORTHANDS[weight]
     activation_key = ACTIVATION_KEYS[activation]
     if kind == "moe" and weight == "fp4" and activation == "fp8":
