@@ -59,7 +59,10 @@ def deploy_command(
     target = pick.target
     folder = output_dir(out or Path(f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
     options = DeployOptions(model_path, port, str(folder), draft_model=draft_model or DRAFT_CHECKPOINT)
-    deployed = build_plan(target, pick.config, options, pick.priced_context)
+    try:
+        deployed = build_plan(target, pick.config, options, pick.priced_context)
+    except InputError as error:
+        raise _named_for(error, pick, ledger is not None) from None
     manifests, refused = manifests_for(deployed, image)
     data = {**deployed.to_json(), "pick": pick.to_json(), "manifests": refused}
     paths = write_files(folder, deployed, manifests, data)
@@ -67,6 +70,17 @@ def deploy_command(
     if json_out:
         return print_json(data)
     render(pick, deployed, paths, refused)
+
+
+def _named_for(error: InputError, pick: Pick, from_ledger: bool) -> InputError:
+    """A refusal of a ledger's or a report's pick names where its levers came from, not a
+    --config the user never typed (`deploy LEDGER` read "--config expert_dtype: ...")."""
+    if pick.origin == "--config" or not error.what.startswith("--config"):
+        return error
+    lever = error.what.removeprefix("--config").strip()
+    another = "--trial N for another of its trials (inferasim ledger show)" if from_ledger else "another slot"
+    return InputError(pick.origin, f"{lever}: {error.problem}" if lever else error.problem,
+                      f"{error.accepted}; or {another}" if error.accepted else another)
 
 
 def resolve_pick(ledger: str | None, trial: int | None, plan: str | None, slot: str | None, model: str | None,

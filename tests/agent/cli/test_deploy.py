@@ -3,6 +3,7 @@ and the winner's deploy line in `tune` and `plan-mix`; every command checked aga
 engine's own argument definitions (tests/fixtures/engine_flags)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -261,3 +262,16 @@ def test_a_recipe_the_engine_cannot_launch_names_a_runnable_alternative(tmp_path
     assert offered[0] == "deploy" and "expert_dtype=fp8" in offered[-1]
     launched = runner.invoke(app, [*offered, "--out", str(tmp_path / "out")], terminal_width=400)
     assert launched.exit_code == 0, launched.output
+
+
+def test_a_ledger_pick_the_engine_refuses_names_its_trial_not_a_config_option(fake_tune, tmp_path):
+    """`deploy LEDGER` of a trial vLLM cannot launch read "--config weight_dtype: ..." though
+    no --config was typed: the refusal names the ledger's trial and the way to another."""
+    tuned = json.loads(runner.invoke(app, ["tune", *QWEN, "--budget", "12", "--json"]).stdout)
+    path = Path(tuned["ledger"])
+    data = json.loads(path.read_text())
+    data["trials"][0]["configuration"].update(weight_dtype="fp8", activation_dtype="bf16")
+    path.write_text(json.dumps(data))
+    result = deploy(str(path), "--trial", "0", "--out", str(tmp_path / "d"))
+    assert result.exit_code == 2 and "--config" not in result.output.split("(accepted")[0]
+    assert ": trial #0" in result.output and "weight_dtype" in result.output and "--trial N" in result.output
