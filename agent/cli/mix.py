@@ -241,8 +241,9 @@ def _row(model: str, rank: str, scored: Scored, tier: Tier, tie: bool = False) -
 
 def _stacked(value: float | None, interval: list[float] | None) -> str:
     """The value, and below it its 90% replication interval relative to it: ``±2%`` when
-    symmetric about the mean (``[lo-hi]``, in --json, would not fit four metric columns in
-    80), else ``-100/+278%`` (a bound held at zero, a hit rate's at one)."""
+    the two sides read alike (``[lo-hi]``, in --json, would not fit four metric columns in
+    80), else ``-25/+34%`` (a positive metric's interval is a factor either side of the
+    mean, `predictor.sim.replications`; a hit rate's stops at one)."""
     if value is None or not interval or not value:
         return number(value)
     low, high = (value - interval[0]) / abs(value), (interval[1] - value) / abs(value)
@@ -250,8 +251,8 @@ def _stacked(value: float | None, interval: list[float] | None) -> str:
     def share(x: float) -> str:
         return f"{x:.0%}" if x >= 0.01 else f"{x:.1%}"
 
-    if abs(high - low) <= 0.01 * max(low, high, 0.01):
-        return f"{number(value)}\n±{share((low + high) / 2)}"
+    if share(low) == share(high):
+        return f"{number(value)}\n±{share(high)}"
     return f"{number(value)}\n-{share(low).rstrip('%')}/+{share(high)}"
 
 

@@ -151,6 +151,8 @@ def test_a_table_interval_held_at_zero_is_shown_as_it_is():
     from agent.cli.mix import _stacked
     assert _stacked(18.5, [0.0, 69.78]) == "18.5\n-100/+277%"      # not ±189%: no negative lower end
     assert _stacked(100.0, [98.0, 102.0]) == "100\n±2%" and _stacked(100.0, [99.5, 100.5]) == "100\n±0.5%"
+    assert _stacked(100.0, [96.2, 104.1]) == "100\n±4%"               # a factor either side: sides alike as shown
+    assert _stacked(100.0, [80.0, 134.0]) == "100\n-20/+34%"
 
 
 def test_a_model_listed_twice_is_told_apart_by_its_entry(fake_predictor, tmp_path):
