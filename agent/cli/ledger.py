@@ -137,6 +137,13 @@ def best_command(ledger: str = LedgerArg, json_out: bool = JsonOpt) -> None:
                  for key in BEST_METRICS if metrics.get(key) is not None]
         if shown:
             paragraph(console, "; ".join(shown), first="metrics: ")
+        if record.source == "des" and record.des_requests:
+            # how it was priced, so `predict` can re-price it as recorded
+            say(console, f"priced by: the simulator, {record.des_requests:,} requests x {record.replications} "
+                         f"replication(s) at seed {loaded.seed} (predict --requests {record.des_requests} "
+                         f"--replications {record.replications} --seed {loaded.seed} re-prices it)")
+        elif record.source:
+            say(console, f"priced by: the {record.source} model")
         if record.flags:
             paragraph(console, "; ".join(record.flags), first="flags: ")
     if record is None:

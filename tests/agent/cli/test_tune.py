@@ -86,6 +86,12 @@ def test_ledger_commands_review_persisted_searches():
     assert shown["question"]["model"] == "Qwen3-30B-A3B" and shown["top"]
     best = runner.invoke(app, ["ledger", "best", first, "--json"])
     assert best.exit_code == 0 and json.loads(best.output)["legal"]
+    record = json.loads(best.output)
+    told = runner.invoke(app, ["ledger", "best", first], terminal_width=200).output
+    if record["source"] == "des":     # how to re-price it as recorded
+        assert f"predict --requests {record['des_requests']} --replications {record['replications']}" in told
+    else:
+        assert f"priced by: the {record['source']} model" in told
     assert runner.invoke(app, ["ledger", "best", second]).exit_code == 1
     compared = json.loads(runner.invoke(app, ["ledger", "compare", first, second, "--json"]).output)
     assert compared["question"]["slos"] == [[], ["mean-tpot<=1ms"]] and not compared["same_question"]
