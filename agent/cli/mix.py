@@ -242,8 +242,8 @@ def _row(model: str, rank: str, scored: Scored, tier: Tier, tie: bool = False) -
 def _stacked(value: float | None, interval: list[float] | None) -> str:
     """The value, and below it its 90% replication interval relative to it: ``±2%`` when
     the two sides read alike (``[lo-hi]``, in --json, would not fit four metric columns in
-    80), else ``-25/+34%`` (a positive metric's interval is a factor either side of the
-    mean, `predictor.sim.replications`; a hit rate's stops at one)."""
+    80), else ``-97/+285%`` (a positive metric's lower end held above zero by the logs'
+    interval, `predictor.sim.replications`; a hit rate's upper end at one)."""
     if value is None or not interval or not value:
         return number(value)
     low, high = (value - interval[0]) / abs(value), (interval[1] - value) / abs(value)

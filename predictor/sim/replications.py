@@ -6,9 +6,9 @@ configuration on ``R`` independent workload draws (replication ``r`` seeds its
 generators from ``(seed, r)``; replication 0 is the plain seed, so one replication is
 the unreplicated run) and reports each metric as the mean over the replications with a
 90% confidence interval of that mean, ``mean +- t(0.95, R - 1) * s / sqrt(R)``
-(Student's t, ``s`` the replications' sample standard deviation); for a positive
-quantity the same interval of the logs, as factors either side of the mean (`mean_interval`).
-The interval narrows as ``1 / sqrt(R)``; with one replication there is none.
+(Student's t, ``s`` the replications' sample standard deviation); a positive quantity
+whose lower end would reach zero takes the lower end of the logs' interval instead
+(`mean_interval`). The interval narrows as ``1 / sqrt(R)``; with one replication there is none.
 
 Every candidate of a search sees the same draws (common random numbers): the seed, not
 the candidate, decides the sessions (`predictor.sim.agentic`), so a difference between
@@ -52,18 +52,20 @@ def mean_interval(values: Sequence[float], ceiling: float = math.inf) -> tuple[f
     if len(finite) < 2:
         return mean, None
     t = t95(len(finite) - 1) / math.sqrt(len(finite))
-    if min(finite) > 0.0:
+    half = t * math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
+    low, high = mean - half, min(ceiling, mean + half)
+    if min(finite) > 0.0 and low <= 0.0:
         # a positive quantity (every latency and rate here; a hit rate unless one draw had
-        # none) spreads by factors: the interval is t * s of the logs either side of the
-        # mean, so it stays positive. Linear, three heavy-tailed TTFT replications gave
-        # [-28 s, 398 s], clipped to a TTFT of 0 ms; for a small spread the two agree.
+        # none) whose t interval reaches zero: its lower end is the same interval of the
+        # logs, as a factor below the mean, so it stays positive (three heavy-tailed TTFT
+        # replications read [0-40,376 ms], a TTFT of 0 ms; the upper end stays the t
+        # interval's: the logs' factor above a heavy-tailed mean reached 52x its largest draw)
         logs = [math.log(v) for v in finite]
         centre = sum(logs) / len(logs)
-        factor = math.exp(t * math.sqrt(sum((v - centre) ** 2 for v in logs) / (len(logs) - 1)))
-        return mean, (mean / factor, min(ceiling, mean * factor))
-    half = t * math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
-    low = max(0.0, mean - half) if min(finite) >= 0.0 else mean - half
-    return mean, (low, min(ceiling, mean + half))
+        low = mean / math.exp(t * math.sqrt(sum((v - centre) ** 2 for v in logs) / (len(logs) - 1)))
+    elif min(finite) >= 0.0:
+        low = max(0.0, low)
+    return mean, (low, high)
 
 
 def overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
