@@ -9,8 +9,7 @@ worker processes rebuild the context from the same names).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from agent.guards import parse_precisions
 from agent.lm import DEFAULT_TIMEOUT_S
@@ -18,11 +17,9 @@ from agent.trial import CheckFn, PredictFn, SearchContext
 from levers.errors import InputError
 from objectives.objectives import resolve_objective
 from objectives.slo import parse_slos
-from levers.configuration import Configuration
-from predictor.anchors.anchoring import as_priced
-from predictor.feasibility import Feasibility, check_configuration
+from predictor.anchors.anchoring import PricedCheck
 from predictor.predict import default_store, predict
-from predictor.target import Target, check_workload_context, resolve_target
+from predictor.target import check_workload_context, resolve_target
 from predictor.workload import parse_workload
 
 DEFAULT_OBJECTIVE = "throughput"
@@ -75,29 +72,6 @@ def _check_decodes(workload, objective, slos) -> None:
         if slo.metric.startswith(DECODE_METRICS):
             raise InputError("--slo", f"{slo} bounds decode speed, which {workload.name} (one output token) does "
                              "not have", "a TTFT or E2E bound, or a workload with more output")
-
-
-@dataclass(frozen=True)
-class PricedCheck:
-    """`check_configuration` of a candidate's levers as `predict` prices them: its unset
-    precisions at the calibrating anchor's recipe (`as_priced`), as `check` and `memory`
-    size them. Checked as typed, Llama-3.1-70B on H100 under vLLM sized BF16 weights
-    (70.6 GB a GPU at TP2) for trials priced at the FP8 recipe (36.3 GB), so every
-    ``kv_memory_fraction`` below 0.9 read illegal and the memory objectives could not move
-    it. Memoised per candidate (the seed planner asks again for each move it weighs)."""
-
-    store: Any
-    priced_context_tokens: float
-    _seen: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
-
-    def __call__(self, card, cluster, engine, config: Configuration, context_tokens: int) -> Feasibility:
-        key = (card.name, cluster.spec, str(engine), config, context_tokens)
-        found = self._seen.get(key)
-        if found is None:
-            priced = as_priced(Target(card, cluster, engine), config, self.store,
-                               context_tokens=self.priced_context_tokens)[0]
-            found = self._seen[key] = check_configuration(card, cluster, engine, priced, context_tokens)
-        return found
 
 
 def build_context(request: TuneRequest, *, predict_fn: PredictFn | None = None,

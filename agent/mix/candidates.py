@@ -25,7 +25,7 @@ from agent.seed_planner import SeedPlanner, baseline
 from agent.trial import Phase, SearchContext, Trial
 from levers.configuration import Configuration
 from objectives.objectives import resolve_objective
-from predictor.feasibility import check_configuration
+from predictor.anchors.anchoring import PricedCheck
 from predictor.hardware import Cluster
 from predictor.sim.agentic import AGENTIC_REQUESTS_PER_CLIENT
 from predictor.sim.workloads import FIXED_CLOSED_REQUESTS_PER_CLIENT
@@ -97,7 +97,8 @@ def search_context(target: Target, workload: WorkloadSpec, predict_fn: Callable[
                    seed: int = 0, num_requests: int | None = None) -> SearchContext:
     return SearchContext(
         target=target, workload=workload, objective=resolve_objective(RANKING_OBJECTIVE),
-        predict_fn=WithDistribution(predict_fn) if predict_fn else None, check_fn=check_configuration,
+        predict_fn=WithDistribution(predict_fn) if predict_fn else None,
+        check_fn=PricedCheck(None, workload.priced_context_tokens),
         seed=seed, context_tokens=workload.context_tokens, num_requests=num_requests,
     )
 

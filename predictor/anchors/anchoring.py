@@ -17,11 +17,13 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 from levers.configuration import Configuration
 from predictor.anchors.coverage import CROSS_MODEL, HARNESS, NONE
 from predictor.anchors.store import AnchorStore, Selection, decode_layout, signature_for
 from predictor.cards.registry import load_card
+from predictor.feasibility import Feasibility, check_configuration
 from predictor.step.anchored import anchored_model, takes_engine_host, with_engine_host
 from predictor.step.calibration import PHYSICS, Calibration
 from predictor.step.cost import Mode, StepModel
@@ -178,6 +180,30 @@ def as_priced(target: Target, config: Configuration, store: AnchorStore | None =
     that calibrates it), and the levers so taken: what `deploy` launches and `check` /
     `memory` size, so a command serves and sizes the precisions it was priced at."""
     return Anchoring.of(target, store, context_tokens=context_tokens, split=config.disaggregated).priced(config)
+
+
+@dataclass(frozen=True)
+class PricedCheck:
+    """`check_configuration` of a candidate's levers as `predict` prices them: its unset
+    precisions at the calibrating anchor's recipe (`as_priced`), as `check` and `memory`
+    size them; the legality of a search, of plan-mix and of a sweep. Checked as typed,
+    Llama-3.1-70B on H100 under vLLM sized BF16 weights (70.6 GB a GPU at TP2) for trials
+    priced at the FP8 recipe (36.3 GB), so every ``kv_memory_fraction`` below 0.9 read
+    illegal and the memory objectives could not move it. Memoised per candidate (the seed
+    planner asks again for each move it weighs); ``store`` None: the default store."""
+
+    store: Any
+    priced_context_tokens: float
+    _seen: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __call__(self, card, cluster, engine, config: Configuration, context_tokens: int) -> Feasibility:
+        key = (card.name, cluster.spec, str(engine), config, context_tokens)
+        found = self._seen.get(key)
+        if found is None:
+            priced = as_priced(Target(card, cluster, engine), config, self.store,
+                               context_tokens=self.priced_context_tokens)[0]
+            found = self._seen[key] = check_configuration(card, cluster, engine, priced, context_tokens)
+        return found
 
 
 def recipe_text(taken: dict[str, str]) -> str:

@@ -9,12 +9,13 @@ experts, KV cache). A family is priced at every rung of the concurrency ladder; 
 the depth with the most committed tokens per unit of time at that load).
 
 Legality is decided once per family with `check_configuration` (structure, then
-memory): neither depends on the concurrency or the draft depth, so a 10^4-point sweep
-runs the memory model only a few hundred times. The plan is deterministic, so a worker
+memory) on the family as priced (`PricedCheck`: an unset precision at the calibrating
+anchor's recipe): neither depends on the concurrency or the draft depth, so a 10^4-point
+sweep runs the memory model only a few hundred times. The plan is deterministic, so a worker
 process rebuilds it from names and options and only index ranges cross processes.
 
-Precision choices (modelling choice): the checkpoint's own dtype (`None`, resolved by
-the predictor) and every narrower one the GPU can run (FP4 only with FP4 tensor cores);
+Precision choices (modelling choice): the lever unset (`None`: the calibrating anchor's
+recipe where one is, else the checkpoint's own dtype) and every narrower one the GPU can run (FP4 only with FP4 tensor cores);
 widening a checkpoint never helps and is not swept. KV cache: native and fp8.
 """
 
@@ -32,7 +33,7 @@ from typing import TypeVar
 from levers.catalog import Engine, format_layout, get_lever
 from levers.configuration import Configuration, engine_only_values
 from predictor.cards.registry import ModelCard
-from predictor.feasibility import check_configuration
+from predictor.anchors.anchoring import PricedCheck
 from predictor.hardware import Cluster
 from predictor.memory import dtype_bytes
 from predictor.target import Target
@@ -102,8 +103,9 @@ def build_plan(target: Target, workload: WorkloadSpec, options: SpaceOptions) ->
     variants = speculative_variants(card, engine, options.max_spec_depth)
     families: list[Family] = []
     reasons: Counter[str] = Counter()
+    check = PricedCheck(None, workload.priced_context_tokens)
     for base in candidate_bases(card, cluster, engine, options.include_disaggregated):
-        feasibility = check_configuration(card, cluster, engine, base, context)
+        feasibility = check(card, cluster, engine, base, context)
         if feasibility.legal:
             families.append(Family(base, variants))
         else:

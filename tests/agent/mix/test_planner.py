@@ -17,11 +17,13 @@ from agent.mix.candidates import (
     CandidateTask,
     EvalSettings,
     auto_candidates,
+    search_context,
     spread,
 )
 from agent.mix.config import DEFAULT_TIERS, parse_mix_text
 from agent.mix.planner import plan_mix
 from agent.mix.selection import choose, score
+from agent.seed_planner import is_legal
 from agent.trial import Phase, Trial
 from ledgers.model import Ledger
 from levers.configuration import Configuration
@@ -29,7 +31,7 @@ from levers.errors import InputError
 from predictor.prediction import Prediction
 from predictor.step.cost import Mode
 from predictor.target import resolve_target
-from predictor.workload import AGENTIC
+from predictor.workload import AGENTIC, parse_workload
 
 TOLERANCE = 1e-9
 
@@ -282,3 +284,11 @@ def test_candidates_that_are_one_deployment_as_priced_are_priced_once():
     assert merged == {0: 1} and excluded == {0: 0}
     assert [task.config.weight_dtype for task in per_entry[0]] == [None, None]
     assert [task.config.tp for task in per_entry[0]] == [2, 4]
+
+
+def test_candidates_are_sized_at_the_precisions_they_are_priced_at():
+    """plan-mix's seeds and listed candidates pass the memory check a search uses: Llama-3.1-70B
+    on H100 under vLLM at its anchors' FP8 recipe, not its checkpoint's BF16."""
+    context = search_context(resolve_target("llama-3.1-70b", "h100x8", "vllm"), parse_workload("2k/256"))
+    assert is_legal(context, Configuration(replicas=8))
+    assert is_legal(context, Configuration(tp=2, replicas=4, kv_memory_fraction=0.8))

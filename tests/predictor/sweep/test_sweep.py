@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from levers.errors import InputError
+from predictor.anchors.anchoring import PricedCheck
 from predictor.feasibility import check_configuration
 from predictor.prediction import Prediction, illegal
 from predictor.step.cost import Mode
@@ -103,7 +104,8 @@ def test_every_family_is_legal_and_fits_the_cluster(small_target):
     assert plan.families and plan.num_illegal_families >= 0
     for family in plan.families:
         base = family.base
-        assert check_configuration(small_target.card, small_target.cluster, "vllm", base, 2048).legal
+        assert PricedCheck(None, WORKLOAD.priced_context_tokens)(small_target.card, small_target.cluster, "vllm",
+                                                                  base, WORKLOAD.context_tokens).legal
         assert base.total_gpus <= 2
         if base.disaggregated:
             assert min(base.prefill_replicas, base.decode_replicas) == 1
@@ -112,6 +114,17 @@ def test_every_family_is_legal_and_fits_the_cluster(small_target):
         assert group.concurrency >= (base.decode_replicas if base.disaggregated else base.replicas)
     assert any(f.base.disaggregated for f in plan.families)
     assert plan.num_points == sum(len(plan.families[g.family].variants) for g in plan.groups)
+
+
+def test_a_family_is_sized_at_the_precisions_it_is_priced_at():
+    """Llama-3.1-70B's unset precision is priced at its H100 vLLM anchors' FP8 recipe: its
+    TP1 family fits (70 GB of weights on 80), where the BF16 checkpoint would not."""
+    target = resolve_target("llama-3.1-70b", "h100x8", "vllm")
+    plan = build_plan(target, parse_workload("1k/1k"), SpaceOptions(include_disaggregated=False))
+    plain = [f.base for f in plan.families if f.base.weight_dtype is None and not f.base.disaggregated]
+    single = [base for base in plain if base.tp * base.pp == 1]
+    assert single
+    assert not check_configuration(target.card, target.cluster, "vllm", single[0], 2048).legal   # as typed: BF16
 
 
 def test_max_points_samples_whole_families_deterministically():
