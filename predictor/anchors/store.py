@@ -287,13 +287,26 @@ class AnchorStore:
 def _held_to_own_layout(anchor: Anchor, layout: Configuration, split: bool) -> str | None:
     """The flag that keeps ``anchor`` from calibrating ``layout``, if any: a host time at
     its bound holds it to its own widths, colocated (a split's pools queue otherwise); a
-    fit beyond the physical range to its own widths (its steps are its own, its factors
-    describe no other layout)."""
+    fit beyond the physical range to its own widths and precisions (its steps are its own;
+    its factors describe no other layout, nor the bytes of another precision: Qwen3-32B's
+    bf16 TP2 anchor on GB200 priced FP8 at TP2 2.4x slower than its own bf16)."""
     if HOST_AT_BOUND in anchor.flags and (split or not same_widths(anchor.signature, layout)):
         return HOST_AT_BOUND
-    if BEYOND_PHYSICS in anchor.flags and not same_widths(anchor.signature, layout):
+    if BEYOND_PHYSICS in anchor.flags and (not same_widths(anchor.signature, layout)
+                                           or _asks_other_precisions(anchor, layout)):
         return BEYOND_PHYSICS
     return None
+
+
+PRECISION_LEVERS = ("weight_dtype", "activation_dtype", "expert_dtype", "kv_cache_dtype")
+
+
+def _asks_other_precisions(anchor: Anchor, layout: Configuration) -> bool:
+    """Whether ``layout`` asks a precision the anchor did not run (an unset lever takes
+    the anchor's recipe)."""
+    sig = anchor.signature
+    return any(getattr(layout, name) is not None and getattr(layout, name) != getattr(sig, name)
+               for name in PRECISION_LEVERS)
 
 
 def _ordered(anchors: list[Anchor], key) -> list[Anchor]:

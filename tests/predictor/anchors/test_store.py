@@ -198,10 +198,15 @@ def test_an_anchor_whose_fit_reached_a_bound_prices_its_own_layout_only():
 
 def test_an_anchor_whose_fit_left_the_physical_range_prices_its_own_widths_only():
     """Its factors reproduce its own steps (queued KV, interference) and describe no other
-    layout: another width takes the next anchor of the stack, else the priors; its own
-    widths keep it, a split's pool of them too (its steps are that layout's)."""
+    layout or precision: another width or an asked precision it did not run takes the next
+    anchor of the stack, else the priors; its own widths and precisions keep it, a split's
+    pool of them too (its steps are that layout's)."""
     beyond = make_anchor(tp=4).model_copy(update={"flags": (BEYOND_PHYSICS,)})
     assert select([beyond], tp=4).anchor == beyond
+    own = beyond.signature.weight_dtype
+    assert select([beyond], tp=4, weight_dtype=own).anchor == beyond
+    other = next(d for d in ("fp8", "bf16") if d != own)
+    assert select([beyond], tp=4, weight_dtype=other).anchor is None       # another precision's bytes
     pool = AnchorStore.from_anchors([beyond]).select(CARD, MI355X, "sglang", Configuration(tp=4, concurrency=64), 64,
                                                      disaggregated=True)
     assert pool.anchor == beyond
