@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from agent.deploy.manifests import dynamo_graph, dynamo_worker_argv, llmd_manifests
-from agent.deploy.plan import DeployOptions, build_plan
+from agent.deploy.plan import DeployOptions, build_plan, try_plan
 from levers.configuration import Configuration, parse_config_text
 from levers.errors import InputError
 from predictor.target import resolve_target
@@ -219,3 +219,10 @@ def test_colocated_replicas_have_a_valid_aggregated_worker_and_frontend(model, c
     frontend = dgd["spec"]["services"]["Frontend"]["extraPodSpec"]["mainContainer"]
     assert valid("dynamo", frontend["command"] + frontend["args"]) == []
     assert dgd["spec"]["services"]["ServeWorker"]["replicas"] == pool.replicas
+
+
+def test_a_pick_no_launch_expresses_names_its_lever_not_a_config_option():
+    """tune's, the report's and plan-mix's deploy line: the pick's levers were not typed."""
+    _, problem = try_plan(resolve_target("qwen3-32b", "h100x8", "vllm"),
+                          Configuration(tp=2, weight_dtype="fp8", activation_dtype="bf16"))
+    assert problem.startswith("weight_dtype: fp8 linear weights") and "--config" not in problem
