@@ -23,6 +23,7 @@ from levers.errors import InputError
 from predictor.anchors.anchoring import as_priced, recipe_text
 from predictor.feasibility import check_configuration, engine_memory_flag, memory_for, pool_configs
 from predictor.harvest.adapters import adapter_for
+from predictor.harvest.layouts import as_the_checkpoint_runs
 from predictor.harvest.launch import (
     DECODE,
     DRAFT_CHECKPOINT,
@@ -149,6 +150,11 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
     followed = tuple(dict.fromkeys(lever for pool in pools for lever in taken if getattr(pool.config, lever) is None))
     notes = tuple(f"{lever}={taken[lever]} as priced is not on {target.engine}'s command line: the engine picks "
                   "activations from the checkpoint's weights, as the anchor's run did" for lever in followed)
+    restated = tuple(dict.fromkeys(lever for pool in pools for lever in PRECISION_LEVERS if lever not in taken
+                                   and getattr(config, lever) is not None and getattr(pool.config, lever) is None))
+    if restated:
+        notes += (", ".join(f"{lever}={getattr(config, lever)}" for lever in restated)
+                  + f": what {target.card.name}'s checkpoint runs on its own, so not on {target.engine}'s command line",)
     if config.spec_method in DRAFT_METHODS and options.draft_model == DRAFT_CHECKPOINT:
         notes += (f"{DRAFT_CHECKPOINT}: the {config.spec_method} draft checkpoint of {target.card.name} "
                   "(deploy --draft-model PATH writes it in)",)
@@ -180,6 +186,9 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
     try:
         command = adapter_for(target.engine).launch(config, request, native_dtypes(card))
     except InputError as error:   # a deployment has no endpoint to fall back on (harvest's hint)
+        stock = as_the_checkpoint_runs(card, target.cluster, config)
+        if stock != config:     # asked precisions that only restate what the checkpoint runs
+            return _pool(target, role, stock, options, backend, port_offset, taken)
         lever = next((name for name in taken if error.what.endswith(name)), None)
         if lever == "activation_dtype":     # the recipe's, not the user's: the engine follows the weights
             return _pool(target, role, replace(config, activation_dtype=None), options, backend, port_offset, {})

@@ -226,3 +226,16 @@ def test_a_pick_no_launch_expresses_names_its_lever_not_a_config_option():
     _, problem = try_plan(resolve_target("qwen3-32b", "h100x8", "vllm"),
                           Configuration(tp=2, weight_dtype="fp8", activation_dtype="bf16"))
     assert problem.startswith("weight_dtype: fp8 linear weights") and "--config" not in problem
+
+
+def test_asked_precisions_that_restate_the_checkpoint_launch_it_as_it_is():
+    """DeepSeek-R1's own FP8 weights, experts and activations asked on SGLang (which cannot
+    set activations): the stock checkpoint's launch, said so, as the harvest hint does."""
+    target = resolve_target("deepseek-r1", "h200x8", "sglang")
+    asked = build_plan(target, Configuration(tp=8, kv_cache_dtype="fp8", weight_dtype="fp8", expert_dtype="fp8",
+                                             activation_dtype="fp8"))
+    plain = build_plan(target, Configuration(tp=8, kv_cache_dtype="fp8"))
+    assert [p.command.argv for p in asked.pools] == [p.command.argv for p in plain.pools]
+    assert any("activation_dtype=fp8" in note and "checkpoint runs on its own" in note for note in asked.notes)
+    with pytest.raises(InputError):     # an activation the checkpoint does not run is still refused
+        build_plan(target, Configuration(tp=8, activation_dtype="bf16"))
