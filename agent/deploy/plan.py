@@ -186,12 +186,12 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
     try:
         command = adapter_for(target.engine).launch(config, request, native_dtypes(card))
     except InputError as error:   # a deployment has no endpoint to fall back on (harvest's hint)
-        stock = as_the_checkpoint_runs(card, target.cluster, config)
-        if stock != config:     # asked precisions that only restate what the checkpoint runs
-            return _pool(target, role, stock, options, backend, port_offset, taken)
         lever = next((name for name in taken if error.what.endswith(name)), None)
         if lever == "activation_dtype":     # the recipe's, not the user's: the engine follows the weights
             return _pool(target, role, replace(config, activation_dtype=None), options, backend, port_offset, {})
+        stock = as_the_checkpoint_runs(card, target.cluster, config)
+        if stock != config:     # asked precisions that only restate what the checkpoint runs
+            return _pool(target, role, stock, options, backend, port_offset, taken)
         precision = any(name in error.what for name in PRECISION_LEVERS)
         accepted = error.accepted.removesuffix(ENDPOINT_HINT) + (CHECKPOINT_HINT if precision else "")
         if lever is None:
