@@ -246,7 +246,8 @@ def _analytical_disaggregated(target: Target, config: Configuration, workload: W
     pools = PoolLoad(
         prefill=Load(workload.isl, workload.osl, 0, gpus=prefill_config.replica_gpus,
                      replicas=prefill_config.replicas),     # a DWDP pool's ranks are replicas (pool_configs)
-        decode=Load(workload.isl, workload.osl, config.concurrency / config.decode_replicas,
+        decode=Load(workload.isl, workload.osl,     # clients per busy decode replica (`busy_replicas`)
+                    config.concurrency / max(1, min(config.decode_replicas, config.concurrency)),
                     running_cap=_running_cap(target.engine, decode_config, memory, workload, split=True),
                     gpus=decode_config.replica_gpus, replicas=config.decode_replicas,
                     host_us=host_ms * US_PER_MS),

@@ -13,7 +13,8 @@ is kept (then the newer). Each anchor records its source rows ("file:line") and 
 licence of its corpus. Host time and first-wave stall are fitted within METHOD §3.12's
 range (at most 1 s and 10 s; an anchor whose fit reached a bound is flagged
 `host-time-at-bound` / `stall-at-bound`; one at its host bound prices its own layout only,
-`predictor.anchors.store`); one outside it would be left out of the defaults
+`predictor.anchors.store`, as does one whose fit left the physical range,
+`fit-beyond-physics`, at its own precisions too); one outside it would be left out of the defaults
 (listed in the report). Files this script wrote before are replaced; other anchors in the folder
 are left alone.
 

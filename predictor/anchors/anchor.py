@@ -142,7 +142,7 @@ HOST_AT_BOUND, STALL_AT_BOUND = "host-time-at-bound", "stall-at-bound"
 # An anchor flag: its fit left the physical range to reproduce its rows (a bandwidth-bound
 # part slower than `predictor.step.priors.TEACHING_MAX_BANDWIDTH` times its prior, under
 # 40% of HBM's datasheet rate), so, like a host time at its bound, it prices its own
-# widths only (`predictor.anchors.store`) and teaches no prior. Qwen3-32B bf16 at TP2 on
+# widths and precisions only (`predictor.anchors.store`) and teaches no prior. Qwen3-32B bf16 at TP2 on
 # GB200 under TensorRT-LLM (AIConfigurator: 8.2 ms at batch 1, 90 ms at 16, 64 ms at 128;
 # its fit misses its own points by 73% in median, bandwidth 5.9) priced the same model's
 # FP4 decode pool at TP4 and 15k context at 98 ms a step, measured 13.4.

@@ -26,9 +26,9 @@ from predictor.anchors.store import (
     user_anchors_dir,
 )
 from predictor.cards.registry import load_card
-from predictor.hardware import parse_cluster
+from predictor.hardware import has_gpu_profile, parse_cluster
 from predictor.step.anchored import calibrate
-from predictor.step.priors import dtype_class, shipped_priors, teaches_other_models
+from predictor.step.priors import TEACHING_MAX_BANDWIDTH, dtype_class, shipped_priors, teaches_other_models
 
 REPO = Path(__file__).resolve().parents[3]
 CARD = load_card("deepseek-r1")
@@ -217,16 +217,19 @@ def test_an_anchor_whose_fit_left_the_physical_range_prices_its_own_widths_only(
 
 
 def test_the_fit_beyond_physics_flag_is_set_at_build_where_priors_stop_learning():
-    """Each embedded anchor flagged so is one the priors leave out (one threshold, two
-    readers): Qwen3-32B's GB200 bf16 TP2 sweep and three H100 split-pool points."""
+    """The build flags the fits the priors leave out (one threshold, `TEACHING_MAX_BANDWIDTH`):
+    Qwen3-32B's GB200 bf16 TP2 sweep and three H100 split-pool points. The build fits around
+    its first priors, the priors around their own last round, so a fit within 2% of the
+    threshold may read either way (B300 DeepSeek-V3 fp8 TP4: 2.503, at its host bound too)."""
     priors = shipped_priors()
-    flagged = [a for a in AnchorStore.default().all() if BEYOND_PHYSICS in a.flags]
-    assert len(flagged) >= 4
-    for anchor in flagged:
+    anchors = [a for a in AnchorStore.default().all() if has_gpu_profile(a.signature.accelerator)]
+    assert sum(BEYOND_PHYSICS in a.flags for a in anchors) >= 4
+    for anchor in anchors:
         sig = anchor.signature
         fitted = calibrate(anchor, load_card(sig.model), sig.engine,
                            priors.seed(sig.accelerator, sig.engine, dtype_class(sig.weight_dtype, sig.expert_dtype)))
-        assert not teaches_other_models(fitted), anchor.id
+        if abs(fitted.bandwidth / TEACHING_MAX_BANDWIDTH - 1.0) > 0.02:
+            assert (BEYOND_PHYSICS in anchor.flags) == (not teaches_other_models(fitted)), anchor.id
 
 
 def test_another_layout_is_a_width_transfer_from_the_nearest_layout():
