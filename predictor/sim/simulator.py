@@ -361,10 +361,14 @@ class Simulation:
     def _window(self) -> Window:
         """From the end of the warm-up (a closed loop; an open loop: the first arrival) to
         the last completion: the drain is included, as a benchmark's clock runs until
-        its last response."""
+        its last response. A replay whose every finished request is warm-up is measured
+        over all of it, as its latencies are (`_measured`): its window after the warm-up
+        held the last decodes and no prompt, so it read input 0 tok/s and a total
+        throughput 100x below a slightly shorter replay's."""
         end = self.recorder.snapshot(self.now_us)
+        warmup_only = all(r.is_warmup for r in self.finished)
         if self.source.mode is ArrivalMode.CLOSED and self._window_start is not None \
-                and self._window_start[0] < end[0]:
+                and self._window_start[0] < end[0] and not warmup_only:
             return Window(self._window_start, end)
         first_arrival = min((r.arrival_us for r in self.finished), default=0.0)
         return Window((first_arrival, 0.0, 0.0), end)

@@ -149,6 +149,14 @@ def test_a_replay_too_short_for_its_warm_up_says_its_figures_are_the_warm_ups():
     assert any(f.startswith("warm-up only: ") for f in json.loads(short.stdout)["flags"])
     longer = invoke("--workload", "agentic", "--concurrency", "8", "--requests", "200", "--json")
     assert not any(f.startswith("warm-up only") for f in json.loads(longer.stdout)["flags"])
+    # its throughput is the whole replay's too, prompts included (the window after the
+    # warm-up held the last decodes only: input 0 tok/s)
+    tail = runner.invoke(app, ["simulate", "--model", "qwen3-30b-a3b", "--cluster", "h100x4", "--config",
+                               "tp=4,concurrency=64", "--requests", "80", "--json"])
+    data = json.loads(tail.stdout)
+    assert data["warmup_only_replications"] == 1 and data["input_throughput_per_gpu"] > 0.0
+    assert data["throughput_per_gpu"] == pytest.approx(data["input_throughput_per_gpu"] + data["output_throughput_per_gpu"],
+                                                       rel=1e-3)
 
 
 def test_a_plain_configuration_takes_its_anchors_recipe_as_predict_does(monkeypatch):
