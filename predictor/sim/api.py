@@ -37,7 +37,7 @@ from predictor.sim.deployment import BuildInputs, StepModelFactory, build_deploy
 from predictor.sim.prefix_cache import EvictionPolicy
 from predictor.sim.replications import combine, seed_sequence
 from predictor.sim.reuse import STORE, Bounds, Recording, fingerprint, workload_key
-from predictor.sim.results import Recorder, SimResult
+from predictor.sim.results import UNUSED_LOAD, Recorder, SimResult
 from predictor.sim.router import Router
 from predictor.sim.scheduler import ON_DEMAND_OUTPUT_SHARE, PROFILES
 from predictor.sim.simulator import Progress, Simulation
@@ -118,7 +118,27 @@ def simulate(target: Target, config: Configuration, workload: WorkloadSpec | Wor
         runs = [_replay(target, config, replayable, requests, seed_sequence(seed, r), step_model_factory,
                         capacity, options, _share(progress, r, replications), stop_rules)
                 for r in range(replications)]
-    return combine(runs)
+    result = combine(runs)
+    unused = unused_load_levers(config, replayable)     # a new record: a kept replay's result is shared
+    return replace(result, extra={**result.extra, UNUSED_LOAD: unused}) if unused else result
+
+
+def unused_load_levers(config: Configuration, workload: Workload) -> str | None:
+    """What a replay of ``workload`` could not honour of the load levers, said rather than
+    echoed as if applied: sessions are a closed loop, so an arrival rate changed nothing
+    (three agentic runs at 0.05, 1,000 requests/s and none were identical), and a session
+    trace runs at most as many clients as it has sessions."""
+    if getattr(workload, "mode", ArrivalMode.CLOSED) is not ArrivalMode.CLOSED:
+        return None
+    said = []
+    if config.arrival_rate > 0 and not isinstance(workload, SyntheticWorkload):
+        said.append(f"arrival_rate={config.arrival_rate:g}: unused: {getattr(workload, 'name', 'this workload')} "
+                    f"is a closed loop of sessions (its load is the concurrency)")
+    sessions = len(getattr(workload, "trace_sessions", ()) or ())
+    if sessions and config.concurrency > sessions:
+        said.append(f"concurrency={config.concurrency}: the trace has {sessions} session(s), so at most "
+                    f"{sessions} client(s) ran")
+    return "; ".join(said) or None
 
 
 @contextmanager

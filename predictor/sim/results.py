@@ -119,6 +119,7 @@ def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, f
 
 
 WARMUP_ONLY = "warmup_only_replications"   # extra: replications whose finished requests were all warm-up
+UNUSED_LOAD = "unused_load_levers"          # extra: load levers the workload could not honour (`api.unused_load_levers`)
 
 
 @dataclass(frozen=True)
@@ -139,12 +140,12 @@ class SimResult:
     @property
     def flags(self) -> tuple[str, ...]:
         """What the replay itself says about its figures: a replay too short to finish a
-        request after its warm-up reports the warm-up's."""
+        request after its warm-up reports the warm-up's; load levers it could not honour."""
         count = self.extra.get(WARMUP_ONLY, 0)
-        if not count:
-            return ()
-        return (f"{WARMUP_ONLY_FLAG}: no request finished after the warm-up in {count} of {self.replications} "
-                "replication(s), so their figures are the warm-up's (replay more requests)",)
+        said = (f"{WARMUP_ONLY_FLAG}: no request finished after the warm-up in {count} of {self.replications} "
+                "replication(s), so their figures are the warm-up's (replay more requests)",) if count else ()
+        unused = self.extra.get(UNUSED_LOAD)
+        return (*said, unused) if unused else said
 
     @property
     def metrics(self) -> dict[str, float]:

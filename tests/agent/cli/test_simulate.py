@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -202,3 +203,17 @@ def test_a_precision_transfer_is_rank_only_in_simulate_as_in_predict(monkeypatch
 def test_skip_bad_lines_without_a_trace_is_refused():
     result = CliRunner().invoke(app, ["simulate", "--model", "llama-3.1-8b", "--workload", "1k/1k", "--skip-bad-lines"])
     assert result.exit_code == 2 and "error: --skip-bad-lines" in result.output, result.output
+
+
+def test_load_levers_a_closed_loop_of_sessions_cannot_honour_are_said():
+    """An arrival rate on agentic sessions changed no figure while the header echoed it;
+    a session trace runs at most as many clients as it has sessions."""
+    rated = json.loads(invoke("--workload", "agentic", "--concurrency", "8", "--requests", "40",
+                              "--config", "arrival_rate=1000", "--json").stdout)
+    plain = json.loads(invoke("--workload", "agentic", "--concurrency", "8", "--requests", "40", "--json").stdout)
+    assert rated["output_throughput_per_gpu"] == plain["output_throughput_per_gpu"]
+    assert any(f.startswith("arrival_rate=1000: unused") for f in rated["flags"])
+    assert not any("unused" in f for f in plain["flags"])
+    trace = Path(__file__).resolve().parents[3] / "predictor" / "data" / "traces" / "agentic_trace_0277.json"
+    flags = json.loads(invoke("--trace", str(trace), "--concurrency", "8", "--json").stdout)["flags"]
+    assert any(f.startswith("concurrency=8: the trace has 1 session(s)") for f in flags)
