@@ -22,7 +22,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 COMPONENTS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "embeddings", "other")
 
@@ -158,6 +158,22 @@ class ModelCard(_Frozen):
     native_dtypes: NativeDtypes = NativeDtypes()
     recipes: tuple[Recipe, ...] = ()         # published checkpoints besides the native one
     derived_total_params: int | None = None  # published derivation, for checking only
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelCard:
+        """The counts that size weights and KV agree with each other (every embedded card,
+        and every card built from a config.json, does): a hand-written card with 40 layers
+        over attention groups of 32 was listed with 40 and sized with 32."""
+        attention_layers = sum(group.num_layers for group in self.attention)
+        if attention_layers != self.num_layers:
+            raise ValueError(f"num_layers is {self.num_layers} but the attention groups hold {attention_layers} layers")
+        if self.dense_layers + self.moe_layers != self.num_layers:
+            raise ValueError(f"dense_layers {self.dense_layers} + moe_layers {self.moe_layers} is not num_layers "
+                             f"{self.num_layers}")
+        for group in self.attention:
+            if group.num_kv_heads > group.num_heads:
+                raise ValueError(f"an attention group has {group.num_kv_heads} KV heads for {group.num_heads} heads")
+        return self
 
     # -- shape shortcuts ---------------------------------------------------------------
     @property

@@ -5,7 +5,8 @@ configs by scripts/build_model_cards.py and read with importlib.resources). User
 in `$INFERASIM_HOME/models/<name>.json` (default `~/.inferasim`) and are written atomically.
 Names are case-insensitive aliases (PRODUCT.md §2): the card name, the HF id, and the
 name without its active-parameter suffix. An embedded card wins an alias clash, and
-adding a user card under an embedded alias is refused.
+adding a user card under an embedded alias is refused; a card file placed in the folder
+under a name already taken is skipped and said (`inferasim models`).
 """
 
 from __future__ import annotations
@@ -126,8 +127,10 @@ def _parse_card(data: dict, origin: str) -> ModelCard:
     try:
         return ModelCard.model_validate(data)
     except ValidationError as error:
-        fields = sorted({".".join(str(p) for p in item["loc"]) for item in error.errors()})
-        raise InputError(origin, f"not a valid model card (fields: {', '.join(fields)})",
+        fields = sorted({".".join(str(p) for p in item["loc"]) for item in error.errors() if item["loc"]})
+        whole = [item["msg"].removeprefix("Value error, ") for item in error.errors() if not item["loc"]]
+        problem = "; ".join([*([f"fields: {', '.join(fields)}"] if fields else []), *whole])
+        raise InputError(origin, f"not a valid model card ({problem})",
                          "a card written by inferasim (see predictor/data/models)") from None
 
 
@@ -151,12 +154,19 @@ def _user_cards(folder: Path) -> tuple[list[ModelCard], tuple[tuple[str, str], .
     must not take every model down with it (as the anchor store skips a bad anchor)."""
     if not folder.is_dir():
         return [], ()
-    cards, problems = [], []
+    cards, problems, taken = [], [], _embedded_aliases()
     for path in sorted(folder.glob("*.json")):
         try:
-            cards.append(_parse_card(_read_json(path), str(path)))
+            card = _parse_card(_read_json(path), str(path))
         except InputError as error:
             problems.append((str(path), error.problem))
+            continue
+        if card.name.lower() in taken:   # listed twice and never the one used: said, as a broken file is
+            problems.append((str(path), f"its name {quote(card.name)} is an embedded model's or another user card's "
+                                        "(rename it)"))
+            continue
+        taken |= {card.name.lower()}
+        cards.append(card)
     return cards, tuple(problems)
 
 

@@ -254,3 +254,25 @@ def test_a_broken_user_card_is_skipped_and_named_when_asked_for(isolated_home):
     assert sorted(Path(path).name for path, _ in card_problems()) == ["bad.json", "mymodel.json"]
     with pytest.raises(InputError, match="cannot be read: not a valid model card"):
         load_card("mymodel")
+
+
+def test_a_user_card_placed_under_a_taken_name_or_with_counts_that_disagree_is_skipped_and_said(isolated_home):
+    """A copy of an embedded card was listed twice and never used; 40 layers over attention
+    groups of 32 was listed with 40 and sized with 32; more KV heads than heads was taken."""
+    folder = isolated_home / "models"
+    folder.mkdir(parents=True)
+    source = json.loads((resources.files("predictor") / "data" / "models" / "Llama-3.1-8B.json").read_text())
+    (folder / "Llama-3.1-8B.json").write_text(json.dumps({**source, "max_context": 1024}))
+    (folder / "Deep.json").write_text(json.dumps({**source, "name": "Deep", "aliases": ["deep"], "num_layers": 40}))
+    heads = {**source["attention"][0], "num_kv_heads": source["attention"][0]["num_heads"] * 2}
+    (folder / "Wide.json").write_text(json.dumps({**source, "name": "Wide", "aliases": [], "attention": [heads]}))
+    (folder / "Mine.json").write_text(json.dumps({**source, "name": "Mine", "aliases": ["mine"]}))
+    cards._catalog.cache_clear()
+    assert [c.name for c in list_cards()].count("Llama-3.1-8B") == 1
+    assert load_card("llama-3.1-8b").max_context == source["max_context"]
+    problems = {Path(path).name: problem for path, problem in card_problems()}
+    assert set(problems) == {"Llama-3.1-8B.json", "Deep.json", "Wide.json"}
+    assert "is an embedded model's" in problems["Llama-3.1-8B.json"]
+    assert "num_layers is 40 but the attention groups hold 32" in problems["Deep.json"]
+    assert "KV heads" in problems["Wide.json"]
+    assert load_card("mine").name == "Mine"
