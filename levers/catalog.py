@@ -66,6 +66,10 @@ MOE_FUSIONS = frozenset({"moe_expert", "moe_routing"})
 DTYPES = ("bf16", "fp8", "fp4")
 HOST_TIER_LEVER = "host_kv_tier_gb"
 SHARED_SUFFIX = ":shared"     # host_kv_tier_gb=N:shared: one host KV pool across the deployment's nodes
+ARRIVAL_RATE_LEVER = "arrival_rate"
+# The slowest open loop: one request in ~17 minutes. A rate of 1e-16 requests/s ran the
+# simulator's clock to 2.4e17 us, where a step no longer advanced it (TPOT 0 ms).
+MIN_ARRIVAL_RATE = 1e-3
 AUTO = "auto"
 MAX_WIDTH = 4096   # a layout width beyond any cluster (legality then says why)
 
@@ -101,6 +105,8 @@ class Lever:
             return (f"GB per GPU from {_fmt(low)} to {_fmt(high)}: a private tier per scheduler rank; or "
                     f"N{SHARED_SUFFIX} for N GB per GPU pooled across every node of the deployment, which every "
                     "prefill rank reaches over the NIC (e.g. 256:shared)")
+        if self.name == ARRIVAL_RATE_LEVER:
+            return f"0 (a closed loop), or requests/s from {_fmt(MIN_ARRIVAL_RATE)} to {_fmt(self.bounds[1])}"
         if self.is_ranged:
             low, high = self.bounds
             kind = "integer" if self.number is int else "number"
@@ -141,6 +147,9 @@ class Lever:
         except InputError as error:
             problem = error.problem if "out of range" in error.problem else f"{quote(raw)} is not a valid value"
             raise InputError(self.name, problem, self.accepted_text()) from None
+        if self.name == ARRIVAL_RATE_LEVER and 0 < value < MIN_ARRIVAL_RATE:
+            raise InputError(self.name, f"{_fmt(value)} requests/s is one request every {1 / value:,.0f} s: a replay "
+                             "that long loses its clock's precision", self.accepted_text())
         return float(value) if self.number is float else value
 
     def _parse_host_tier(self, raw: Any) -> float | str:

@@ -239,3 +239,13 @@ def test_trtllm_attention_dp_spans_every_tp_rank_or_none():
     assert any("spans every TP rank or none" in r for r in reasons("tp=8,attention_dp=2", "trtllm"))
     assert not any("spans every TP rank" in r for r in reasons("tp=8,attention_dp=8", "trtllm"))
     assert not any("spans every TP rank" in r for r in reasons("tp=8,attention_dp=2", "vllm"))
+
+
+def test_an_open_loop_slower_than_one_request_in_17_minutes_is_refused():
+    """1e-16 requests/s ran the simulator's clock to 2.4e17 us, where a step no longer
+    advanced it (TPOT 0 ms): refused with the range; 0 (a closed loop) and 0.001 pass."""
+    lever = get_lever("arrival_rate")
+    assert lever.parse("0") == 0.0 and lever.parse("0.001") == 0.001
+    with pytest.raises(InputError, match="arrival_rate: 1e-16 requests/s is one request every") as error:
+        lever.parse("1e-16")
+    assert "0 (a closed loop), or requests/s from 0.001" in error.value.accepted
