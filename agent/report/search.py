@@ -63,7 +63,7 @@ def search_page(ledger: Ledger, top: int = TOP) -> str:
         section("Pareto frontier of the priced trials", _pareto(ledger, target)),
         section("Trials over time", _over_time(ledger, unit)),
         section("Rejections by reason", _rejections(ledger)),
-        section("Harvest hints", _hints(target, best_trials, context)),
+        section("Harvest hints", _hints(target, best_trials, context, ledger.best is not None)),
     ]
     notes = _llm(ledger)
     if notes:
@@ -197,18 +197,21 @@ def _clipped(text: str) -> str:
     return text[:MAX_REASON_CHARS].rsplit(" ", 1)[0] + " ..."
 
 
-def _hints(target: Target, trials: list[TrialRecord], context_tokens: float | None) -> str:
+def _hints(target: Target, trials: list[TrialRecord], context_tokens: float | None, has_best: bool) -> str:
+    """``has_best``: a trial met the SLOs (else the trials shown are the nearest misses)."""
     shown = [Trial(Phase(t.phase), configuration_from_dict(t.configuration), None, t.legal, mode=t.mode)
              for t in trials if t.configuration]
     lines = harvest_plan(target, shown, context_tokens)
+    which = "best trials" if has_best else "trials shown (no trial met the SLOs)"
     if not lines:
-        return paragraph("The best trials are anchored: no harvest is needed to verify them.")
+        return paragraph(f"The {which} are anchored: no harvest is needed to verify them.")
     rank_only = sum(t.mode == "rank-only" for t in trials if t.configuration)
-    if trials and trials[0].mode != "rank-only":   # the best is anchored: say which of the rest are not
-        lead = (f"The best trial is anchored; {rank_only} of the {len(shown)} shown are rank-only: these harvests "
+    if trials and trials[0].mode != "rank-only":   # the first is anchored: say which of the rest are not
+        first = "The best trial is anchored" if has_best else "No trial met the SLOs; the first shown is anchored"
+        lead = (f"{first}; {rank_only} of the {len(shown)} shown are rank-only: these harvests "
                 "measure the anchors that would verify theirs.")
     else:
-        lead = "The best trials are rank-only: these harvests measure the anchors that would verify their SLO compliance."
+        lead = f"The {which} are rank-only: these harvests measure the anchors that would verify their SLO compliance."
     return paragraph(lead) + pre(lines)
 
 

@@ -149,6 +149,11 @@ def test_harvest_hints_do_not_call_an_anchored_best_rank_only(ledger, tmp_path):
     assert runner.invoke(app, ["report", ledger["ledger"], "-o", str(out)]).exit_code == 0
     text = out.read_text()
     assert "The best trial is anchored;" in text and "The best trials are rank-only" not in text
+    data["best"] = None                          # no trial met the SLOs: no "best" is claimed
+    Path(ledger["ledger"]).write_text(json.dumps(data))
+    assert runner.invoke(app, ["report", ledger["ledger"], "-o", str(out)]).exit_code == 0
+    text = out.read_text()
+    assert "The best trial" not in text and "No trial met the SLOs; the first shown is anchored" in text
 
 
 def test_rejections_that_differ_in_numbers_alone_are_one_row():
