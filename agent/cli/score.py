@@ -105,6 +105,9 @@ def check_scorable(read: CorpusRead, anchor_where: str | None) -> None:
         if not matched:
             raise InputError("--anchor-where", f"{quote(anchor_where)} matches none of the {len(read.rows):,} usable rows",
                              WHERE_ACCEPTED)
+        if len(matched) == len(read.rows):     # every row an anchor: nothing left to score
+            raise InputError("--anchor-where", f"{quote(anchor_where)} matches all {len(read.rows):,} usable rows, "
+                             "so no row is left to score", WHERE_ACCEPTED)
 
 
 @app.command("score")

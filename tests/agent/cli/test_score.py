@@ -81,6 +81,8 @@ def test_non_physical_rows_fail_with_their_reason_and_empty_selections_are_error
     assert empty.exit_code == 2 and "has a header but no rows" in empty.stderr
     nothing = runner.invoke(app, ["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "tp=="])
     assert nothing.exit_code == 2 and "--anchor-where: 'tp==' matches none of the" in nothing.stderr
+    everything = runner.invoke(app, ["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "pp=1"])
+    assert everything.exit_code == 2 and "matches all" in everything.stderr and "no row is left" in everything.stderr
 
 
 def test_score_by_protocol_names_absurd_predictions_on_rows_that_contradict_their_chart(tmp_path):
