@@ -4,6 +4,7 @@ predict every other row, report error, error factor, ranking fidelity and fronti
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from typing import Optional
 
@@ -11,12 +12,13 @@ import typer
 from rich.table import Table
 
 from agent.cli.app import app, cli_errors, console, print_json
-from agent.cli.render import number, table
+from agent.cli.render import number, say, table
 from levers.errors import InputError, accepted_list
 from levers.inputs import quote, read_text
 from predictor.corpus.protocol_score import parse_protocols, score_protocols
 from predictor.corpus.protocols import ALL, PROTOCOLS, Protocol
 from predictor.corpus.read import CorpusRead, filter_rows, read_corpus
+from predictor.corpus.report import short_reason
 from predictor.corpus.score import score_corpus
 from predictor.corpus.where import ACCEPTED as WHERE_ACCEPTED
 
@@ -157,25 +159,33 @@ def _protocols(text: str) -> tuple[Protocol, ...]:
 
 
 def _score_protocols(read: CorpusRead, protocols: tuple[Protocol, ...], json_out: bool) -> None:
+    """Every protocol over the rows that could be read; the rest counted once, by reason
+    (a protocol sees only usable rows: ten split rows without worker counts were in no
+    protocol's count and no line said so)."""
     data = score_protocols(list(read.rows), protocols)
-    data.update(corpus=read.path, format=read.format)
+    unusable = Counter(short_reason(failure.reason) for failure in read.failures)
+    data.update(corpus=read.path, format=read.format,
+                read={"rows": read.n_rows, "usable": len(read.rows), "unusable_by_reason": dict(unusable.most_common())})
     if json_out:
         return print_json(data)
     console.print(protocol_table(data))
+    if unusable:
+        say(console, f"{read.n_rows:,} rows read, {len(read.rows):,} usable by the protocols; not usable: "
+                     + "; ".join(f"{count:,} {reason}" for reason, count in unusable.most_common(5)))
 
 
 def protocol_table(data: dict) -> Table:
     """One line per protocol (PROTOCOL_HELP)."""
     grid = table(f"Score of {data['corpus']} ({data['format']}) by protocol",
-                 [("protocol", "left"), ("rows", "right"), ("not expressed", "right"),
-                  ("TPOT % median / p90", "right"), ("out tok/s/GPU % median / p90", "right"),
-                  ("mean TTFT % median / p90", "right"), ("pair accuracy", "right"),
-                  ("in 80% interval TPOT / tput / TTFT", "right"),
-                  ("absurd (on rows contradicting their chart or stalled)", "right")])
+                 [("protocol", "left"), ("rows", "right"), ("not expressed\n/ failed", "right"),
+                  ("TPOT %\nmedian / p90", "right"), ("out tok/s/GPU %\nmedian / p90", "right"),
+                  ("mean TTFT %\nmedian / p90", "right"), ("pair\naccuracy", "right"),
+                  ("in 80% interval\nTPOT / tput / TTFT", "right"),
+                  ("absurd (on rows\ncontradicting their\nchart or stalled)", "right")])
     for line in data["protocols"]:
         cover = line["interval_coverage"]
         grid.add_row(
-            line["protocol"], str(line["n"]), str(line["n_unexpressed"]),
+            line["protocol"], str(line["n"]), f"{line['n_unexpressed']} / {line['n_failed']}",
             f"{_pct(line['tpot_median_ape'])} / {_pct(line['tpot_p90_ape'])}",
             f"{_pct(line['throughput_median_ape'])} / {_pct(line['throughput_p90_ape'])}",
             f"{_pct(line['ttft_median_ape'])} / {_pct(line['ttft_p90_ape'])}", _ratio(line["pair_accuracy"]),

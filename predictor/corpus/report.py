@@ -97,13 +97,14 @@ def _reproduction(report: ScoreReport) -> dict:
 
 
 def _failures(failed: list[RowResult]) -> dict:
-    reasons = Counter(_short(r.reason) for r in failed)
+    reasons = Counter(short_reason(r.reason) for r in failed)
     return {"by_reason": dict(reasons.most_common()),
             "rows": [{"id": r.id, "reason": r.reason} for r in failed[:MAX_FAILED_ROWS_LISTED]],
             "rows_listed": min(len(failed), MAX_FAILED_ROWS_LISTED)}
 
 
-def _short(reason: str) -> str:
+def short_reason(reason: str) -> str:
+    """A failed row's reason without its list of legal values, at most 160 characters."""
     return reason.split(" (legal:")[0][:160]
 
 

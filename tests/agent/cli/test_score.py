@@ -82,6 +82,7 @@ def test_non_physical_rows_fail_with_their_reason_and_empty_selections_are_error
     nothing = runner.invoke(app, ["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "tp=="])
     assert nothing.exit_code == 2 and "--anchor-where: 'tp==' matches none of the" in nothing.stderr
     everything = runner.invoke(app, ["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "pp=1"])
+    assert everything.exit_code == 2
     assert everything.exit_code == 2 and "matches all" in everything.stderr and "no row is left" in everything.stderr
 
 
@@ -98,3 +99,20 @@ def test_score_by_protocol_names_absurd_predictions_on_rows_that_contradict_thei
     cell = protocol_table(json.loads(result.stdout)).columns[-1]._cells[0]
     assert cell == f"{sum(line['absurd'].values())} ({sum(line['absurd_on_contradicting_rows'].values())})"
     assert line["absurd_on_contradicting_rows"]["tpot"] >= 1
+
+
+def test_score_by_protocol_counts_the_rows_no_protocol_could_use(tmp_path):
+    """A row that cannot be read (a TPOT of 'abc') was in no protocol's count and no line
+    said so: the JSON's `read` and the line under the table count it."""
+    rows = (FIXTURES / "native_small.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    broken = rows[1].split(",")
+    broken[header.index("tpot_ms")] = "abc"
+    path = tmp_path / "broken.csv"
+    path.write_text("\n".join([rows[0], ",".join(broken), *rows[2:]]) + "\n")
+    data = json.loads(runner.invoke(app, ["score", str(path), "--format", "native", "--protocol", "none",
+                                          "--json"]).stdout)
+    assert data["read"]["rows"] == len(rows) - 1 and data["read"]["usable"] == len(rows) - 2
+    text = runner.invoke(app, ["score", str(path), "--format", "native", "--protocol", "none"],
+                         terminal_width=200).stdout
+    assert f"{len(rows) - 1} rows read, {len(rows) - 2} usable by the protocols; not usable: 1 " in " ".join(text.split())
