@@ -106,17 +106,27 @@ def _render_anchor(anchor: Anchor, where: str) -> None:
     paragraph(console, coverage_summary(anchor), first="coverage: ")
     signature = ", ".join(f"{key} {_value(value)}" for key, value in sig.model_dump().items() if value is not None)
     paragraph(console, signature, first="signature: ")
-    columns = [("batch", "right"), (f"ITL ms\n@ {number(sweep.prompt_tokens)} tok", "right")]
-    if sweep.second_itl_ms:
-        columns.append((f"ITL ms\n@ {number(sweep.second_prompt_tokens)} tok", "right"))
-    say(console, "decode sweep (median single-wave ITL):")
-    grid = table(None, columns)
-    for index, batch in enumerate(sweep.batch_sizes):
-        cells = [str(batch), number(sweep.itl_ms[index])]
+    if anchor.decode_points:
+        # what the calibration is fitted to, each at its own context: the sweep summary
+        # of a corpus anchor fills its cells across contexts, so it read the same steps at
+        # 1,536 and 8,704 tokens, 1.4-1.8x from predict on the anchor's own points
+        say(console, "measured decode steps (each at its own context; the calibration is fitted to these):")
+        grid = table(None, [("batch", "right"), ("context\ntokens", "right"), ("step ms", "right")])
+        for point in sorted(anchor.decode_points, key=lambda p: (p.context_tokens, p.batch)):
+            grid.add_row(str(point.batch), number(point.context_tokens), number(point.step_ms))
+        console.print(grid)
+    else:
+        columns = [("batch", "right"), (f"ITL ms\n@ {number(sweep.prompt_tokens)} tok", "right")]
         if sweep.second_itl_ms:
-            cells.append(number(sweep.second_itl_ms[index]))
-        grid.add_row(*cells)
-    console.print(grid)
+            columns.append((f"ITL ms\n@ {number(sweep.second_prompt_tokens)} tok", "right"))
+        say(console, "decode sweep (median single-wave ITL):")
+        grid = table(None, columns)
+        for index, batch in enumerate(sweep.batch_sizes):
+            cells = [str(batch), number(sweep.itl_ms[index])]
+            if sweep.second_itl_ms:
+                cells.append(number(sweep.second_itl_ms[index]))
+            grid.add_row(*cells)
+        console.print(grid)
     paragraph(console, f"F {number(prefill.fit_f_ms)} ms + {number(prefill.fit_c1_ms * US_PER_MS)} us/token "
                        f"+ {number(prefill.fit_c2_ms * NS_PER_MS)} ns/token^2 over prompts of "
                        f"{list_text(prefill.prompt_tokens)} tokens", first="prefill fit: ")

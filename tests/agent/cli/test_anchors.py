@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from agent.cli.main import app
 from predictor.anchors.anchor import DecodeSweep, Provenance, Signature
-from predictor.anchors.store import build_anchor, save_anchor, user_anchors_dir
+from predictor.anchors.store import AnchorStore, build_anchor, save_anchor, user_anchors_dir
 
 runner = CliRunner()
 
@@ -47,6 +47,17 @@ def test_show_one_anchor_and_unknown_id():
     assert missing.exit_code == 2
     assert missing.stderr.startswith("error: anchor id: unknown anchor 'nope'")
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_show_prints_a_corpus_anchors_measured_steps_at_their_own_contexts():
+    """The sweep summary of a corpus anchor filled its cells across contexts (DeepSeek-R1
+    DEP8 on H200 read 42.8 ms at batch 112 at 1,536 and 8,704 tokens alike); the points
+    the calibration is fitted to are shown instead, each at its context."""
+    anchor = next(a for a in AnchorStore.default().all() if a.id.startswith("h200-trtllm-deepseek-r1-fp8-tp8ep8dp8"))
+    text = " ".join(runner.invoke(app, ["anchors", "show", anchor.id], terminal_width=200).stdout.split())
+    assert "measured decode steps" in text and "single-wave" not in text
+    for point in anchor.decode_points:
+        assert f"{point.batch} {point.context_tokens:,} {point.step_ms:.1f}" in text
 
 
 def test_check_bad_file_is_one_line_exit_2(tmp_path):
