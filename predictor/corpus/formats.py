@@ -83,6 +83,8 @@ from predictor.workload import Harness
 Raw = Mapping[str, str]
 MAX_COUNT = 16_777_216           # tokens, GPUs, clients: beyond every real run
 MAX_METRIC = 1e9                 # ms or tokens/s: beyond every real run (11 days, 1e9 tok/s/GPU)
+MIN_METRIC = 1e-3                # ms or tokens/s: below every real run (a TPOT of 1 us, one token in 17 minutes)
+_MISSING = frozenset({"", "nan", "none"})   # an empty cell as CSV writers spell it (any case)
 MAX_CONCURRENCY = 65_536         # the concurrency lever's range
 _LABELS = {"": None, "none": None, "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8",
            "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "int4": "fp4", "int4_wo": "fp4"}
@@ -95,7 +97,7 @@ _SPEC = {"": "none", "none": "none", "mtp": "mtp", "eagle": "eagle3", "eagle3": 
 
 def _int(raw: Raw, name: str, default: int | None = None) -> int:
     text = raw.get(name, "")
-    if text in ("", "nan", "None"):
+    if text.strip().lower() in _MISSING:
         if default is None:
             raise MappingError(f"{name} is empty")
         return default
@@ -115,14 +117,17 @@ def _width(raw: Raw, name: str) -> int:
 
 def _float(raw: Raw, name: str, scale: float = 1.0) -> float | None:
     text = raw.get(name, "")
-    if text in ("", "nan", "None"):
+    if text.strip().lower() in _MISSING:
         return None
     try:
         value = float(parse_number(text, name)) * scale
     except InputError:
         raise MappingError(f"{name}={quote(text, 60)} is not a number") from None
-    if not math.isfinite(value) or value <= 0 or value > MAX_METRIC:
-        raise MappingError(f"{name}={quote(text, 60)} is not a positive number up to {MAX_METRIC:g}")
+    if not math.isfinite(value) or not MIN_METRIC <= value <= MAX_METRIC:
+        # a TPOT of 1e-12 s was scored (a p90 error of 3e11 %)
+        unit = f" ({value:g} in ms or tokens/s)" if scale != 1.0 and math.isfinite(value) else ""
+        raise MappingError(f"{name}={quote(text, 60)}{unit} is not a number from {MIN_METRIC:g} to {MAX_METRIC:g} "
+                           "ms or tokens/s")
     return value
 
 

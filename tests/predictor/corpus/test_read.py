@@ -349,3 +349,18 @@ def test_a_row_with_a_field_missing_or_extra_fails_naming_the_counts(tmp_path):
     assert reasons["shifted.csv:2"] == f"{header_fields - 1} fields, the header has {header_fields}"
     assert reasons["shifted.csv:3"] == f"{header_fields + 1} fields, the header has {header_fields}"
     assert len(corpus.rows) == len(read_corpus(IX, "inferencex").rows) - 2
+
+
+def test_a_metric_outside_every_real_run_is_refused_and_an_empty_cell_reads_alike_in_any_case():
+    """A TPOT of 1e-12 s was scored (a p90 error of 3e11 %); 'nan' read as an empty cell
+    and 'NaN' failed the row."""
+    import csv
+
+    from predictor.corpus.formats import inferencex_row
+
+    with open(IX, encoding="utf-8") as handle:
+        base = next(r for r in csv.DictReader(handle) if r["disagg"] == "False")
+    with pytest.raises(MappingError, match=r"mean_tpot='1e-12' \(1e-09 in ms or tokens/s\) is not a number from"):
+        inferencex_row({**base, "mean_tpot": "1e-12"}, "ix:1")
+    for spelling in ("nan", "NaN", "NAN", "None", ""):
+        assert inferencex_row({**base, "median_ttft": spelling}, "ix:2").measured.ttft_ms_median is None
