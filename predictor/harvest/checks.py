@@ -15,6 +15,8 @@ a flag is written into the anchor and carried by every prediction made from it.
   reused anything, flagged otherwise (they were unique from their first words);
 - width: an anchor is one replica on at most one node (no PP, replicas, disaggregation);
 - build: an unknown engine build is flagged (a new build needs a new harvest);
+- decode floor: a batch-1 ITL below the time its weights take to read at the GPU's
+  datasheet bandwidth is refused (the stream's delivery, not the engine's steps);
 - decode serialisation: a wave whose requests never all ran together, or whose step
   grows like the batch (`ITL(b) >= NOT_BATCHED_RATIO * b * ITL(1)`), is flagged
   `serialised-decode` and its batches are left out of the sweep;
@@ -186,6 +188,27 @@ def check_decode_waves(waves: Sequence[WaveResult]) -> Check:
                      f"waves at batch {', '.join(map(str, bad))} never ran all their requests together "
                      "(the engine serialised them): left out of the decode sweep", "serialised-decode")
     return _ok("decode-batching", "every wave decoded its requests together")
+
+
+# A step streams at least its weights once: at batch 1 the GEMMs' and routed experts' bytes
+# at the HBM's datasheet rate (the physics prices them at 0.8 of it), with this margin for
+# a datasheet's rounding. A decode (or, with speculation, a token of one) faster than that
+# is the stream's delivery, not the engine's steps: a bursty endpoint gave Llama-3.1-8B on
+# one H100 a 0.07 ms ITL where its weights alone take 4.5 ms, and the anchor written
+# from it was carried as in-ladder, 56x off its own point.
+WEIGHT_FLOOR_MARGIN = 0.9
+
+
+def check_decode_floor(waves: Sequence[WaveResult], floor_ms: float | None) -> Check:
+    """Refuses a sweep whose batch-1 ITL is below ``floor_ms`` (module docstring); None:
+    no floor is known (a CPU harvest)."""
+    base = next((w.itl_ms for w in waves if w.batch == 1 and w.itl_ms), None)
+    if floor_ms is None or base is None or base >= WEIGHT_FLOOR_MARGIN * floor_ms:
+        return _ok("decode-floor", "the batch-1 decode is no faster than reading the weights")
+    return Check("decode-floor", Outcome.REFUSE,
+                 f"the batch-1 ITL of {base:.3g} ms is below the {floor_ms:.3g} ms its weights take to read at the "
+                 "GPU's datasheet bandwidth: the stream's timing is not the engine's steps (a proxy or client "
+                 "that buffers the stream?)")
 
 
 def probe_failures(probe: ProbeResult) -> list[str]:

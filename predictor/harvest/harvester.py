@@ -45,6 +45,7 @@ from predictor.files import atomic_write_text
 from predictor.harvest.checks import (
     Check,
     Outcome,
+    check_decode_floor,
     check_decode_waves,
     check_engine_build,
     check_packed_probe,
@@ -77,6 +78,9 @@ from predictor.harvest.sweeps import (
     run_reuse_probe,
     warm_up,
 )
+from predictor.step.operators import GEMM_BW_EFFICIENCY
+from predictor.step.simulate import SimulateStepModel
+from predictor.units import US_PER_MS
 
 VERSION_TIMEOUT_S = 30.0
 DEFAULT_DEADLINE_S = 6 * 3600.0
@@ -240,11 +244,22 @@ def result_checks(plan: HarvestPlan, m: Measurements) -> list[Check]:
     shared = shared_prefix_words(list(m.prompt_texts))
     unique = shared < UNIQUE_PREFIX_WORDS
     checks = [check_prompt_length(plan.sweep.prompt_tokens, counted, reported),
-              check_prompts_unique(shared),
+              check_prompts_unique(shared), check_decode_floor(m.waves, decode_floor_ms(plan)),
               check_decode_waves(m.waves), check_packed_probe(m.probe), check_engine_build(m.engine_version)]
     if m.reuse_ms is not None:
         checks.append(check_prefix_reuse(m.reuse_ms[0], m.reuse_ms[1], unique))
     return checks
+
+
+def decode_floor_ms(plan: HarvestPlan) -> float | None:
+    """The batch-1 decode's weight reads at the GPU's datasheet bandwidth, per committed
+    token with speculation (`checks.check_decode_floor`); None on a CPU (no profile's rate)."""
+    if plan.cluster.gpu.vendor == "cpu":
+        return None
+    terms = dict(SimulateStepModel(plan.card, plan.cluster, plan.engine, plan.config).decode(
+        1, plan.sweep.prompt_tokens).terms)
+    weights_us = GEMM_BW_EFFICIENCY * (terms.get("gemm", 0.0) + terms.get("moe", 0.0))
+    return weights_us / US_PER_MS / (1 + plan.config.spec_depth)
 
 
 def build_anchor(plan: HarvestPlan, m: Measurements, *, timestamp: str | None = None,

@@ -3,6 +3,7 @@
 from levers.configuration import Configuration
 from predictor.harvest.checks import (
     Outcome,
+    check_decode_floor,
     check_decode_waves,
     check_engine_build,
     check_packed_probe,
@@ -18,6 +19,8 @@ from predictor.harvest.checks import (
     refusals,
     serialised_batches,
 )
+from predictor.harvest.harvester import decode_floor_ms
+from predictor.harvest.plan import HarvestRequest, plan_harvest
 from predictor.harvest.sweeps import ProbeResult, WaveResult
 
 
@@ -101,3 +104,19 @@ def test_flags_and_refusals_collect():
     checks = [check_engine_build("unknown"), check_prompts_unique(3), check_weights(False)]
     assert flags_of(checks) == ("engine-build-unknown", "weights-unverified")
     assert [c.name for c in refusals(checks)] == ["unique-prompts"]
+
+
+def test_a_decode_faster_than_reading_the_weights_is_refused():
+    """A bursty endpoint gave Llama-3.1-8B on one H100 a 0.07 ms ITL where its weights alone
+    take ~4.5 ms: refused; a real step above the floor passes; a CPU harvest has no floor."""
+    plan = plan_harvest(HarvestRequest(engine="vllm", model="llama-3.1-8b", cluster="h100", config_text="tp=1",
+                                       endpoint="http://127.0.0.1:1"))
+    floor = decode_floor_ms(plan)
+    assert 3.5 < floor < 5.5                    # 16 GB of BF16 weights at 3.35 TB/s: 4.8 ms
+    assert check_decode_floor([wave(1, 0.0731), wave(2, 0.08)], floor).outcome is Outcome.REFUSE
+    assert check_decode_floor([wave(1, 6.5)], floor).outcome is Outcome.OK
+    assert check_decode_floor([wave(1, 0.0731)], None).outcome is Outcome.OK
+    speculating = plan_harvest(HarvestRequest(engine="vllm", model="llama-3.1-8b", cluster="h100",
+                                              config_text="tp=1,spec_method=ngram,spec_depth=3",
+                                              endpoint="http://127.0.0.1:1"))
+    assert decode_floor_ms(speculating) < floor / 3     # a token of a step that commits up to four
