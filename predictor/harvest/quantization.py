@@ -24,7 +24,9 @@ it (`levers.precision.gemm_activation`: no GEMM runs W16A8 or W8A4), so fp8 acti
 on Kimi-K3 leave its BF16 linear layers alone and run its fp4 experts W4A8. fp4 is MXFP4,
 the format vLLM quantizes online on both AMD (MI355X) and NVIDIA Blackwell. Refused: a new
 weight precision for a slot the checkpoint already holds quantized (online quantization
-starts from BF16; serve a checkpoint with the asked precision instead, `--model-path`).
+starts from BF16; serve a checkpoint with the asked precision instead, `--model-path`), and
+fp8 activations for fp4 experts on a GPU without FP4 tensor cores (vLLM gates its MXFP4 x
+MXFP8 MoE backends to Blackwell; on Hopper only Marlin's W4A16 runs them).
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ def _slot(kind: str, weight: str, native_weight: str | None, activation: str,
         return ONLINE_SHORTHANDS[weight]
     activation_key = ACTIVATION_KEYS[activation]
     if kind == "moe" and weight == "fp4" and activation == "fp8":
+        if not fp4_compute:     # vLLM gates its MXFP4 x MXFP8 MoE backends to Blackwell (SM100/120)
+            raise InputError("--config activation_dtype", "fp8 activations for fp4 experts (W4A8): vLLM runs MXFP4 "
+                             "experts weight-only (Marlin, W4A16) on a GPU without FP4 tensor cores",
+                             "activation_dtype=bf16 (the W4A16 it runs), or a GPU with FP4 tensor cores")
         activation_key = FP4_MOE_FP8_ACTIVATION
     return {"weight": None, "activation": activation_key}
 

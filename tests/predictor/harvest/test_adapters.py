@@ -133,6 +133,9 @@ def test_vllm_online_fp4_on_a_gpu_without_fp4_tensor_cores_is_refused_unless_act
     assert "--quantization" not in args
     with pytest.raises(InputError, match="online mxfp4 runs fp4 activations, which this GPU has no FP4"):
         adapter_for("vllm").launch(Configuration(tp=8, weight_dtype="fp4"), hopper, DENSE_BF16)
+    with pytest.raises(InputError, match="W4A8.*Marlin, W4A16"):     # no MXFP4 x MXFP8 MoE kernel off Blackwell
+        adapter_for("vllm").launch(Configuration(tp=8, activation_dtype="fp8"), hopper, KIMI)
+    assert "mxfp8" in adapter_for("vllm").launch(Configuration(tp=8, activation_dtype="fp8"), REQUEST, KIMI).display()
     with pytest.raises(InputError) as fp8:     # an fp8 refusal does not blame FP4 tensor cores
         adapter_for("vllm").launch(Configuration(tp=8, weight_dtype="fp8", activation_dtype="bf16"), hopper, DENSE_BF16)
     assert "runs fp8 activations" in str(fp8.value) and "FP4" not in fp8.value.problem
