@@ -67,6 +67,7 @@ def structural_reasons(config: Configuration, engine: Engine | str, model: Model
     reasons += _parallel(config, model, cluster)
     reasons += _disaggregation(config, engine, model, cluster)
     reasons += _precision_and_kernels(config, model, cluster)
+    reasons += _vllm_fp4_experts(config, engine, model, cluster)
     reasons += _recipe_reasons(config, model)
     reasons += _scheduler(config)
     reasons += fusion_reasons(config.fusions, quantized_activation(config, model, bool(cluster.gpu.fp4_tflops)),
@@ -424,6 +425,22 @@ def _precision_and_kernels(config: Configuration, model: ModelShape, cluster: Cl
     if config.expert_dtype and not model.is_moe:
         reasons.append("expert_dtype needs a MoE model")
     return reasons
+
+
+FP4_EXPERT_FORMATS = ("fp4", "mxfp4", "nvfp4")
+
+
+def _vllm_fp4_experts(config: Configuration, engine: Engine, model: ModelShape, cluster: ClusterShape) -> list[str]:
+    """vLLM runs 4-bit float experts weight-only (Marlin, W4A16) on a GPU without FP4 tensor
+    cores: it gates its MXFP4 x MXFP8 MoE backends to Blackwell, so fp8 activations for
+    them (W4A8) have no kernel there and its launch refuses them
+    (`predictor.harvest.quantization`); priced as W4A8, a search offered a deployment
+    nothing could launch."""
+    if engine is not Engine.VLLM or config.activation_dtype != "fp8" or cluster.gpu.fp4_tflops \
+            or not getattr(model, "is_moe", False) or routed_expert_dtype(config, model) not in FP4_EXPERT_FORMATS:
+        return []
+    return ["activation_dtype=fp8 with fp4 experts (W4A8): vLLM runs them weight-only (W4A16) on a GPU without FP4 "
+            "tensor cores; activation_dtype=bf16, or a GPU with FP4 tensor cores"]
 
 
 def _scheduler(config: Configuration) -> list[str]:

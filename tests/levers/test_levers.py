@@ -249,3 +249,16 @@ def test_an_open_loop_slower_than_one_request_in_17_minutes_is_refused():
     with pytest.raises(InputError, match="arrival_rate: 1e-16 requests/s is one request every") as error:
         lever.parse("1e-16")
     assert "0 (a closed loop), or requests/s from 0.001" in error.value.accepted
+
+
+def test_vllm_fp8_activations_for_fp4_experts_need_fp4_tensor_cores():
+    """vLLM gates its MXFP4 x MXFP8 MoE backends to Blackwell; on Hopper it runs fp4 experts
+    W4A16 only, so W4A8 is illegal there (its launch refused it while searches priced it)."""
+    hopper = Cluster(Gpu(vendor="nvidia", fp4_tflops=None))
+    blackwell = Cluster(Gpu(vendor="nvidia"))
+    asked = "expert_dtype=fp4,activation_dtype=fp8"
+    assert any("W4A8" in r for r in reasons(asked, engine="vllm", cluster=hopper))
+    assert not any("W4A8" in r for r in reasons(asked, engine="vllm", cluster=blackwell))
+    assert not any("W4A8" in r for r in reasons(asked, engine="sglang", cluster=hopper))
+    assert not any("W4A8" in r for r in reasons("expert_dtype=fp4,activation_dtype=bf16", engine="vllm", cluster=hopper))
+    assert not any("W4A8" in r for r in reasons("expert_dtype=fp8,activation_dtype=fp8", engine="vllm", cluster=hopper))
