@@ -22,7 +22,7 @@ from agent.cli.info import ClusterOpt, ConfigOpt, EngineOpt, JsonOpt, target_wit
 from agent.cli.render import config_text, id_line, number, paragraph, say
 from agent.deploy.manifests import dynamo_graph, llmd_manifests
 from agent.deploy.pick import Pick, from_config, from_ledger, from_plan
-from agent.deploy.plan import DEFAULT_PORT, DeployOptions, DeployPlan, build_plan
+from agent.deploy.plan import DEFAULT_PORT, DeployOptions, DeployPlan, build_plan, refused_lever
 from levers.errors import InputError
 from predictor.files import atomic_write_text
 from predictor.harvest.launch import DRAFT_CHECKPOINT
@@ -77,7 +77,7 @@ def _named_for(error: InputError, pick: Pick, from_ledger: bool) -> InputError:
     --config the user never typed (`deploy LEDGER` read "--config expert_dtype: ...")."""
     if pick.origin == "--config" or not error.what.startswith("--config"):
         return error
-    lever = error.what.removeprefix("--config").strip()
+    lever = refused_lever(error)
     another = "--trial N for another of its trials (inferasim ledger show)" if from_ledger else "another slot"
     return InputError(pick.origin, f"{lever}: {error.problem}" if lever else error.problem,
                       f"{error.accepted}; or {another}" if error.accepted else another)

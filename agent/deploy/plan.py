@@ -273,8 +273,13 @@ def try_plan(target: Target, config: Configuration,
     try:
         return build_plan(target, config, priced_context=priced_context), None
     except InputError as error:
-        return None, InputError(error.what.removeprefix("--config").strip() or error.what, error.problem,
-                                error.accepted).message
+        return None, InputError(refused_lever(error) or error.what, error.problem, error.accepted).message
+
+
+def refused_lever(error: InputError) -> str:
+    """The lever an engine's refusal names as ``--config LEVER`` ('' for none): a pick's
+    levers (a ledger's trial, a plan-mix slot) were not typed, so it is named as the lever."""
+    return error.what.removeprefix("--config").strip() if error.what.startswith("--config") else ""
 
 
 def deploy_json(plan: DeployPlan | None, problem: str | None) -> dict[str, Any] | None:

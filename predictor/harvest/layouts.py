@@ -32,7 +32,7 @@ from predictor.hardware import Cluster
 from predictor.harvest.plan import HarvestRequest, plan_harvest
 from predictor.harvest.reduce import Reduction, anchor_layouts, harvest_command, harvest_config_text
 from predictor.harvest.launch import DRAFT_CHECKPOINT
-from predictor.step.operators import gemm_components, resolve_precisions
+from predictor.step.operators import precisions_on
 
 CHECK_PORT = 8000                                # a validation-only plan binds nothing
 DOMAIN_ENDPOINT = "http://HEAD_NODE:8000"        # where the user starts a multi-node engine
@@ -121,16 +121,10 @@ def as_the_checkpoint_runs(card: ModelCard, cluster: Cluster, config: Configurat
     bare = replace(config, weight_dtype=None if config.weight_dtype == str(native.weight) else config.weight_dtype,
                    expert_dtype=None if config.expert_dtype == str(native.expert) else config.expert_dtype)
     unset = replace(bare, activation_dtype=None)
-    if bare.activation_dtype and _activations(card, cluster, unset) == _activations(card, cluster, bare):
+    if bare.activation_dtype and (precisions_on(card, unset, cluster.gpu).gemm_activations()
+                                  == precisions_on(card, bare, cluster.gpu).gemm_activations()):
         return unset
     return bare
-
-
-def _activations(card: ModelCard, cluster: Cluster, config: Configuration) -> tuple[str, ...]:
-    """What each GEMM of ``card`` runs its activations at under ``config``."""
-    gpu = cluster.gpu
-    precisions = resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops))
-    return tuple(precisions.gemm_activation(component) for component in gemm_components(card))
 
 
 def reduced_harvests(engine: Engine | str, model: str, card: ModelCard, cluster: Cluster,

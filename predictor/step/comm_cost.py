@@ -52,7 +52,7 @@ from levers.configuration import Configuration
 from predictor.cards.model_card import ModelCard
 from predictor.hardware import Cluster, GpuProfile
 from predictor.step.comm import Collective
-from predictor.step.operators import resolve_precisions
+from predictor.step.operators import precisions_on
 from predictor.step.transfer import pipeline_hops_us
 
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024  # METHOD §3.15: custom all-reduce <= 8 MiB
@@ -315,7 +315,7 @@ def _latency_or_inter(gpu: GpuProfile, name: str, inter: str, group: int, crosse
 def _runs(card: ModelCard, config: Configuration, gpu: GpuProfile, component: str) -> str:
     """The activations ``component``'s GEMMs run (`Precisions.gemm_activation`): what a
     collective feeding them carries, quantised or not."""
-    return resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops)).gemm_activation(component)
+    return precisions_on(card, config, gpu).gemm_activation(component)
 
 
 def build_comm_model(card: ModelCard, cluster: Cluster, config: Configuration) -> CommModel:

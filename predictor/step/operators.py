@@ -304,11 +304,15 @@ class Precisions:
         activations narrower than its weights, `levers.precision.gemm_activation`); else
         the lever's default (fp4 attention quantized online beside a checkpoint's own MXFP4
         experts: W4A4 and W4A16 at once, which no single value runs)."""
-        runs = {c: self.gemm_activation(c) for c in self.components}
+        runs = self.gemm_activations()
         for value in sorted(set(runs.values()), key=DTYPE_BITS.__getitem__):
             if all(gemm_activation(value, self.weight_of(c)) == ran for c, ran in runs.items()):
                 return value
         return self.activation
+
+    def gemm_activations(self) -> dict[str, str]:
+        """What each of the model's GEMMs runs its activations at (`gemm_activation`)."""
+        return {c: self.gemm_activation(c) for c in self.components}
 
     def site_activation_bytes(self, component: str) -> float:
         """Bytes per value of the activations the GEMMs of ``component`` run."""
@@ -366,7 +370,12 @@ def gemm_components(card: ModelCard) -> tuple[str, ...]:
     return tuple(present)
 
 
+def precisions_on(card: ModelCard, config: Configuration, gpu: GpuProfile) -> Precisions:
+    """`resolve_precisions` on ``gpu`` (its vendor, and whether it has FP4 tensor cores)."""
+    return resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops))
+
+
 def narrowest_activation(card: ModelCard, config: Configuration, gpu: GpuProfile) -> str:
     """The activation lever value that runs every GEMM of ``card`` as ``config`` does on
     ``gpu`` (`Precisions.lever_value`)."""
-    return resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops)).lever_value()
+    return precisions_on(card, config, gpu).lever_value()

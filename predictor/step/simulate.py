@@ -59,7 +59,7 @@ from predictor.step.operators import (
     TFLOPS_TO_FLOPS_PER_US,
     attention_op,
     gemm_parts,
-    resolve_precisions,
+    precisions_on,
 )
 from predictor.step.residual import DecodeResidual, PrefillResidual
 from predictor.step.roofline import ATTENTION, GEMM, MOE, RawStep, Roofline, price, rooflines_us
@@ -165,7 +165,7 @@ class SimulateStepModel:
         self._decode_memo: dict[tuple[int, float], tuple[float, ...]] = {}
         self._flags = tuple(flags)
         gpu = cluster.gpu
-        self._precisions = p = resolve_precisions(card, config, gpu.vendor, bool(gpu.fp4_tflops))
+        self._precisions = p = precisions_on(card, config, gpu)
         self._bytes_per_us = gpu.hbm_bandwidth_gbps * GB_PER_S_TO_BYTES_PER_US
         self._bf16_flops = gpu.peak_flops("bf16") / TFLOPS_TO_FLOPS_PER_US
         self._dp, self._pp, self._tp, self._atp = config.attention_dp, config.pp, config.tp, config.attention_tp

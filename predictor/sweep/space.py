@@ -15,8 +15,9 @@ sweep runs the memory model only a few hundred times. The plan is deterministic,
 process rebuilds it from names and options and only index ranges cross processes.
 
 Precision choices (modelling choice): the lever unset (`None`: the calibrating anchor's
-recipe where one is, else the checkpoint's own dtype) and every narrower one the GPU can run (FP4 only with FP4 tensor cores);
-widening a checkpoint never helps and is not swept. KV cache: native and fp8.
+recipe where one is, else the checkpoint's own dtype) and every narrower one the GPU can
+run (FP4 only with FP4 tensor cores); widening a checkpoint never helps and is not swept.
+KV cache: native and fp8.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from typing import TypeVar
 
 from levers.catalog import Engine, format_layout, get_lever
 from levers.configuration import Configuration, engine_only_values
-from predictor.cards.registry import ModelCard
 from predictor.anchors.anchoring import PricedCheck
+from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
 from predictor.memory import dtype_bytes
 from predictor.target import Target
