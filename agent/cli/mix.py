@@ -48,7 +48,7 @@ from agent.mix.planner import plan_mix
 from agent.mix.report import MixReport, Slot
 from agent.mix.selection import Scored
 from ledgers.store import atomic_write_text
-from predictor.sim.results import WARMUP_ONLY_FLAG
+from predictor.sim.results import SHORT_REPLAY_FLAG, WARMUP_ONLY_FLAG
 from predictor.target import resolve_target
 from predictor.workload import parse_workload
 
@@ -118,7 +118,7 @@ def render_report(report: MixReport, out: Path | None) -> None:
                 _say(f"{tier.name} / {labels[slot.entry.index]}: {_miss_text(slot)}")
             pick = slot.choice.pick
             for flag in (pick.trial.flags if pick else ()):
-                if flag.startswith(WARMUP_ONLY_FLAG):   # figures a too-short replay cannot back (--requests)
+                if flag.startswith((WARMUP_ONLY_FLAG, SHORT_REPLAY_FLAG)):   # a too-short replay's (--requests)
                     _say(f"{tier.name} / {labels[slot.entry.index]}: {flag}; raise --requests")
     for entry in report.spec.models:
         total, illegal, reasons = report.illegal_reasons(entry)

@@ -89,8 +89,8 @@ def combine(results: Sequence[SimResult]) -> SimResult:
     distributions = {name: {stat: mean_of(f"{name}_{stat}", [r.distributions[name][stat] for r in results])
                             for stat in dist} for name, dist in first.distributions.items()}
     scalars = {key: mean_of(key, [r.scalars[key] for r in results]) for key in first.scalars}
-    extra = dict(first.extra)
-    for key, value in first.extra.items():
+    extra = {key: value for r in reversed(results) for key, value in r.extra.items()}  # the first's win
+    for key, value in extra.items():        # counts a later replication alone holds are summed too
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             total = sum(r.extra.get(key, 0) for r in results)
             extra[key] = total / len(results) if key.startswith("mean_") else total

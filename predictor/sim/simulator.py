@@ -38,6 +38,7 @@ from predictor.sim.replica import Replica
 from predictor.sim.request import Request
 from predictor.sim.results import (
     LATENCY_NAMES,
+    SHORT_REPLAY,
     WARMUP_ONLY,
     Recorder,
     SimResult,
@@ -361,17 +362,27 @@ class Simulation:
     def _window(self) -> Window:
         """From the end of the warm-up (a closed loop; an open loop: the first arrival) to
         the last completion: the drain is included, as a benchmark's clock runs until
-        its last response. A replay whose every finished request is warm-up is measured
-        over all of it, as its latencies are (`_measured`): its window after the warm-up
-        held the last decodes and no prompt, so it read input 0 tok/s and a total
-        throughput 100x below a slightly shorter replay's."""
+        its last response. A replay too short for that window is measured over all of it
+        (`SHORT_REPLAY` in the result's ``extra``, said by its flags): one whose every
+        finished request is warm-up, as its latencies are (`_measured`), or one whose
+        measured requests were mostly sent before the warm-up ended (100 requests at 64
+        clients): the window after the warm-up then held the last decodes and few prompts,
+        and read input 0 tok/s and an output a tenth of the engine's."""
         end = self.recorder.snapshot(self.now_us)
-        warmup_only = all(r.is_warmup for r in self.finished)
         if self.source.mode is ArrivalMode.CLOSED and self._window_start is not None \
-                and self._window_start[0] < end[0] and not warmup_only:
+                and self._window_start[0] < end[0] and not self._short_replay():
             return Window(self._window_start, end)
         first_arrival = min((r.arrival_us for r in self.finished), default=0.0)
         return Window((first_arrival, 0.0, 0.0), end)
+
+    def _short_replay(self) -> bool:
+        """Whether the window after a closed loop's warm-up cannot stand for the replay
+        (`_window`): no measured request, or fewer than half of them sent inside it."""
+        measured = [r for r in self.finished if not r.is_warmup]
+        if not measured or self._window_start is None:
+            return True
+        opened = self._window_start[0]
+        return 2 * sum(r.arrival_us >= opened for r in measured) < len(measured)
 
     def _measured(self) -> list[Request]:
         """The requests after the warm-up; all of them when none finished after it (a
@@ -398,6 +409,8 @@ class Simulation:
             extra["stopped_early"] = self.stopped
         if all(r.is_warmup for r in measured):
             extra[WARMUP_ONLY] = 1              # replications sum it
+        if self.source.mode is ArrivalMode.CLOSED and self._short_replay():
+            extra[SHORT_REPLAY] = 1
         hits = hit_rates(deployment, measured if self.source.warms_up_first_turns else None)
         return SimResult(distributions, scalars, hits, len(measured), wall_s,
                          self.now_us / US_PER_S, extra, rows)
