@@ -142,8 +142,13 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
     single_token = spec.is_fixed and spec.osl == 1
     title = (f"{target.card.name} on {target.cluster.spec} ({target.engine}), {workload}: "
              f"{configuration.describe()}")
-    if result.metrics is None:
+    if result.metrics is None:      # PRODUCT.md: the reason, the memory breakdown, and the precisions it sized
         does_not_fit(console, title, result.reasons)
+        if taken:
+            say(console, recipe_text(taken))
+        if result.memory is not None:
+            console.print(memory_table(memory_pools(target, configuration, result.memory, priced_context),
+                                       *sizing(target.card)))
         return
     grid = table(None, [("metric", "left"), ("statistic over requests", "left"), ("value", "right"),
                         ("80% interval", "right"), ("unit", "left")], wrap=(1,))

@@ -145,7 +145,8 @@ class SimResult:
         request after its warm-up reports the warm-up's; load levers it could not honour."""
         count, short = self.extra.get(WARMUP_ONLY, 0), self.extra.get(SHORT_REPLAY, 0) - self.extra.get(WARMUP_ONLY, 0)
         said = (f"{WARMUP_ONLY_FLAG}: no request finished after the warm-up in {count} of {self.replications} "
-                "replication(s), so their figures are the warm-up's (replay more requests)",) if count else ()
+                "replication(s), so their figures are the warm-up's, and ITL, recorded for measured requests only, "
+                "is empty (replay more requests)",) if count else ()
         if short > 0:
             said += (f"{SHORT_REPLAY_FLAG}: most measured requests were sent before the warm-up ended in {short} of "
                      f"{self.replications} replication(s), so their throughputs cover the whole replay, warm-up "

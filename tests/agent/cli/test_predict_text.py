@@ -120,3 +120,14 @@ def test_an_interval_that_leaves_out_its_value_is_explained():
     assert "an interval that leaves out its value" in " ".join(result.stdout.split())
     plain = _text(["--config", "tp=1", "--workload", "1k/1k"])
     assert "leaves out its value" not in plain
+
+
+def test_a_configuration_that_does_not_fit_shows_its_memory_and_the_precisions_it_sized():
+    """PRODUCT.md: `predict` on a configuration that does not fit prints the memory
+    breakdown and the reason; the precisions its weights were sized at came from an anchor."""
+    result = runner.invoke(app, ["predict", "--model", "deepseek-r1"], terminal_width=160)
+    assert result.exit_code == 1
+    text = result.stdout
+    assert "does not fit / illegal" in text and "exceed 90% of HBM" in text and "metrics: null" in text
+    assert "memory per GPU (GB)" in text and "routed experts" in text
+    assert "unset levers as priced" in text and "expert_dtype=fp4" in text
