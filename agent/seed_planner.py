@@ -24,6 +24,7 @@ from agent.trial import SearchContext
 from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
 from levers.configuration import Configuration, engine_only_values
 from levers.errors import InputError
+from objectives.objectives import Group
 from predictor.anchors.anchoring import as_priced
 from predictor.harvest.adapters import adapter_for
 from predictor.sim.scheduler import PROFILES
@@ -35,6 +36,9 @@ RUNNING_REQUESTS_LADDER = (32, 64, 128, 512, 1024)
 TOKEN_BUDGET_LADDER = (2048, 4096, 16384, 32768)
 CHUNK_LADDER = (2048, 4096, 16384)
 KV_FRACTION_LADDER = (0.8, 0.85, 0.9)
+# a memory objective (HBM, KV pool per GPU) is lowered by a smaller pool: the lever's range down
+# to its 0.5 bound (at 0.8-0.9 only, memory_per_gpu stopped "exhausted" 60% above a legal 0.5)
+KV_FRACTION_MEMORY_LADDER = (0.5, 0.6, 0.7, *KV_FRACTION_LADDER)
 HOST_KV_TIER_GB_LADDER = (64.0, 256.0)
 SPEC_DEPTHS = (1, 2, 3)
 EPLB_REPLICAS_LADDER = (32, 64)
@@ -247,7 +251,8 @@ class SeedPlanner:
         if own_chunk:
             yield from _ladder(base, "chunked_prefill_size",
                                [c for c in CHUNK_LADDER if c <= base.max_batched_tokens])
-        yield from _ladder(base, "kv_memory_fraction", KV_FRACTION_LADDER)
+        yield from _ladder(base, "kv_memory_fraction", KV_FRACTION_MEMORY_LADDER
+                           if self.context.objective.group is Group.MEMORY else KV_FRACTION_LADDER)
         for lever in ("kv_block_size", "prefix_cache", "graph_capture", "max_captured_batch"):
             yield from _ladder(base, lever, allowed_values(self.context, lever))
         yield from _ladder(base, "host_kv_tier_gb", HOST_KV_TIER_GB_LADDER)

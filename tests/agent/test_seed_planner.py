@@ -171,3 +171,14 @@ def test_the_search_checks_memory_at_the_precisions_it_prices():
     assert is_legal(context, Configuration(replicas=8))
     assert not is_legal(context, Configuration(replicas=8, kv_memory_fraction=0.8))
     assert not is_legal(context, Configuration(replicas=8, weight_dtype="bf16"))     # asked BF16 stays BF16
+
+
+@pytest.mark.parametrize("objective, lowest", [("memory_per_gpu", 0.5), ("kv_cache_per_gpu", 0.5),
+                                               ("throughput", 0.8)])
+def test_a_memory_objective_is_offered_the_kv_fraction_down_to_its_bound(objective, lowest):
+    """memory_per_gpu stopped 'exhausted' at 247 GB/GPU with 0.8-0.9 the only fractions
+    tried, where a legal 0.5 holds 155; other objectives keep the first search's ladder."""
+    context = make_context("gpt-oss-120b", objective=objective)
+    _, seeds = _round_zero(context)
+    fractions = {seed.config.kv_memory_fraction for seed in seeds if "kv_memory_fraction" in (seed.proposed or {})}
+    assert min(fractions) == lowest and 0.85 in fractions
