@@ -99,7 +99,7 @@ def pareto_command(
         print_json(sweep_json(result, paths))
     else:
         render_sweep(result, paths)
-    if not result.points:
+    if not result.frontier:     # no point, or none the rule keeps: exit 1 as a search with no best does
         raise typer.Exit(1)
 
 

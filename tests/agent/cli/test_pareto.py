@@ -123,6 +123,10 @@ def test_frontier_rule_options(runner, tmp_path):
     assert capped["num_ineligible"] > 0 and free["num_ineligible"] == 0
     floor = json.loads(runner.invoke(app, [*base, "--out", str(tmp_path / "c"), "--slo", "interactivity>=200"]).stdout)
     assert floor["frontier"] and all(p["interactivity"] >= 200 for p in floor["frontier"])
+    # a rule no point meets leaves an empty frontier: said, files written, exit 1 (as a search with no best)
+    none = runner.invoke(app, [*base[:-1], "--out", str(tmp_path / "d"), "--slo", "interactivity>=100000"])
+    assert none.exit_code == 1 and "no point meets the frontier rule" in none.stdout
+    assert (tmp_path / "d").is_dir()
 
 
 @pytest.mark.parametrize("args, message", [
