@@ -246,16 +246,24 @@ def clean_document(value: Any, what: str, expected: str = "") -> Any:
     return _cleaned(value, what, expected)
 
 
-def _cleaned(value: Any, what: str, expected: str) -> Any:
+def _cleaned(value: Any, what: str, expected: str, path: str = "") -> Any:
+    """``path``: where ``value`` sits (``tiers.realtime.ttft_s``, ``models[0]``), named when refused."""
     if isinstance(value, str):
         return strip_controls(value) if _CONTROL.search(value) else value
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(what, f"holds a non-finite number ({value})", expected or "finite numbers")
+        where = f"{quote(path)} " if path else ""
+        raise InputError(what, f"{where}holds a non-finite number ({value})", expected or "finite numbers")
     if isinstance(value, dict):
-        return {_cleaned(key, what, expected): _cleaned(item, what, expected) for key, item in value.items()}
+        return {_cleaned(key, what, expected, path): _cleaned(item, what, expected, _key_path(path, key))
+                for key, item in value.items()}
     if isinstance(value, list):
-        return [_cleaned(item, what, expected) for item in value]
+        return [_cleaned(item, what, expected, f"{path}[{i}]") for i, item in enumerate(value)]
     return value
+
+
+def _key_path(path: str, key: Any) -> str:
+    name = strip_controls(str(key))[:40]
+    return f"{path}.{name}" if path else name
 
 
 def check_depth(value: Any, what: str, max_depth: int = MAX_DEPTH, expected: str = "") -> None:

@@ -214,8 +214,8 @@ class Cluster(BaseModel):
         return self.gpus_per_node * min(self.num_nodes, nodes_per_domain)
 
 
-_COUNTS = re.compile(r"(?:x(\d{1,9})(?:x(\d{1,9}))?)?", re.ASCII)
-_COUNTS_AFTER_X = re.compile(r"(\d{1,9})(?:x(\d{1,9}))?", re.ASCII)  # "mi355x8x2": the name's x separates
+_COUNTS = re.compile(r"(?:x(\d+)(?:x(\d+))?)?", re.ASCII)
+_COUNTS_AFTER_X = re.compile(r"(\d+)(?:x(\d+))?", re.ASCII)  # "mi355x8x2": the name's x separates
 MAX_NODES = 1024            # a cluster of more nodes is not one deployment's (PRODUCT.md §2 grammar)
 
 
@@ -242,6 +242,20 @@ def _split_counts(text: str) -> tuple[GpuProfile, str | None, str | None]:
     raise _cluster_error(f"unknown GPU {quote(unknown)}" + did_you_mean(unknown, _profiles_by_key()))
 
 
+def _count(digits: str | None, default: int) -> int:
+    """A count's digits as a number (past nine digits: beyond any range, never converted)."""
+    if not digits:
+        return default
+    return int(digits) if len(digits) <= 9 else 10 ** 9
+
+
+def _shown(digits: str | None) -> str:
+    if digits and len(digits) <= 9:
+        return f"{int(digits):,}"
+    digits = digits or ""
+    return f"{digits[:12]}{'...' if len(digits) > 12 else ''} ({len(digits)} digits)"
+
+
 def parse_cluster(text: str) -> Cluster:
     """Read `GPU[xPER_NODE[xNODES]]` ("mi355x", "h100x1", "b200x8x2", "gb300x4x4").
 
@@ -251,11 +265,11 @@ def parse_cluster(text: str) -> Cluster:
     if not cleaned:
         raise _cluster_error("empty cluster")
     profile, per_node_digits, nodes_digits = _split_counts(cleaned)
-    per_node = int(per_node_digits) if per_node_digits else profile.gpus_per_node
-    num_nodes = int(nodes_digits) if nodes_digits else 1
+    per_node = _count(per_node_digits, profile.gpus_per_node)
+    num_nodes = _count(nodes_digits, 1)
     if not 1 <= per_node <= profile.gpus_per_node:
-        raise _cluster_error(f"PER_NODE {per_node} is not in 1..{profile.gpus_per_node} "
+        raise _cluster_error(f"PER_NODE {_shown(per_node_digits)} is not in 1..{profile.gpus_per_node} "
                              f"for {profile.name}")
     if not 1 <= num_nodes <= MAX_NODES:
-        raise _cluster_error(f"NODES {num_nodes:,} is not in 1..{MAX_NODES:,}")
+        raise _cluster_error(f"NODES {_shown(nodes_digits)} is not in 1..{MAX_NODES:,}")
     return Cluster(gpu=profile, gpus_per_node=per_node, num_nodes=num_nodes)

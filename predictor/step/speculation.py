@@ -270,7 +270,7 @@ ACCEPTANCE_FILE_MAX_BYTES = 1 << 20    # an acceptance curve is a few lines; a b
 
 def read_acceptance_file(path: str | Path, what: str = "--acceptance file") -> str:
     """An acceptance file's text (`parse_acceptance`'s ``read_file``), bounded in size."""
-    return read_text(path, what, max_bytes=ACCEPTANCE_FILE_MAX_BYTES)
+    return read_text(path, what, max_bytes=ACCEPTANCE_FILE_MAX_BYTES, expected=ACCEPTANCE_ACCEPTED)
 
 
 def parse_acceptance(text: str, read_file: Callable[[str], str] | None = None,

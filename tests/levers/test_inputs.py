@@ -100,6 +100,9 @@ def test_yaml_is_safe_and_bounded():
     assert time.perf_counter() - started < 2.0
     assert "recursive alias" in message(parse_yaml, "a: &a [*a]", "models.yaml")
     assert "non-finite" in message(parse_yaml, "a: .inf", "models.yaml")
+    assert "'tiers.fast.ttft_s' holds a non-finite number" in message(parse_yaml, "tiers: {fast: {ttft_s: .inf}}",
+                                                                       "models.yaml")
+    assert "'models[1].x' holds a non-finite number (nan)" in message(parse_yaml, "models: [{}, {x: .nan}]", "m.yaml")
     assert "malformed YAML" in message(parse_yaml, "a: !!python/object/apply:os.system [ls]", "models.yaml")
     assert "nests deeper" in message(parse_yaml, "[" * 10_000, "models.yaml")
     small = "base: &base {tp: 8}\nmodels:\n  - {name: a, candidates: [*base, *base]}\n"
