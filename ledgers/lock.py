@@ -59,6 +59,12 @@ def _read_holder(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def is_written(ledger: Path) -> bool:
+    """Whether a live process holds ``ledger``'s lock: a search still writing it."""
+    path = lock_path(Path(ledger))
+    return path.exists() and _holder_alive(_read_holder(path))
+
+
 class LedgerLock:
     """Held while a search writes its ledger (module docstring); a context manager."""
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ledgers.model import Ledger, TrialRecord
-from ledgers.store import list_ledgers, load_ledger
+from ledgers.lock import is_written
+from ledgers.store import list_ledgers, load_ledger, resolve_ledger
 from levers.errors import InputError
 
 QUESTION_FIELDS = ("model", "cluster", "engine", "objective", "slos", "workload", "budget", "seed")
@@ -39,10 +40,31 @@ def best_record(ledger: Ledger) -> TrialRecord | None:
     return ledger.trials[ledger.best.index]
 
 
-def unfinished_note(ledger: Ledger) -> str:
-    """What a search's best is worth before the search finished ("" once it has)."""
-    return "" if ledger.status == "finished" else \
-        " of an unfinished search (interrupted or still running: its best is not re-priced at full fidelity)"
+def status_of(ledger: Ledger, reference: str | Path | None = None) -> str:
+    """``finished``; ``running`` while a live process holds the ledger's lock (or where the
+    ledger's file is unknown); else ``interrupted``: a search stopped before it finished
+    (Ctrl-C, killed), which ``tune --resume`` continues."""
+    if ledger.status == "finished":
+        return "finished"
+    if reference is None:
+        return "running"
+    try:
+        written = is_written(resolve_ledger(str(reference)))
+    except InputError:
+        return "running"
+    return "running" if written else "interrupted"
+
+
+def unfinished_note(ledger: Ledger, reference: str | Path | None = None) -> str:
+    """What a search's best is worth before the search finished ("" once it has): the best
+    so far among its trials priced at full fidelity (a bounded search's shorter replays
+    wait for its confirm step), not yet re-priced over replications."""
+    status = status_of(ledger, reference)
+    if status == "finished":
+        return ""
+    how = "still running" if status == "running" else f"interrupted; tune --resume {ledger.search_id} continues it"
+    return (f" so far of an unfinished search ({how}): among the trials priced at full fidelity, not yet "
+            "re-priced over replications")
 
 
 def row(path: Path) -> dict[str, Any]:
@@ -56,7 +78,7 @@ def row(path: Path) -> dict[str, Any]:
         "search_id": ledger.search_id, "path": str(path), "created_at": ledger.created_at,
         "model": ledger.model, "cluster": ledger.cluster, "engine": ledger.engine,
         "objective": ledger.objective, "slos": ledger.slos, "workload": ledger.workload,
-        "num_trials": len(ledger.trials), "budget": ledger.budget, "status": ledger.status,
+        "num_trials": len(ledger.trials), "budget": ledger.budget, "status": status_of(ledger, path),
         "best_objective": best.objective_value if best else None, "stop_reason": ledger.stop_reason,
         "lm": ledger.lm.model_dump() if ledger.lm else None,
     }
@@ -66,14 +88,15 @@ def rows() -> list[dict[str, Any]]:
     return [row(path) for path in list_ledgers()]
 
 
-def overview(ledger: Ledger, top: int) -> dict[str, Any]:
-    """`ledger show`: the question, the outcome, the top trials and the LLM notes."""
+def overview(ledger: Ledger, top: int, reference: str | Path | None = None) -> dict[str, Any]:
+    """`ledger show`: the question, the outcome, the top trials and the LLM notes
+    (``reference``: where the ledger was read, for its status, `status_of`)."""
     phases: dict[str, int] = {}
     for trial in ledger.trials:
         phases[trial.phase] = phases.get(trial.phase, 0) + 1
     return {
         "question": {key: getattr(ledger, key) for key in QUESTION_FIELDS},
-        "search_id": ledger.search_id, "status": ledger.status, "stop_reason": ledger.stop_reason,
+        "search_id": ledger.search_id, "status": status_of(ledger, reference), "stop_reason": ledger.stop_reason,
         "lm": ledger.lm.model_dump() if ledger.lm else None, "trials_by_phase": phases,
         "stats": ledger.stats.model_dump(), "best": ledger.best.model_dump() if ledger.best else None,
         "nearest_misses": [m.model_dump() for m in ledger.nearest_misses],

@@ -86,7 +86,7 @@ def _print_wide(found: list[dict]) -> None:
 def show_command(ledger: str = LedgerArg, top: int = typer.Option(DEFAULT_SHOWN, "--top", parser=int_option("--top", 1, 1_000_000)),
                  json_out: bool = JsonOpt) -> None:
     """The question, outcome, top trials, rejections and LLM notes of one search."""
-    data = overview(load_ledger(ledger), top)
+    data = overview(load_ledger(ledger), top, ledger)
     if json_out:
         return print_json(data)
     question = data["question"]
@@ -127,7 +127,7 @@ def best_command(ledger: str = LedgerArg, json_out: bool = JsonOpt) -> None:
     elif record is None:
         console.print("no trial met the SLOs (see `inferasim ledger show` for the nearest misses)")
     else:
-        unfinished = unfinished_note(loaded)     # its best is not re-priced yet: said, as deploy says it
+        unfinished = unfinished_note(loaded, ledger)     # its best is not re-priced yet: said, as deploy says it
         say(console, f"trial #{record.index} ({record.phase}, {record.mode}): {loaded.objective} "
                      f"{number(record.objective_value)} {objective_unit(loaded.objective)}"
                      f"{f' (best{unfinished})' if unfinished else ''}")

@@ -58,7 +58,7 @@ def from_ledger(reference: str, trial: int | None = None) -> Pick:
     target = recorded_target(ledger.model, ledger.cluster, ledger.engine, f"ledger {ledger.search_id}")
     which = "best trial" if trial is None else "trial"
     return Pick(target, configuration_from_dict(record.configuration),
-                f"{ledger.search_id}: {which} #{record.index}{unfinished_note(ledger)}", record.mode, record.metrics,
+                f"{ledger.search_id}: {which} #{record.index}{unfinished_note(ledger, reference)}", record.mode, record.metrics,
                 parse_workload(ledger.workload).priced_context_tokens)
 
 

@@ -184,9 +184,13 @@ def test_ledger_show_ranks_as_tune_does_the_best_then_the_confirmed():
 
 
 def test_ledger_best_of_an_unfinished_search_says_so_and_show_names_no_stop():
-    """An interrupted or running search's best is not re-priced at full fidelity: `ledger
-    best` says so as `deploy` does, and `ledger show` says no stop was recorded (it printed
-    'stop: None')."""
+    """An unfinished search's best is the best so far of its full-fidelity trials, not yet
+    re-priced over replications: `ledger best` says so as `deploy` does, and `ledger show`
+    says no stop was recorded (it printed 'stop: None'). A search no process writes any
+    more (Ctrl-C, killed) reads 'interrupted' with how to resume it; one whose lock a live
+    process holds reads 'running' (`ledger list` read 'running' for good after a Ctrl-C)."""
+    from ledgers.lock import LedgerLock
+
     path = Path(json.loads(invoke(*QWEN, "--budget", "12", "--json").output)["ledger"])
     finished = runner.invoke(app, ["ledger", "best", str(path)], terminal_width=300).output
     assert "unfinished" not in finished
@@ -194,6 +198,15 @@ def test_ledger_best_of_an_unfinished_search_says_so_and_show_names_no_stop():
     data["status"], data["stop_reason"] = "running", None
     path.write_text(json.dumps(data))
     best = runner.invoke(app, ["ledger", "best", str(path)], terminal_width=300)
-    assert best.exit_code == 0 and "(best of an unfinished search" in " ".join(best.output.split())
+    said = " ".join(best.output.split())
+    assert best.exit_code == 0 and "(best so far of an unfinished search (interrupted; tune --resume" in said
+    assert "among the trials priced at full fidelity" in said
     shown = " ".join(runner.invoke(app, ["ledger", "show", str(path)], terminal_width=300).output.split())
-    assert "stop: none recorded (the search is running)" in shown and "stop: None" not in shown
+    assert "stop: none recorded (the search is interrupted)" in shown and "stop: None" not in shown
+    listed = json.loads(runner.invoke(app, ["ledger", "list", "--json"]).output)
+    assert {row["search_id"]: row["status"] for row in listed}[data["search_id"]] == "interrupted"
+    with LedgerLock(path):                  # a live search writing it
+        shown = " ".join(runner.invoke(app, ["ledger", "show", str(path)], terminal_width=300).output.split())
+        assert "stop: none recorded (the search is running)" in shown
+        assert "(still running)" in " ".join(runner.invoke(app, ["ledger", "best", str(path)],
+                                                           terminal_width=300).output.split())
