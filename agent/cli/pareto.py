@@ -66,7 +66,7 @@ def pareto_command(
                                              help="Cap on predictions (whole families sampled, seeded)."),
     max_spec_depth: int = typer.Option(DEFAULT_MAX_SPEC_DEPTH, "--max-spec-depth", parser=int_option("--max-spec-depth", 0, 8),
                                        help="Deepest speculative depth tried (best kept per concurrency)."),
-    disaggregated: bool = typer.Option(True, "--disaggregated/--no-disaggregated", help="Sweep prefill/decode splits."),
+    disaggregated: bool = typer.Option(True, "--disaggregated/--no-disaggregated", help="Sweep prefill/decode splits (on an engine whose command line can start them: not ATOM or llama.cpp)."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", parser=int_option("--num-requests", 1, MAX_DES_REQUESTS),
                                               help="Requests per DES run (agentic)."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs and --max-points sampling."),

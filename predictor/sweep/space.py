@@ -36,6 +36,7 @@ from levers.configuration import Configuration, engine_only_values
 from predictor.anchors.anchoring import PricedCheck
 from predictor.cards.registry import ModelCard
 from predictor.hardware import Cluster
+from predictor.harvest.adapters import adapter_for
 from predictor.memory import dtype_bytes
 from predictor.target import Target
 from predictor.workload import WorkloadSpec
@@ -119,12 +120,14 @@ def build_plan(target: Target, workload: WorkloadSpec, options: SpaceOptions) ->
 
 def candidate_bases(card: ModelCard, cluster: Cluster, engine: Engine,
                     include_disaggregated: bool) -> list[Configuration]:
-    """Structurally plausible shapes x precisions (legality is checked by the caller)."""
+    """Structurally plausible shapes x precisions (legality is checked by the caller); no
+    split on an engine whose command line cannot start one (ATOM, llama.cpp: `deploy`
+    refuses them, and a frontier of ATOM splits was no answer), as the seed planner."""
     layouts = colocated_layouts(card, cluster, engine)
     shapes = [Configuration(tp=tp, pp=pp, ep=ep, attention_dp=dp, replicas=replicas)
               for tp, pp, ep, dp in layouts
               for replicas in replica_counts(tp * pp, cluster.total_gpus)]
-    if include_disaggregated:
+    if include_disaggregated and adapter_for(engine).launches_split_pools:
         shapes += disaggregated_shapes(pool_layouts(layouts), cluster.total_gpus)
     precisions = precision_choices(card, cluster)
     fixed = engine_only_values(engine)      # llama.cpp: no graph capture (the default's illegal there)

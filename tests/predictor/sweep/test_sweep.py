@@ -345,3 +345,13 @@ def test_an_unreachable_ray_address_is_refused_within_its_deadline():
         listening.listen(1)
         check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
 
+
+
+@pytest.mark.parametrize("engine, splits", [("atom", False), ("sglang", True), ("vllm", True)])
+def test_no_split_family_on_an_engine_whose_command_line_cannot_start_one(engine, splits):
+    """A frontier of ATOM splits was one `deploy` refuses (its command line has no pool
+    flags): the sweep leaves them out, as the seed planner does."""
+    target = resolve_target("gpt-oss-120b", "mi355x", engine)
+    plan = build_plan(target, WORKLOAD, SMALL)
+    assert any(family.base.disaggregated for family in plan.families) is splits
+    assert any(not family.base.disaggregated for family in plan.families)
