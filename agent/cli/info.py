@@ -194,12 +194,16 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
     Memory fits one sequence of --context tokens (prompt + output), as `memory` sizes it."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
-    configuration, taken = priced_configuration(target, configuration_from_options(config, engine=target.engine),
-                                                 PREDICT_CONTEXT_TOKENS)
+    typed = configuration_from_options(config, engine=target.engine)
+    configuration, taken = priced_configuration(target, typed, PREDICT_CONTEXT_TOKENS)
     result = check_configuration(target.card, target.cluster, target.engine, configuration, context)
+    # legal to price, and yet its engine's launch may refuse it (ATOM has no split pools): said, as deploy says it
+    from agent.deploy.plan import try_plan      # deploy's adapters: imported by this command only
+    refused = try_plan(target, typed, PREDICT_CONTEXT_TOKENS)[1] if result.legal else None
     if json_out:
         print_json({**target.to_json(), "configuration": configuration.to_dict(),
-                    "configuration_text": configuration.describe(), "recipe": taken, **result.to_json()})
+                    "configuration_text": configuration.describe(), "recipe": taken, **result.to_json(),
+                    "deploy_refused": refused})
         if not result.legal:
             raise typer.Exit(1)
         return
@@ -207,6 +211,8 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
         say(console, recipe_text(taken))
     if result.legal:
         console.print(f"[green]legal[/green]: {configuration.describe()} on {target.cluster.spec} ({target.engine})")
+        if refused:
+            paragraph(console, refused, first="  not deployable: ")
     else:
         console.print(f"[red]illegal[/red]: {configuration.describe()}")
         for reason in result.reasons:

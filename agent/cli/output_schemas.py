@@ -144,7 +144,8 @@ def commands() -> dict[str, dict]:
             "num_sampled_out": INT, "frontier_rule": OBJ, "num_ineligible": INT, "backend": STR,
             "points_per_s": NUM}),
         "check": command_schema("inferasim check --json", {
-            **TARGET, **_v("configuration", "configuration_text", "legal", "reasons", "memory"), "recipe": RECIPE}),
+            **TARGET, **_v("configuration", "configuration_text", "legal", "reasons", "memory"), "recipe": RECIPE,
+            "deploy_refused": nullable(STR)}),
         "memory": command_schema("inferasim memory --json", {
             **_v("model", "cluster", "engine", "configuration_text", "context_tokens", "max_concurrency", "fits",
                  "reason", "legal", "reasons"), "recipe": RECIPE,

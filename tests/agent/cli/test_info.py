@@ -55,6 +55,20 @@ def test_check_reports_every_reason_and_exits_1():
     assert data["legal"] is True and data["memory"]["fits"] is True
 
 
+def test_check_says_when_a_legal_configuration_is_one_its_engine_cannot_launch():
+    """Legal to price, refused by `deploy` (ATOM's command line has no prefill/decode pool
+    flags): `check` said 'legal' and exit 0 with nothing more; it still exits 0 (the price
+    is sound) and says why it cannot be deployed."""
+    split = "tp=2,ep=2,attention_dp=2,disaggregated=true,prefill_layout=TP1/EP1/DP1,decode_layout=TP2/EP2/DP2"
+    result = run("check", "--model", "gpt-oss-120b", "--engine", "atom", "--config", split)
+    assert result.exit_code == 0 and "legal" in result.output
+    assert "not deployable: disaggregated" in " ".join(result.output.split())
+    data = run_json("check", "--model", "gpt-oss-120b", "--engine", "atom", "--config", split)
+    assert data["legal"] is True and "disaggregated=true cannot be set on the atom command line" in data["deploy_refused"]
+    plain = run_json("check", "--model", "gpt-oss-120b", "--config", "tp=8")
+    assert plain["legal"] is True and plain["deploy_refused"] is None
+
+
 def test_check_sizes_the_context_it_is_asked_about():
     """`check` fits one sequence of --context tokens (2,048 by default), as `memory` and
     `predict` size theirs: DeepSeek-R1 on four B200 fits 2k tokens, not 101k."""
