@@ -34,7 +34,7 @@ from predictor.sim.request import Request
 from predictor.units import MS_PER_S, US_PER_MS, US_PER_S
 
 WARMUP_ONLY_FLAG = "warm-up only"   # the flag of a replay too short to measure past its warm-up
-SHORT_REPLAY_FLAG = "short replay"   # the flag of a replay whose throughput window is the whole replay
+SHORT_REPLAY_FLAG = "short replay"   # the flag of a replay whose window after the warm-up missed most prompts
 STATS = ("mean", "p50", "p90", "p95", "p99", "p999")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 JSON_STATS = ("mean", "p50", "p90", "p99", "p999")
@@ -120,7 +120,7 @@ def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, f
 
 
 WARMUP_ONLY = "warmup_only_replications"   # extra: replications whose finished requests were all warm-up
-SHORT_REPLAY = "short_replay_replications"  # extra: replications measured over the whole replay (`Simulator._window`)
+SHORT_REPLAY = "short_replay_replications"  # extra: replications whose window missed most prompts (`Simulator._short_replay`)
 UNUSED_LOAD = "unused_load_levers"          # extra: load levers the workload could not honour (`api.unused_load_levers`)
 
 
@@ -143,14 +143,14 @@ class SimResult:
     def flags(self) -> tuple[str, ...]:
         """What the replay itself says about its figures: a replay too short to finish a
         request after its warm-up reports the warm-up's; load levers it could not honour."""
-        count, short = self.extra.get(WARMUP_ONLY, 0), self.extra.get(SHORT_REPLAY, 0) - self.extra.get(WARMUP_ONLY, 0)
+        count, short = self.extra.get(WARMUP_ONLY, 0), self.extra.get(SHORT_REPLAY, 0)
         said = (f"{WARMUP_ONLY_FLAG}: no request finished after the warm-up in {count} of {self.replications} "
                 "replication(s), so their figures are the warm-up's, and ITL, recorded for measured requests only, "
                 "is empty (replay more requests)",) if count else ()
         if short > 0:
-            said += (f"{SHORT_REPLAY_FLAG}: most measured requests were sent before the warm-up ended in {short} of "
-                     f"{self.replications} replication(s), so their throughputs cover the whole replay, warm-up "
-                     "included (replay more requests)",)
+            said += (f"{SHORT_REPLAY_FLAG}: most measured requests had their first token before the warm-up ended in "
+                     f"{short} of {self.replications} replication(s), so the throughput window after it holds their "
+                     "decodes and few of their prompts (replay more requests)",)
         unused = self.extra.get(UNUSED_LOAD)
         return (*said, unused) if unused else said
 

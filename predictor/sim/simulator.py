@@ -362,27 +362,29 @@ class Simulation:
     def _window(self) -> Window:
         """From the end of the warm-up (a closed loop; an open loop: the first arrival) to
         the last completion: the drain is included, as a benchmark's clock runs until
-        its last response. A replay too short for that window is measured over all of it
-        (`SHORT_REPLAY` in the result's ``extra``, said by its flags): one whose every
-        finished request is warm-up, as its latencies are (`_measured`), or one whose
-        measured requests were mostly sent before the warm-up ended (100 requests at 64
-        clients): the window after the warm-up then held the last decodes and few prompts,
-        and read input 0 tok/s and an output a tenth of the engine's."""
+        its last response. A replay whose every finished request is warm-up is measured
+        over all of it, as its latencies are (`_measured`): its window after the warm-up
+        held the last decodes and no prompt, so it read input 0 tok/s and a total
+        throughput 100x below a slightly shorter replay's."""
         end = self.recorder.snapshot(self.now_us)
+        warmup_only = all(r.is_warmup for r in self.finished)
         if self.source.mode is ArrivalMode.CLOSED and self._window_start is not None \
-                and self._window_start[0] < end[0] and not self._short_replay():
+                and self._window_start[0] < end[0] and not warmup_only:
             return Window(self._window_start, end)
         first_arrival = min((r.arrival_us for r in self.finished), default=0.0)
         return Window((first_arrival, 0.0, 0.0), end)
 
     def _short_replay(self) -> bool:
-        """Whether the window after a closed loop's warm-up cannot stand for the replay
-        (`_window`): no measured request, or fewer than half of them sent inside it."""
+        """Whether most measured requests of a closed loop had their first token before its
+        warm-up ended, so the window after it (`_window`) holds their decodes and not their
+        prompts (100 requests at 64 clients with 8k prompts: input 0 tok/s, an output a
+        tenth of the engine's): flagged (`SHORT_REPLAY`), not re-measured, since a window
+        over the warm-up would count its staggered first turns' shortened outputs."""
         measured = [r for r in self.finished if not r.is_warmup]
         if not measured or self._window_start is None:
-            return True
+            return False
         opened = self._window_start[0]
-        return 2 * sum(r.arrival_us >= opened for r in measured) < len(measured)
+        return 2 * sum(r.first_token_us >= opened for r in measured) < len(measured)
 
     def _measured(self) -> list[Request]:
         """The requests after the warm-up; all of them when none finished after it (a

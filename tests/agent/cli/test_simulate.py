@@ -160,11 +160,11 @@ def test_a_replay_too_short_for_its_warm_up_says_its_figures_are_the_warm_ups():
                                                        rel=1e-3)
 
 
-def test_a_replay_whose_measured_requests_mostly_precede_the_window_is_measured_whole():
-    """100 requests at 64 clients: the 36 measured ones were mostly sent before the last
-    warm-up request finished, and the window after it held their decodes only (input 0
-    tok/s with 8k prompts, output a tenth of the engine's); measured over the whole
-    replay instead, and said; a longer replay keeps the window after its warm-up."""
+def test_a_replay_whose_measured_prompts_mostly_precede_its_window_says_so():
+    """100 requests at 64 clients: the 36 measured ones mostly had their first token before
+    the last warm-up request finished, and the window after it held their decodes only
+    (input 0 tok/s with 8k prompts, output a tenth of the engine's), with no word of it; a
+    longer replay's window holds its prompts."""
     def run(requests: int) -> dict:
         result = runner.invoke(app, ["simulate", "--model", "llama-3.1-8b", "--cluster", "h100x1", "--workload",
                                      "8k/1k", "--config", "concurrency=64", "--requests", str(requests), "--json"])
@@ -175,8 +175,7 @@ def test_a_replay_whose_measured_requests_mostly_precede_the_window_is_measured_
     assert short["short_replay_replications"] == 1 and "short_replay_replications" not in longer
     assert any(f.startswith("short replay: ") for f in short["flags"])
     assert not any(f.startswith("short replay") for f in longer["flags"])
-    assert short["input_throughput_per_gpu"] > 5 * short["output_throughput_per_gpu"] > 0
-    assert short["output_throughput_per_gpu"] > 0.5 * longer["output_throughput_per_gpu"]
+    assert longer["input_throughput_per_gpu"] > 5 * longer["output_throughput_per_gpu"] > 0
 
 
 def test_a_plain_configuration_takes_its_anchors_recipe_as_predict_does(monkeypatch):
