@@ -24,7 +24,6 @@ from agent.trial import SearchContext
 from levers.catalog import DTYPES, FUSIONS, LEVERS_BY_NAME, format_layout
 from levers.configuration import Configuration, engine_only_values
 from levers.errors import InputError
-from objectives.objectives import Group
 from predictor.anchors.anchoring import as_priced
 from predictor.harvest.adapters import adapter_for
 from predictor.sim.scheduler import PROFILES
@@ -36,9 +35,11 @@ RUNNING_REQUESTS_LADDER = (32, 64, 128, 512, 1024)
 TOKEN_BUDGET_LADDER = (2048, 4096, 16384, 32768)
 CHUNK_LADDER = (2048, 4096, 16384)
 KV_FRACTION_LADDER = (0.8, 0.85, 0.9)
-# a memory objective (HBM, KV pool per GPU) is lowered by a smaller pool: the lever's range down
-# to its 0.5 bound (at 0.8-0.9 only, memory_per_gpu stopped "exhausted" 60% above a legal 0.5)
-KV_FRACTION_MEMORY_LADDER = (0.5, 0.6, 0.7, *KV_FRACTION_LADDER)
+# an objective that counts the KV pool (HBM used, KV pool per GPU) is lowered by a smaller pool:
+# the lever's range down to its bound (at 0.8-0.9 only, memory_per_gpu stopped "exhausted" at
+# 247 GB/GPU where a legal 0.5 holds 155)
+KV_FRACTION_MEMORY_LADDER = (LEVERS_BY_NAME["kv_memory_fraction"].bounds[0], 0.6, 0.7, *KV_FRACTION_LADDER)
+KV_POOL_METRICS = ("memory_per_gpu_gb", "kv_cache_per_gpu_gb")
 HOST_KV_TIER_GB_LADDER = (64.0, 256.0)
 SPEC_DEPTHS = (1, 2, 3)
 EPLB_REPLICAS_LADDER = (32, 64)
@@ -252,7 +253,7 @@ class SeedPlanner:
             yield from _ladder(base, "chunked_prefill_size",
                                [c for c in CHUNK_LADDER if c <= base.max_batched_tokens])
         yield from _ladder(base, "kv_memory_fraction", KV_FRACTION_MEMORY_LADDER
-                           if self.context.objective.group is Group.MEMORY else KV_FRACTION_LADDER)
+                           if self.context.objective.metric in KV_POOL_METRICS else KV_FRACTION_LADDER)
         for lever in ("kv_block_size", "prefix_cache", "graph_capture", "max_captured_batch"):
             yield from _ladder(base, lever, allowed_values(self.context, lever))
         yield from _ladder(base, "host_kv_tier_gb", HOST_KV_TIER_GB_LADDER)

@@ -59,7 +59,7 @@ def _read_holder(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def is_written(ledger: Path) -> bool:
+def is_held(ledger: Path) -> bool:
     """Whether a live process holds ``ledger``'s lock: a search still writing it."""
     path = lock_path(Path(ledger))
     return path.exists() and _holder_alive(_read_holder(path))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ledgers.model import Ledger, TrialRecord
-from ledgers.lock import is_written
+from ledgers.lock import is_held
 from ledgers.store import list_ledgers, load_ledger, resolve_ledger
 from levers.errors import InputError
 
@@ -49,7 +49,7 @@ def status_of(ledger: Ledger, reference: str | Path | None = None) -> str:
     if reference is None:
         return "running"
     try:
-        written = is_written(resolve_ledger(str(reference)))
+        written = is_held(resolve_ledger(str(reference)))
     except InputError:
         return "running"
     return "running" if written else "interrupted"
@@ -57,14 +57,16 @@ def status_of(ledger: Ledger, reference: str | Path | None = None) -> str:
 
 def unfinished_note(ledger: Ledger, reference: str | Path | None = None) -> str:
     """What a search's best is worth before the search finished ("" once it has): the best
-    so far among its trials priced at full fidelity (a bounded search's shorter replays
-    wait for its confirm step), not yet re-priced over replications."""
+    so far; a DES search's, among its trials priced at full fidelity (a bounded search's
+    shorter replays wait for its confirm step), not yet re-priced over replications."""
     status = status_of(ledger, reference)
     if status == "finished":
         return ""
-    how = "still running" if status == "running" else f"interrupted; tune --resume {ledger.search_id} continues it"
-    return (f" so far of an unfinished search ({how}): among the trials priced at full fidelity, not yet "
-            "re-priced over replications")
+    how = ("still running" if status == "running"
+           else f"interrupted; tune --resume {reference or ledger.search_id} continues it")
+    replayed = any(t.source == "des" for t in ledger.trials)
+    return f" so far of an unfinished search ({how})" + (
+        ": among the trials priced at full fidelity, not yet re-priced over replications" if replayed else "")
 
 
 def row(path: Path) -> dict[str, Any]:

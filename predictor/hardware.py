@@ -246,13 +246,14 @@ def _count(digits: str | None, default: int) -> int:
     """A count's digits as a number (past nine digits: beyond any range, never converted)."""
     if not digits:
         return default
+    digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 9 else 10 ** 9
 
 
 def _shown(digits: str | None) -> str:
-    if digits and len(digits) <= 9:
+    digits = (digits or "").lstrip("0") or "0"
+    if len(digits) <= 9:
         return f"{int(digits):,}"
-    digits = digits or ""
     return f"{digits[:12]}{'...' if len(digits) > 12 else ''} ({len(digits)} digits)"
 
 

@@ -41,7 +41,7 @@ from predictor.step.fusions import fusion_opportunities
 from predictor.step.handoff import DEFAULT_BACKEND, handoff_us, link_gbps
 from predictor.step.priors import Priors
 from predictor.target import Target
-from predictor.uncertainty import ErrorBars, band_keys, shipped_error_bars, with_sampling_noise
+from predictor.uncertainty import ErrorBars, band_keys, ordered, shipped_error_bars, with_sampling_noise
 from predictor.units import BYTES_PER_GB, MS_PER_S, US_PER_MS
 from predictor.workload import WorkloadSpec
 
@@ -110,8 +110,8 @@ def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars, harne
     mode = bars.mode(kinds, anchoring.has_anchor)
     flags = (*prediction.flags, "rank-only") if mode is Mode.RANK_ONLY else prediction.flags
     metrics = prediction.metrics or {}
-    intervals = with_sampling_noise(bars.intervals(metrics, kinds, band_keys(calibration, harness)), metrics,
-                                    prediction.seed_intervals)
+    intervals = ordered(with_sampling_noise(bars.intervals(metrics, kinds, band_keys(calibration, harness)), metrics,
+                                            prediction.seed_intervals))
     return replace(prediction, mode=mode, anchor_id=anchoring.anchor_id, flags=tuple(dict.fromkeys(flags)),
                    transfer=bars.primary(kinds), transfer_kinds=kinds, intervals=intervals, calibration=calibration)
 

@@ -264,6 +264,20 @@ def with_sampling_noise(intervals: dict[str, tuple[float, float]], metrics: dict
     return out
 
 
+def ordered(intervals: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """Each E2E interval held at or above its TTFT's (the same statistic): every request's
+    end-to-end time holds its first token's, so each quantile and the mean do too, while
+    the two bands, measured apart, need not (an overloaded agentic replay read TTFT
+    566-1,531 s and E2E 973-1,158 s)."""
+    out = dict(intervals)
+    for key, (low, high) in intervals.items():
+        if key.startswith("e2e_ms_"):
+            first = intervals.get("ttft_ms_" + key.removeprefix("e2e_ms_"))
+            if first is not None:
+                out[key] = (max(low, first[0]), max(high, first[1]))
+    return out
+
+
 @lru_cache(maxsize=1)
 def shipped_error_bars() -> ErrorBars:
     """The error bars measured on the embedded corpora (package data)."""

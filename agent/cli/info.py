@@ -191,15 +191,19 @@ def check(model: str = ModelOpt, cluster: Optional[str] = ClusterOpt, engine: Op
           json_out: bool = JsonOpt) -> None:
     """Is a configuration legal (structure, engine support, fusions, 90% HBM)? Exit 1 if not.
 
-    Memory fits one sequence of --context tokens (prompt + output), as `memory` sizes it."""
+    Memory fits one sequence of --context tokens (prompt + output), as `memory` sizes it. A
+    legal configuration its engine's launch cannot express (an ATOM split) is said as
+    'not deployable' (exit 0: its price stands; `deploy` refuses it)."""
     target = target_with_default_engine(model, cluster, engine)
     check_workload_context(target.card, context, f"{context:,} tokens", "--context")
     typed = configuration_from_options(config, engine=target.engine)
     configuration, taken = priced_configuration(target, typed, PREDICT_CONTEXT_TOKENS)
     result = check_configuration(target.card, target.cluster, target.engine, configuration, context)
-    # legal to price, and yet its engine's launch may refuse it (ATOM has no split pools): said, as deploy says it
-    from agent.deploy.plan import try_plan      # deploy's adapters: imported by this command only
-    refused = try_plan(target, typed, PREDICT_CONTEXT_TOKENS)[1] if result.legal else None
+    # legal to price, and yet its engine's launch may refuse it (ATOM has no split pools): said, as deploy says it.
+    # Imported here: deploy's adapters cost `levers`, `models` and the other commands of this module 0.5 s of start-up.
+    from agent.deploy.plan import DEPLOYABLE, try_plan
+    deployable = result.legal and target.engine in DEPLOYABLE       # llama.cpp: a harvest-only engine, no deploy
+    refused = try_plan(target, typed, PREDICT_CONTEXT_TOKENS)[1] if deployable else None
     if json_out:
         print_json({**target.to_json(), "configuration": configuration.to_dict(),
                     "configuration_text": configuration.describe(), "recipe": taken, **result.to_json(),

@@ -66,7 +66,7 @@ def pareto_command(
                                              help="Cap on predictions (whole families sampled, seeded)."),
     max_spec_depth: int = typer.Option(DEFAULT_MAX_SPEC_DEPTH, "--max-spec-depth", parser=int_option("--max-spec-depth", 0, 8),
                                        help="Deepest speculative depth tried (best kept per concurrency)."),
-    disaggregated: bool = typer.Option(True, "--disaggregated/--no-disaggregated", help="Sweep prefill/decode splits (on an engine whose command line can start them: not ATOM or llama.cpp)."),
+    disaggregated: bool = typer.Option(True, "--disaggregated/--no-disaggregated", help="Sweep prefill/decode splits (on an engine whose launch can start them)."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", parser=int_option("--num-requests", 1, MAX_DES_REQUESTS),
                                               help="Requests per DES run (agentic)."),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed for DES runs and --max-points sampling."),
@@ -77,7 +77,10 @@ def pareto_command(
                                             "interactivity>=25 (drawn as a line), p90-itl<=50 (repeatable)."),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Sweep layouts, precisions, splits, concurrency and speculation; write the frontier."""
+    """Sweep layouts, precisions, splits, concurrency and speculation; write the frontier.
+
+    Exit 1 when the frontier is empty (no legal point, or none the --slo / --ttft-max
+    rule keeps); the files are written either way."""
     rule = frontier_rule(ttft_max, slo)
     target = target_with_default_engine(model, cluster, engine)
     spec = parse_workload(workload)

@@ -144,9 +144,9 @@ def render_prediction(target: Target, configuration: Configuration, spec: Worklo
              f"{configuration.describe()}")
     if result.metrics is None:      # PRODUCT.md: the reason, the memory breakdown, and the precisions it sized
         does_not_fit(console, title, result.reasons)
-        if taken:
-            say(console, recipe_text(taken))
-        if result.memory is not None:
+        if result.memory is not None:       # sized (a structural refusal never was)
+            if taken:
+                say(console, recipe_text(taken))
             console.print(memory_table(memory_pools(target, configuration, result.memory, priced_context),
                                        *sizing(target.card)))
         return

@@ -49,4 +49,4 @@ def build(source: str, top: int) -> tuple[str, str]:
         if is_mix_report(data):
             return mix_page(data, str(candidate)), candidate.stem
     ledger = load_ledger(source)
-    return search_page(ledger, top), ledger.search_id
+    return search_page(ledger, top, source), ledger.search_id

@@ -90,7 +90,7 @@ def tune_command(
         result = tune(request) if json_out or not console.is_terminal else _with_progress(request, budget)
     except SearchInterrupted as stop:
         err_console.print(f"interrupted after {stop.num_trials} trials; they are in the ledger {stop.path} "
-                          f"(status running): continue with `inferasim tune --resume {stop.path.stem}`",
+                          f"(interrupted): continue with `inferasim tune --resume {stop.path.stem}`",
                           markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     winner = try_plan(result.context.target, result.best.config, result.context.workload.priced_context_tokens) \

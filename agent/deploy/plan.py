@@ -268,8 +268,9 @@ def _vllm_node_flags(config: Configuration, count: int, per_node: int, rank: int
 def try_plan(target: Target, config: Configuration,
              priced_context: float | None = None) -> tuple[DeployPlan | None, str | None]:
     """The plan, or why there is none (for `tune` and `plan-mix`, which print the
-    winner's deploy line but must not fail on a pick an engine cannot express). The
-    reason names the lever, not a ``--config`` option: the pick's levers were not typed."""
+    winner's deploy line but must not fail on a pick an engine cannot express, and for
+    `check`'s 'not deployable'). The reason names the lever, not a ``--config`` option:
+    a pick's levers were not typed (and `check` names its other refusals by lever too)."""
     try:
         return build_plan(target, config, priced_context=priced_context), None
     except InputError as error:

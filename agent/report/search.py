@@ -25,7 +25,7 @@ from agent.report import figures
 from agent.report.page import Cell, definitions, document, figure, paragraph, pre, section, table
 from agent.trial import Phase, Trial
 from ledgers.model import Ledger, TrialRecord
-from ledgers.review import ranked
+from ledgers.review import ranked, status_of
 from levers.configuration import configuration_from_dict
 from objectives.objectives import resolve_objective
 from objectives.slo import parse_slos
@@ -41,8 +41,9 @@ MAX_REASON_CHARS = 160
 NUMBERS = re.compile(r"\d[\d,.]*")     # `_rejections`: reasons that differ in numbers alone
 
 
-def search_page(ledger: Ledger, top: int = TOP) -> str:
-    """The whole page (module docstring)."""
+def search_page(ledger: Ledger, top: int = TOP, reference: str | None = None) -> str:
+    """The whole page (module docstring; ``reference``: where the ledger was read, for its
+    status, `ledgers.review.status_of`)."""
     target = recorded_target(ledger.model, ledger.cluster, ledger.engine, f"ledger {ledger.search_id}")
     goal = resolve_objective(ledger.objective)
     unit = objective_header(goal).split("\n")[-1]
@@ -51,7 +52,7 @@ def search_page(ledger: Ledger, top: int = TOP) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = [
         section("The question", _question(ledger)),
-        section("The outcome", _outcome(ledger, unit)),
+        section("The outcome", _outcome(ledger, unit, reference)),
         section(f"Best trials (top {len(best_trials)} of {len(ledger.trials)})",
                 _best_table(ledger, best_trials, unit),
                 paragraph("value [lo-hi]: the 80% interval from the measured error of the prediction's transfer "
@@ -83,13 +84,13 @@ def _question(ledger: Ledger) -> str:
     ])
 
 
-def _outcome(ledger: Ledger, unit: str) -> str:
+def _outcome(ledger: Ledger, unit: str, reference: str | None = None) -> str:
     best = ledger.best
     stats = ledger.stats
     shown = (f"trial #{best.index} ({best.phase}, {best.mode}): {with_interval(best.objective_value)} {unit}"
              if best else "no trial met the SLOs (the nearest misses are in the table)")
     return definitions([
-        ("best", shown), ("stopped", ledger.stop_reason or ledger.status),
+        ("best", shown), ("stopped", ledger.stop_reason or status_of(ledger, reference)),
         ("trials", f"{stats.num_trials} ({stats.num_priced} priced, {stats.num_rejected} rejected, "
                    f"{stats.num_duplicates} duplicates)"),
         ("wall time", f"{stats.wall_s:.1f} s ({stats.trials_per_s:.1f} trials/s)"),

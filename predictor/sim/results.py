@@ -120,7 +120,7 @@ def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, f
 
 
 WARMUP_ONLY = "warmup_only_replications"   # extra: replications whose finished requests were all warm-up
-SHORT_REPLAY = "short_replay_replications"  # extra: replications whose window missed most prompts (`Simulator._short_replay`)
+SHORT_REPLAY = "short_replay_replications"  # extra: replications whose window missed most prompts (`Simulation._short_replay`)
 UNUSED_LOAD = "unused_load_levers"          # extra: load levers the workload could not honour (`api.unused_load_levers`)
 
 
@@ -142,7 +142,9 @@ class SimResult:
     @property
     def flags(self) -> tuple[str, ...]:
         """What the replay itself says about its figures: a replay too short to finish a
-        request after its warm-up reports the warm-up's; load levers it could not honour."""
+        request after its warm-up reports the warm-up's; one whose measured requests mostly
+        had their first token before the warm-up ended has a window short of their prompts;
+        load levers it could not honour."""
         count, short = self.extra.get(WARMUP_ONLY, 0), self.extra.get(SHORT_REPLAY, 0)
         said = (f"{WARMUP_ONLY_FLAG}: no request finished after the warm-up in {count} of {self.replications} "
                 "replication(s), so their figures are the warm-up's, and ITL, recorded for measured requests only, "

@@ -381,8 +381,8 @@ class Simulation:
         tenth of the engine's): flagged (`SHORT_REPLAY`), not re-measured, since a window
         over the warm-up would count its staggered first turns' shortened outputs."""
         measured = [r for r in self.finished if not r.is_warmup]
-        if not measured or self._window_start is None:
-            return False
+        if not measured or self._window_start is None or self._window_start[0] >= self.now_us:
+            return False                    # no window after the warm-up: `_window` measures it all
         opened = self._window_start[0]
         return 2 * sum(r.first_token_us >= opened for r in measured) < len(measured)
 

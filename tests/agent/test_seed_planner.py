@@ -174,7 +174,7 @@ def test_the_search_checks_memory_at_the_precisions_it_prices():
 
 
 @pytest.mark.parametrize("objective, lowest", [("memory_per_gpu", 0.5), ("kv_cache_per_gpu", 0.5),
-                                               ("throughput", 0.8)])
+                                               ("weights_per_gpu", 0.8), ("throughput", 0.8)])
 def test_a_memory_objective_is_offered_the_kv_fraction_down_to_its_bound(objective, lowest):
     """memory_per_gpu stopped 'exhausted' at 247 GB/GPU with 0.8-0.9 the only fractions
     tried, where a legal 0.5 holds 155; other objectives keep the first search's ladder."""

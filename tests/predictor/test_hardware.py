@@ -57,11 +57,16 @@ def test_bad_cluster_is_an_input_error(text):
     ("mi355x8x" + "9" * 10_000, "NODES 999999999999... (10000 digits) is not in 1..1,024"),
     ("h100x" + "1" * 20, "PER_NODE 111111111111... (20 digits) is not in 1..8 for H100"),
     ("b200x8x2000", "NODES 2,000 is not in 1..1,024"),
+    ("h100x00000000009", "PER_NODE 9 is not in 1..8 for H100"),
 ])
 def test_a_count_out_of_range_says_which_and_the_range_however_long(text, problem):
     with pytest.raises(InputError) as caught:
         parse_cluster(text)
     assert caught.value.problem == problem
+
+
+def test_leading_zeros_are_the_count_they_write():
+    assert parse_cluster("h100x00000000001x002").total_gpus == 2
 
 
 def test_default_cluster_is_one_node_of_eight_mi355x():

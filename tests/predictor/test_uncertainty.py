@@ -166,3 +166,16 @@ def test_a_des_interval_carries_the_replications_noise_too():
     assert biased["output_throughput_per_gpu"][0] < 10.5      # a band above the value moves out by the noise
     sparse = with_sampling_noise({"itl_ms_p999": (89.0, 135.0)}, {"itl_ms_p999": 110.0}, {"itl_ms_p999": (0.0, 361.0)})
     assert sparse["itl_ms_p999"][0] == 0.0 and sparse["itl_ms_p999"][1] > 135.0
+
+
+def test_an_e2e_interval_holds_at_or_above_its_ttfts():
+    """Every request's end-to-end time holds its first token's: each E2E bound is at least
+    the same statistic's TTFT bound (bands measured apart read E2E 973-1,158 s against
+    TTFT 566-1,531 s on an overloaded replay); other metrics are left alone."""
+    from predictor.uncertainty import ordered
+
+    out = ordered({"ttft_ms_mean": (566.0, 1531.0), "e2e_ms_mean": (973.0, 1158.0), "ttft_ms_p90": (10.0, 20.0),
+                   "e2e_ms_p90": (30.0, 40.0), "e2e_ms_p99": (1.0, 2.0), "tpot_ms_mean": (1.0, 2.0)})
+    assert out["e2e_ms_mean"] == (973.0, 1531.0) and out["e2e_ms_p90"] == (30.0, 40.0)
+    assert out["e2e_ms_p99"] == (1.0, 2.0) and out["tpot_ms_mean"] == (1.0, 2.0)
+    assert ordered({"ttft_ms_mean": (5.0, 9.0), "e2e_ms_mean": (3.0, 4.0)})["e2e_ms_mean"] == (5.0, 9.0)

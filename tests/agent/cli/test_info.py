@@ -67,6 +67,9 @@ def test_check_says_when_a_legal_configuration_is_one_its_engine_cannot_launch()
     assert data["legal"] is True and "disaggregated=true cannot be set on the atom command line" in data["deploy_refused"]
     plain = run_json("check", "--model", "gpt-oss-120b", "--config", "tp=8")
     assert plain["legal"] is True and plain["deploy_refused"] is None
+    # a harvest-only engine has no deploy to refuse it (it read 'harvest-only engine' on every check)
+    cpu = run_json("check", "--model", "llama-3.1-8b", "--cluster", "cpu", "--engine", "llamacpp")
+    assert cpu["legal"] is True and cpu["deploy_refused"] is None
 
 
 def test_check_sizes_the_context_it_is_asked_about():

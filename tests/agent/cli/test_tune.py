@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 import agent.question
 from agent.cli.main import app
+from ledgers.lock import LedgerLock
 from tests.agent.tune_fakes import FakePredictor
 
 runner = CliRunner()
@@ -189,8 +190,6 @@ def test_ledger_best_of_an_unfinished_search_says_so_and_show_names_no_stop():
     says no stop was recorded (it printed 'stop: None'). A search no process writes any
     more (Ctrl-C, killed) reads 'interrupted' with how to resume it; one whose lock a live
     process holds reads 'running' (`ledger list` read 'running' for good after a Ctrl-C)."""
-    from ledgers.lock import LedgerLock
-
     path = Path(json.loads(invoke(*QWEN, "--budget", "12", "--json").output)["ledger"])
     finished = runner.invoke(app, ["ledger", "best", str(path)], terminal_width=300).output
     assert "unfinished" not in finished
@@ -199,8 +198,12 @@ def test_ledger_best_of_an_unfinished_search_says_so_and_show_names_no_stop():
     path.write_text(json.dumps(data))
     best = runner.invoke(app, ["ledger", "best", str(path)], terminal_width=300)
     said = " ".join(best.output.split())
-    assert best.exit_code == 0 and "(best so far of an unfinished search (interrupted; tune --resume" in said
-    assert "among the trials priced at full fidelity" in said
+    assert best.exit_code == 0 and f"(best so far of an unfinished search (interrupted; tune --resume {path}" in said
+    assert "re-priced over replications" not in said         # an analytical search has no confirm step
+    data["trials"][data["best"]["index"]]["source"] = "des"    # a DES search's has
+    path.write_text(json.dumps(data))
+    said = " ".join(runner.invoke(app, ["ledger", "best", str(path)], terminal_width=300).output.split())
+    assert "among the trials priced at full fidelity, not yet re-priced over replications" in said
     shown = " ".join(runner.invoke(app, ["ledger", "show", str(path)], terminal_width=300).output.split())
     assert "stop: none recorded (the search is interrupted)" in shown and "stop: None" not in shown
     listed = json.loads(runner.invoke(app, ["ledger", "list", "--json"]).output)

@@ -117,3 +117,21 @@ def test_a_hit_rates_interval_stays_a_share():
     for low, high in rates["intervals"].values():
         assert 0.0 <= low <= high <= 1.0
     assert rates["intervals"]["overall"] == [0.0, 1.0]
+
+
+def test_combined_counts_hold_what_any_replication_counted():
+    """A count only a later replication holds (its replay was warm-up only, or short) is
+    summed too, and a flag it raises is said; the first replication's other extras win."""
+    from predictor.sim.replications import combine
+    from predictor.sim.results import SHORT_REPLAY, WARMUP_ONLY, SimResult
+
+    def result(extra):
+        return SimResult({}, {"output_throughput_per_gpu": 1.0},
+                         {"overall": 0.5, "per_replica": [0.5], "per_tier": {"hbm": 0.5}}, 1, 0.0, 0.0, extra)
+
+    combined = combine([result({"steps": 10, "note": "first"}), result({"steps": 12, WARMUP_ONLY: 1}),
+                        result({"steps": 11, SHORT_REPLAY: 1, "note": "third"})])
+    assert combined.extra["steps"] == 33 and combined.extra[WARMUP_ONLY] == 1 and combined.extra[SHORT_REPLAY] == 1
+    assert combined.extra["note"] == "first"
+    assert [f.split(":")[0] for f in combined.flags] == ["warm-up only", "short replay"]
+    assert "in 1 of 3 replication(s)" in combined.flags[0]

@@ -141,3 +141,14 @@ def test_drafter_plans():
     assert drafter_plan(deepseek, "dspark").target_layers_once == 3
     assert drafter_plan(deepseek, "ngram").is_free
     assert drafter_plan(deepseek, SpecMethod.NONE).is_free
+
+
+def test_an_acceptance_that_names_no_file_lists_every_form_it_could_have_been():
+    """`--acceptance banana` read as a file that is not there: the message lists the text
+    forms too (it said only 'a UTF-8 text file')."""
+    from predictor.step.speculation import ACCEPTANCE_ACCEPTED, parse_acceptance, read_acceptance_file
+
+    with pytest.raises(InputError) as caught:
+        parse_acceptance("banana", read_file=read_acceptance_file)
+    assert caught.value.accepted == ACCEPTANCE_ACCEPTED and "k:AL pairs" in caught.value.accepted
+    assert "no such file" in caught.value.problem

@@ -346,7 +346,6 @@ def test_an_unreachable_ray_address_is_refused_within_its_deadline():
         check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
 
 
-
 @pytest.mark.parametrize("engine, splits", [("atom", False), ("sglang", True), ("vllm", True)])
 def test_no_split_family_on_an_engine_whose_command_line_cannot_start_one(engine, splits):
     """A frontier of ATOM splits was one `deploy` refuses (its command line has no pool
