@@ -257,3 +257,16 @@ def test_fewer_clients_than_replicas_leave_replicas_idle_not_batches_fractional(
     if spec.requests_per_client is None:    # a fixed-count benchmark is a closed loop
         open_loop = predict(target, config("tp=1,replicas=8,concurrency=4,arrival_rate=1"), spec).metrics
         assert open_loop["output_throughput_fleet"] == pytest.approx(spec.osl, rel=0.01)    # 1 request/s
+
+
+def test_an_overloaded_open_loop_gives_no_ttft_from_arrival():
+    """Past the replicas' rate the queue grows without end: TTFT and E2E from arrival have
+    no mean (80 ms was printed beside a flag saying it grows without end); the replicas'
+    throughput and the TTFT from admission stay, and a loop within the rate keeps its TTFT."""
+    target = resolve_target("deepseek-r1", "mi355x", "sglang")
+    over = predict(target, Configuration(tp=8, ep=8, arrival_rate=1e6), parse_workload("1k/1k"))
+    assert over.legal and any(f.startswith("overloaded: ") for f in over.flags)
+    assert not {"ttft_ms_mean", "ttft_ms_p50", "e2e_ms_mean", "e2e_ms_p50"} & set(over.metrics)
+    assert over.metrics["ttft_admission_ms_mean"] > 0 and over.metrics["output_throughput_per_gpu"] > 0
+    within = predict(target, Configuration(tp=8, ep=8, arrival_rate=1.0), parse_workload("1k/1k"))
+    assert within.metrics["ttft_ms_mean"] > 0 and not any(f.startswith("overloaded") for f in within.flags)
