@@ -12,6 +12,7 @@ for another pick loses the files the earlier deploy listed and this one does not
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -64,6 +65,8 @@ def deploy_command(
     except InputError as error:
         raise _named_for(error, pick, ledger is not None) from None
     manifests, refused = manifests_for(deployed, image)
+    if manifests and image is None and target.cluster.gpu.vendor == "amd":
+        deployed = replace(deployed, notes=(*deployed.notes, AMD_IMAGE_NOTE))
     data = {**deployed.to_json(), "pick": pick.to_json(), "manifests": refused}
     paths = write_files(folder, deployed, manifests, data)
     data["files"] = {p.name: str(p) for p in paths}
@@ -105,6 +108,11 @@ def resolve_pick(ledger: str | None, trial: int | None, plan: str | None, slot: 
     if plan:
         return from_plan(plan, slot)
     return from_config(target_with_default_engine(model, cluster, engine), config)
+
+
+#: the manifests' default images (agent.deploy.manifests) are CUDA builds
+AMD_IMAGE_NOTE = ("the manifests' images are the engines' public NVIDIA builds (CUDA): on AMD GPUs pass --image "
+                  "with the engine's ROCm build")
 
 
 def manifests_for(plan: DeployPlan, image: str | None) -> tuple[dict[str, str], dict[str, str]]:

@@ -35,6 +35,7 @@ from predictor.harvest.launch import (
     PoolRole,
     native_dtypes,
 )
+from predictor.sim.scheduler import PROFILES
 from predictor.target import Target
 
 SERVE = "serve"
@@ -145,7 +146,7 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
     backend = (config.kv_transfer_backend or get_lever("kv_transfer_backend").legal_values(target.engine)[0]
                if split else None)
     roles = ((SERVE, config),) if split is None else ((PREFILL, split[0]), (DECODE, split[1]))
-    pools = tuple(_pool(target, role, replica, options, backend, offset, taken)
+    pools = tuple(_pool(target, role, replica, options, backend, offset, taken, config)
                   for offset, (role, replica) in enumerate(roles))
     followed = tuple(dict.fromkeys(lever for pool in pools for lever in taken if getattr(pool.config, lever) is None))
     notes = tuple(f"{lever}={taken[lever]} as priced is not on {target.engine}'s command line: the engine picks "
@@ -163,6 +164,10 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
     if config.router == "prefix_hash" and (split is not None or config.replicas > 1):
         notes += ("router=prefix_hash as priced: Dynamo's frontend has no prefix-hash mode, so dynamo.yaml runs "
                   "its KV-aware router (--router-mode kv), which routes on cached blocks, as router=kv_aware is priced",)
+    if PROFILES[target.engine].chunk_is_budget and config.chunked_prefill_size not in (
+            Configuration().chunked_prefill_size, config.max_batched_tokens):   # neither priced nor launched
+        notes += (f"chunked_prefill_size={config.chunked_prefill_size} is not on {target.engine}'s command line and "
+                  f"was not priced: its prompt chunk is the token budget, max_batched_tokens={config.max_batched_tokens}",)
     if config.fusions:   # priced (METHOD §3.13); the engines' compilers choose their passes themselves
         notes += (f"fusions={','.join(config.fusions)} as priced is not on {target.engine}'s command line: the "
                   "engine's compiler picks its fusion passes, so the launch may run others than were priced",)
@@ -170,8 +175,11 @@ def build_plan(target: Target, config: Configuration, options: DeployOptions = D
 
 
 def _pool(target: Target, role: str, config: Configuration, options: DeployOptions, backend: str | None,
-          port_offset: int, taken: dict[str, str]) -> PoolLaunch:
+          port_offset: int, taken: dict[str, str], deployment: Configuration | None = None) -> PoolLaunch:
+    """One pool's launch (``config``: its replica's levers; ``deployment``: the whole
+    configuration, which a refusal's hint restates: a split's pool alone is no deployment)."""
     card = target.card
+    deployment = deployment or config
     _check_layout_options(target.engine, role, config)
     request = LaunchRequest(
         model_path=options.model_path or card.hf_id, served_name=card.name, port=options.port + port_offset,
@@ -188,17 +196,18 @@ def _pool(target: Target, role: str, config: Configuration, options: DeployOptio
     except InputError as error:   # a deployment has no endpoint to fall back on (harvest's hint)
         lever = next((name for name in taken if error.what.endswith(name)), None)
         if lever == "activation_dtype":     # the recipe's, not the user's: the engine follows the weights
-            return _pool(target, role, replace(config, activation_dtype=None), options, backend, port_offset, {})
+            return _pool(target, role, replace(config, activation_dtype=None), options, backend, port_offset, {},
+                         replace(deployment, activation_dtype=None))
         stock = as_the_checkpoint_runs(card, target.cluster, config)
         if stock != config:     # asked precisions that only restate what the checkpoint runs
-            return _pool(target, role, stock, options, backend, port_offset, taken)
+            return _pool(target, role, stock, options, backend, port_offset, taken, deployment)
         precision = any(name in error.what for name in PRECISION_LEVERS)
         accepted = error.accepted.removesuffix(ENDPOINT_HINT) + (CHECKPOINT_HINT if precision else "")
         if lever is None:
             raise InputError(error.what, error.problem, accepted) from None
         native = native_dtypes(card).get(lever)     # the price came from an anchor of that precision
         if native:      # a runnable line whether the pick came from --config, a ledger or a plan
-            own = replace(config, **{**{name: None for name in taken}, lever: native})
+            own = replace(deployment, **{**{name: None for name in taken}, lever: native})
             accepted += (f"; or price and launch the checkpoint's own {native}: inferasim deploy --model {card.name} "
                          f"--cluster {target.cluster.spec} --engine {target.engine} --config {own.describe()}")
         raise InputError(f"{lever} (unset: the calibrating anchor's recipe, as priced)", error.problem,

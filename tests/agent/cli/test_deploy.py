@@ -70,6 +70,12 @@ def test_a_disaggregated_config_gets_a_dynamo_graph_and_llmd_pools(tmp_path):
     text = deploy("--model", "deepseek-r1", "--cluster", "mi355x8x2", "--engine", "vllm", "--config", SPLIT,
                   "--out", str(tmp_path))
     assert "prefill: 1 replica(s) x 8 GPU(s), each:" in text.stdout and "dynamo.yaml" in text.stdout
+    # their default images are CUDA builds: on MI355X that is said, and --image silences it
+    assert any("NVIDIA builds (CUDA): on AMD GPUs pass --image" in note for note in data["notes"])
+    imaged = deploy("--model", "deepseek-r1", "--cluster", "mi355x8x2", "--engine", "vllm", "--config", SPLIT,
+                    "--image", "rocm/vllm:custom", "--out", str(tmp_path), "--json")
+    assert not any("NVIDIA builds" in note for note in json.loads(imaged.stdout)["notes"])
+    assert "rocm/vllm:custom" in (tmp_path / "dynamo.yaml").read_text()
 
 
 def test_a_reused_folder_keeps_only_the_new_picks_files(tmp_path):
@@ -264,6 +270,24 @@ def test_a_recipe_the_engine_cannot_launch_names_a_runnable_alternative(tmp_path
     assert launched.exit_code == 0, launched.output
 
 
+def test_the_runnable_alternative_of_a_split_is_the_split(tmp_path, monkeypatch):
+    """A split TensorRT-LLM cannot launch at its anchor's FP4 weights: the offered line kept
+    one pool's layout alone (a colocated TP8 on 8 of the 16 GPUs); it restates the whole
+    split with the checkpoint's fp8, and that line deploys on all 16."""
+    monkeypatch.setenv("INFERASIM_HOME", str(tmp_path / "home"))
+    refused = runner.invoke(app, ["deploy", "--model", "deepseek-r1", "--cluster", "b200x8x2", "--engine", "trtllm",
+                                  "--config", "disaggregated=true,prefill_layout=TP8,decode_layout=TP8/EP8/DP8,"
+                                  "kv_transfer_backend=nixl"], terminal_width=600)
+    assert refused.exit_code == 2
+    line = " ".join(refused.output.split()).split("price and launch the checkpoint's own fp8: inferasim ", 1)[1]
+    offered = line.rstrip(")").split()
+    assert "disaggregated=true" in offered[-1] and "decode_layout=TP8/EP8/DP8" in offered[-1]
+    launched = runner.invoke(app, [*offered, "--out", str(tmp_path / "out"), "--json"], terminal_width=600)
+    assert launched.exit_code == 0, launched.output
+    pools = json.loads(launched.stdout)["pools"]
+    assert sum(pool["replicas"] * pool["gpus_per_replica"] for pool in pools) == 16
+
+
 def test_a_ledger_pick_the_engine_refuses_names_its_trial_not_a_config_option(fake_tune, tmp_path):
     """`deploy LEDGER` of a trial vLLM cannot launch read "--config weight_dtype: ..." though
     no --config was typed: the refusal names the ledger's trial and the way to another."""
@@ -275,3 +299,16 @@ def test_a_ledger_pick_the_engine_refuses_names_its_trial_not_a_config_option(fa
     result = deploy(str(path), "--trial", "0", "--out", str(tmp_path / "d"))
     assert result.exit_code == 2 and "--config" not in result.output.split("(accepted")[0]
     assert ": trial #0" in result.output and "weight_dtype" in result.output and "--trial N" in result.output
+
+
+@pytest.mark.parametrize("engine, cluster, said", [("trtllm", "b200x8", True), ("atom", "mi355x", True),
+                                                   ("vllm", "b200x8", False)])
+def test_a_chunk_size_the_engine_has_no_flag_for_is_said(tmp_path, engine, cluster, said):
+    """TensorRT-LLM's and ATOM's prompt chunk is their token budget: a chunk size asked apart
+    from it is neither priced nor launched, and was dropped without a word."""
+    result = deploy("--model", "deepseek-r1", "--cluster", cluster, "--engine", engine, "--config",
+                    "tp=8,weight_dtype=fp8,max_batched_tokens=4096,chunked_prefill_size=2048", "--out", str(tmp_path),
+                    "--json")
+    assert result.exit_code == 0, result.output
+    notes = json.loads(result.stdout)["notes"]
+    assert any(n.startswith("chunked_prefill_size=2048 is not on") for n in notes) is said
