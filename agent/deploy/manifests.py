@@ -11,8 +11,9 @@ replicas behind a router:
   frontend in front of them);
 - llm-d (splits only): one `Deployment` per pool labelled as llm-d's inference scheduler selects them
   (`llm-d.ai/role`), the engine command as the container's command and arguments, the
-  decode engine on port 8200 and, for vLLM, llm-d's routing sidecar in front of it on
-  8000 (as llm-d's P/D guides for vLLM and SGLang lay the pods out).
+  decode engine 200 above the serving port (`deploy --port`, 8000) behind llm-d's routing
+  sidecar on it (`--kv-connector` nixlv2 for vLLM, sglang for SGLang's bootstrap protocol:
+  llm-d-router `pkg/sidecar/proxy/connector_sglang.go`), as llm-d's P/D guides lay the pods out.
 
 Dynamo runs vLLM, SGLang and TensorRT-LLM workers; llm-d's P/D path runs vLLM and SGLang;
 the others are refused with the reason. Image names are the public images of the
@@ -38,8 +39,9 @@ ROUTER_MODES = {"least_loaded": "least-loaded", "kv_aware": "kv", "prefix_hash":
 ENGINE_IMAGES = {Engine.VLLM: "vllm/vllm-openai:v0.33.0", Engine.SGLANG: "lmsysorg/sglang:v0.5.23"}
 SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:latest"
 LLMD_BACKENDS = ("nixl", "mori")   # what llm-d's routing sidecar speaks (nixlv2; MoRI-IO write mode)
-LLMD_SERVE_PORT = 8000     # the routing sidecar's port on a decode pod; the engine moves behind it
-LLMD_ENGINE_PORT = 8200
+LLMD_ENGINE_PORT_OFFSET = 200   # a decode pod: the routing sidecar takes the serving port (--port),
+#   the engine moves this far behind it; a prefill pod serves on --port itself
+SIDECAR_CONNECTORS = {Engine.VLLM: "nixlv2", Engine.SGLANG: "sglang"}   # the sidecar's --kv-connector
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 CONFIG_MOUNT = "/config"
 FRONTEND_ARGS = ("--host", "--port")   # vLLM frontend options a Dynamo worker does not take
@@ -79,7 +81,7 @@ def dynamo_graph(plan: DeployPlan, image: str | None = None) -> str:
     image = image or f"nvcr.io/nvidia/ai-dynamo/{DYNAMO_IMAGES[engine]}:{DYNAMO_VERSION}"
     frontend = {"componentType": "frontend", "replicas": 1, "extraPodSpec": {"mainContainer": {
         "image": image, "command": ["python3", "-m", "dynamo.frontend"],
-        "args": ["--http-port", "8000", "--router-mode", ROUTER_MODES[plan.config.router]]}}}
+        "args": ["--http-port", str(serve_port(plan)), "--router-mode", ROUTER_MODES[plan.config.router]]}}}
     services: dict[str, Any] = {"Frontend": frontend}
     files: dict[str, str] = {}
     for pool in plan.pools:
@@ -166,25 +168,24 @@ def llmd_manifests(plan: DeployPlan, image: str | None = None) -> dict[str, str]
 def _deployment(plan: DeployPlan, pool: PoolLaunch, image: str) -> dict[str, Any]:
     labels = {"llm-d.ai/inference-serving": "true", "llm-d.ai/model": slug(plan),
               "llm-d.ai/engine-type": str(plan.target.engine), "llm-d.ai/role": pool.role}
-    argv = list(pool.command.argv)
-    if pool.role == "decode":
-        argv = _with_port(argv, LLMD_ENGINE_PORT)
-    command_length = 2 if plan.target.engine is Engine.VLLM else 3
+    is_vllm = plan.target.engine is Engine.VLLM
+    proxied = pool.role == "decode"                     # llm-d's routing sidecar in front (`_sidecar_args`)
+    port = serve_port(plan) + (LLMD_ENGINE_PORT_OFFSET if proxied else 0)
+    argv = _with_port(list(pool.command.argv), port)   # every pod of a pool on one port: its own pod
+    command_length = 2 if is_vllm else 3
     resource = GPU_RESOURCE.get(plan.target.cluster.gpu.vendor, "nvidia.com/gpu")
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(pool.command.env.items())]
-    is_vllm = plan.target.engine is Engine.VLLM
     if is_vllm:
         env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     container = {"name": "modelserver", "image": image, "command": argv[:command_length], "args": argv[command_length:],
-                 "env": env, "ports": [{"name": "modelserver", "containerPort": pool.request.port
-                                        if pool.role != "decode" else LLMD_ENGINE_PORT}],
+                 "env": env, "ports": [{"name": "modelserver", "containerPort": port}],
                  "resources": {"limits": {resource: str(pool.gpus_per_replica)},
                                "requests": {resource: str(pool.gpus_per_replica)}}}
     spec: dict[str, Any] = {"containers": [container]}
-    if pool.role == "decode" and is_vllm:
+    if proxied:
         spec["initContainers"] = [{"name": "routing-proxy", "image": SIDECAR_IMAGE, "restartPolicy": "Always",
                                    "args": _sidecar_args(plan),
-                                   "ports": [{"name": "sidecar", "containerPort": LLMD_SERVE_PORT}]}]
+                                   "ports": [{"name": "sidecar", "containerPort": serve_port(plan)}]}]
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": f"{slug(plan)}-{pool.role}", "labels": dict(labels)},
             "spec": {"replicas": pool.replicas, "selector": {"matchLabels": dict(labels)},
@@ -192,12 +193,22 @@ def _deployment(plan: DeployPlan, pool: PoolLaunch, image: str) -> dict[str, Any
 
 
 def _sidecar_args(plan: DeployPlan) -> list[str]:
-    """llm-d's routing sidecar in front of the decode engine: NIXL, or MoRI-IO in write
-    mode with the prefill pool's TP (as llm-d's AMD guide sets it)."""
-    args = [f"--port={LLMD_SERVE_PORT}", f"--vllm-port={LLMD_ENGINE_PORT}", "--kv-connector=nixlv2"]
-    if plan.kv_transfer_backend == "mori":
+    """llm-d's routing sidecar in front of the decode engine (its ``--vllm-port`` names
+    whichever engine sits behind it): vLLM over NIXL, or MoRI-IO in write mode with the
+    prefill pool's TP (as llm-d's AMD guide sets it); SGLang over its bootstrap protocol."""
+    port = serve_port(plan)
+    engine = plan.target.engine
+    args = [f"--port={port}", f"--vllm-port={port + LLMD_ENGINE_PORT_OFFSET}",
+            f"--kv-connector={SIDECAR_CONNECTORS[engine]}"]
+    if plan.kv_transfer_backend == "mori" and engine is Engine.VLLM:
         args += ["--moriio-write-mode", f"--moriio-tp-size={plan.pools[0].config.tp}"]
     return args
+
+
+def serve_port(plan: DeployPlan) -> int:
+    """The port clients reach (``deploy --port``): the first pool's; on the host, a split's
+    later pools take the next ports (`plan._pool`), each pod of a manifest its own."""
+    return plan.pools[0].request.port
 
 
 def _with_port(argv: list[str], port: int) -> list[str]:

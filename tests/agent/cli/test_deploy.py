@@ -312,3 +312,29 @@ def test_a_chunk_size_the_engine_has_no_flag_for_is_said(tmp_path, engine, clust
     assert result.exit_code == 0, result.output
     notes = json.loads(result.stdout)["notes"]
     assert any(n.startswith("chunked_prefill_size=2048 is not on") for n in notes) is said
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_manifest_serves_on_the_asked_port(tmp_path, engine):
+    """`--port 9000`: the prefill pod took it, the decode pod and Dynamo's frontend kept 8000
+    (and SGLang's decode engine moved to 8200 with no sidecar in front: nothing served
+    8000). Now clients reach every pod on --port, a decode engine behind llm-d's routing
+    sidecar 200 above it, the sidecar speaking the engine's protocol."""
+    result = deploy("--model", "deepseek-r1", "--cluster", "mi355x8x2", "--engine", engine, "--port", "9000",
+                    "--config", SPLIT, "--out", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    (graph,) = yaml.safe_load_all((tmp_path / "dynamo.yaml").read_text())
+    frontend = graph["spec"]["services"]["Frontend"]["extraPodSpec"]["mainContainer"]["args"]
+    assert frontend[frontend.index("--http-port") + 1] == "9000"
+    for role in ("prefill", "decode"):
+        (deployment,) = yaml.safe_load_all((tmp_path / f"llm-d-{role}.yaml").read_text())
+        spec = deployment["spec"]["template"]["spec"]
+        served = [p["containerPort"] for c in (*spec["containers"], *spec.get("initContainers", ())) for p in c["ports"]]
+        assert 9000 in served, (role, served)
+        args = spec["containers"][0]["args"]
+        engine_port = int(args[args.index("--port") + 1])
+        assert engine_port == (9200 if role == "decode" else 9000)
+        if role == "decode":
+            (sidecar,) = spec["initContainers"]
+            assert f"--kv-connector={'nixlv2' if engine == 'vllm' else 'sglang'}" in sidecar["args"]
+            assert "--port=9000" in sidecar["args"] and "--vllm-port=9200" in sidecar["args"]
