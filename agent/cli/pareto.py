@@ -38,6 +38,7 @@ from levers.errors import InputError, accepted_list
 from levers.inputs import parse_number
 from objectives.objectives import LATENCY_STATS, latency_key
 from objectives.slo import SLO_METRICS, parse_slos
+from predictor.harvest.adapters import adapter_for
 from predictor.sweep.executors import POINT_METRICS, ProgressFn, make_executor
 from predictor.sweep.frontier import DEFAULT_TTFT_MAX_MS, Bound, FrontierRule
 from predictor.sweep.output import sweep_json, write_sweep
@@ -102,6 +103,8 @@ def pareto_command(
         print_json(sweep_json(result, paths))
     else:
         render_sweep(result, paths)
+        if disaggregated and not adapter_for(target.engine).launches_split_pools:   # `candidate_bases`
+            say(console, f"no prefill/decode splits swept: {target.engine}'s launch cannot start split pools")
     if not result.frontier:     # no point, or none the rule keeps: exit 1 as a search with no best does
         raise typer.Exit(1)
 

@@ -71,7 +71,9 @@ def from_plan(path: str, slot: str | None) -> Pick:
     names = [f"{s.get('model')}/{s.get('tier')}" for s in slots]
     if slot is None:
         raise InputError("--slot", "a plan-mix report needs the slot to deploy", accepted_list(names))
-    model, _, tier = slot.partition("/")
+    model, _, tier = slot.rpartition("/")     # the model may be its Hugging Face id (Qwen/Qwen3-32B/bulk)
+    if not model:
+        model, tier = tier, ""
     tier, hash_, entry = tier.partition("#")
     try:
         model = load_card(model).name

@@ -115,6 +115,11 @@ def test_a_plan_mix_slot(monkeypatch, tmp_path):
     data = json.loads(result.stdout)
     assert [p["argv"] for p in data["pools"]] == [p["argv"] for p in slot["deploy"]["pools"]]
     assert_valid(data["pools"], engine)
+    # the model named by its Hugging Face id, as everywhere else (it read 'no slot ... did you mean')
+    by_id = deploy("--plan", str(report), "--slot", "openai/gpt-oss-120b/realtime", "--out", str(tmp_path / "e"),
+                   "--json")
+    assert by_id.exit_code == 0, by_id.output
+    assert [p["argv"] for p in json.loads(by_id.stdout)["pools"]] == [p["argv"] for p in data["pools"]]
 
 
 def test_a_model_listed_twice_in_the_plan_is_deployed_by_its_entry(tmp_path):

@@ -206,3 +206,14 @@ def test_a_sweep_without_a_plot_leaves_no_earlier_figure_beside_its_files(runner
     (tmp_path / "pareto.png").write_bytes(b"an earlier sweep's figure")
     assert runner.invoke(app, ["pareto", *SMALL, "--out", str(tmp_path), "--no-plot"]).exit_code == 0
     assert not (tmp_path / "pareto.png").exists() and (tmp_path / "sweep.json").exists()
+
+
+def test_an_engine_without_split_pools_is_said_to_sweep_none(runner, tmp_path):
+    """ATOM's launch has no prefill/decode pool flags: the sweep leaves splits out, and says so."""
+    result = runner.invoke(app, ["pareto", "--model", "gpt-oss-120b", "--engine", "atom", "--max-points", "10",
+                                 "--max-spec-depth", "0", "--out", str(tmp_path / "a"), "--no-plot"])
+    assert result.exit_code == 0, result.output
+    assert "no prefill/decode splits swept: atom's launch cannot start split pools" in " ".join(result.stdout.split())
+    other = runner.invoke(app, ["pareto", "--model", "gpt-oss-120b", "--engine", "sglang", "--max-points", "10",
+                                "--max-spec-depth", "0", "--out", str(tmp_path / "b"), "--no-plot"])
+    assert other.exit_code == 0 and "no prefill/decode splits swept" not in other.stdout
