@@ -118,11 +118,16 @@ class SteadyState:
         if load.osl <= 1:       # one output token: no decode step, so no TPOT, ITL or per-user speed
             for key in SINGLE_TOKEN_UNDEFINED:
                 metrics.pop(key)
+        if self.overloaded and load.arrival_rate > 0:   # a queue without end: no TTFT or E2E from arrival
+            for key in UNBOUNDED_WHEN_OVERLOADED:       # (80 ms was printed beside the overloaded flag)
+                metrics.pop(key)
         return metrics
 
 
 SINGLE_TOKEN_UNDEFINED = ("tpot_ms_mean", "tpot_ms_p50", "itl_ms_mean", "itl_ms_p50", "interactivity_mean",
                           "interactivity_p50", "generation_rate")
+#: figures from arrival an open loop past its replicas' rate has none of (the TTFT from admission stays)
+UNBOUNDED_WHEN_OVERLOADED = ("ttft_ms_mean", "ttft_ms_p50", "e2e_ms_mean", "e2e_ms_p50")
 
 
 def chunks(isl: int, chunk_tokens: int) -> list[tuple[int, int]]:

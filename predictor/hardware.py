@@ -242,17 +242,24 @@ def _split_counts(text: str) -> tuple[GpuProfile, str | None, str | None]:
     raise _cluster_error(f"unknown GPU {quote(unknown)}" + did_you_mean(unknown, _profiles_by_key()))
 
 
+MAX_COUNT_DIGITS = 9        # a count of more digits is beyond any range: never converted
+
+
+def _significant(digits: str | None) -> str:
+    return (digits or "").lstrip("0") or "0"
+
+
 def _count(digits: str | None, default: int) -> int:
-    """A count's digits as a number (past nine digits: beyond any range, never converted)."""
+    """A count's digits as a number (past `MAX_COUNT_DIGITS`: beyond any range)."""
     if not digits:
         return default
-    digits = digits.lstrip("0") or "0"
-    return int(digits) if len(digits) <= 9 else 10 ** 9
+    digits = _significant(digits)
+    return int(digits) if len(digits) <= MAX_COUNT_DIGITS else 10 ** MAX_COUNT_DIGITS
 
 
 def _shown(digits: str | None) -> str:
-    digits = (digits or "").lstrip("0") or "0"
-    if len(digits) <= 9:
+    digits = _significant(digits)
+    if len(digits) <= MAX_COUNT_DIGITS:
         return f"{int(digits):,}"
     return f"{digits[:12]}{'...' if len(digits) > 12 else ''} ({len(digits)} digits)"
 

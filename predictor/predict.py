@@ -201,9 +201,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
     metrics.update(_memory_metrics(memory, config))
     metrics.update(step_metrics)
     flags = list(model.flags)
-    if state.overloaded and load.arrival_rate > 0:
-        for key in UNBOUNDED_WHEN_OVERLOADED:   # a queue without end: no mean, no median (80 ms was printed)
-            metrics.pop(key, None)
+    if state.overloaded and load.arrival_rate > 0:     # its TTFT and E2E left out (`SteadyState.metrics`)
         flags.append(f"overloaded: {load.arrival_rate * replicas:.3g} requests/s arrive, "
                      f"{state.requests_per_s * replicas:.3g} are served: the queue grows without end and TTFT from "
                      "arrival with it, so TTFT and E2E are not given (the other figures are the replicas full; "
@@ -219,10 +217,6 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
                    "decode_batch": batch},
         fusion_opportunities=_fusion_opportunities(target, config, decode_step, batch), source=source,
     )
-
-
-#: figures from arrival an open loop past its replicas' rate has none of (`_analytical`)
-UNBOUNDED_WHEN_OVERLOADED = ("ttft_ms_mean", "ttft_ms_p50", "e2e_ms_mean", "e2e_ms_p50")
 
 
 def busy_replicas(config: Configuration) -> int:

@@ -38,12 +38,11 @@ from levers.errors import InputError, accepted_list
 from levers.inputs import parse_number
 from objectives.objectives import LATENCY_STATS, latency_key
 from objectives.slo import SLO_METRICS, parse_slos
-from predictor.harvest.adapters import adapter_for
 from predictor.sweep.executors import POINT_METRICS, ProgressFn, make_executor
 from predictor.sweep.frontier import DEFAULT_TTFT_MAX_MS, Bound, FrontierRule
 from predictor.sweep.output import sweep_json, write_sweep
 from predictor.sweep.run import ALL_MODES, SweepResult, parse_modes, run_sweep
-from predictor.sweep.space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions, spread
+from predictor.sweep.space import DEFAULT_MAX_SPEC_DEPTH, SpaceOptions, spread, sweeps_splits
 from predictor.target import check_workload_context
 from predictor.units import MS_PER_S
 from predictor.workload import parse_workload
@@ -103,7 +102,7 @@ def pareto_command(
         print_json(sweep_json(result, paths))
     else:
         render_sweep(result, paths)
-        if disaggregated and not adapter_for(target.engine).launches_split_pools:   # `candidate_bases`
+        if disaggregated and not sweeps_splits(target.engine, disaggregated):
             say(console, f"no prefill/decode splits swept: {target.engine}'s launch cannot start split pools")
     if not result.frontier:     # no point, or none the rule keeps: exit 1 as a search with no best does
         raise typer.Exit(1)

@@ -374,14 +374,14 @@ class Simulation:
         first_arrival = min((r.arrival_us for r in self.finished), default=0.0)
         return Window((first_arrival, 0.0, 0.0), end)
 
-    def _short_replay(self) -> bool:
-        """Whether most measured requests of a closed loop had their first token before its
-        warm-up ended, so the window after it (`_window`) holds their decodes and not their
-        prompts (100 requests at 64 clients with 8k prompts: input 0 tok/s, an output a
-        tenth of the engine's): flagged (`SHORT_REPLAY`), not re-measured, since a window
-        over the warm-up would count its staggered first turns' shortened outputs."""
-        measured = [r for r in self.finished if not r.is_warmup]
-        if not measured or self._window_start is None or self._window_start[0] >= self.now_us:
+    def _short_replay(self, measured: list[Request]) -> bool:
+        """Whether most ``measured`` requests (past the warm-up) of a closed loop had their
+        first token before its warm-up ended, so the window after it (`_window`) holds
+        their decodes and not their prompts (100 requests at 64 clients with 8k prompts:
+        input 0 tok/s, an output a tenth of the engine's): flagged (`SHORT_REPLAY`), not
+        re-measured, since a window over the warm-up would count its staggered first
+        turns' shortened outputs."""
+        if self._window_start is None or self._window_start[0] >= self.now_us:
             return False                    # no window after the warm-up: `_window` measures it all
         opened = self._window_start[0]
         return 2 * sum(r.first_token_us >= opened for r in measured) < len(measured)
@@ -411,7 +411,7 @@ class Simulation:
             extra["stopped_early"] = self.stopped
         if all(r.is_warmup for r in measured):
             extra[WARMUP_ONLY] = 1              # replications sum it
-        if self.source.mode is ArrivalMode.CLOSED and self._short_replay():
+        elif self.source.mode is ArrivalMode.CLOSED and self._short_replay(measured):
             extra[SHORT_REPLAY] = 1
         hits = hit_rates(deployment, measured if self.source.warms_up_first_turns else None)
         return SimResult(distributions, scalars, hits, len(measured), wall_s,

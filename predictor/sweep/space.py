@@ -127,12 +127,18 @@ def candidate_bases(card: ModelCard, cluster: Cluster, engine: Engine,
     shapes = [Configuration(tp=tp, pp=pp, ep=ep, attention_dp=dp, replicas=replicas)
               for tp, pp, ep, dp in layouts
               for replicas in replica_counts(tp * pp, cluster.total_gpus)]
-    if include_disaggregated and adapter_for(engine).launches_split_pools:
+    if sweeps_splits(engine, include_disaggregated):
         shapes += disaggregated_shapes(pool_layouts(layouts), cluster.total_gpus)
     precisions = precision_choices(card, cluster)
     fixed = engine_only_values(engine)      # llama.cpp: no graph capture (the default's illegal there)
     return [replace(shape, weight_dtype=w, expert_dtype=e, kv_cache_dtype=kv, **fixed)
             for shape in shapes for w, e, kv in precisions]
+
+
+def sweeps_splits(engine: Engine, include_disaggregated: bool) -> bool:
+    """Whether a sweep prices prefill/decode splits: asked, and on an engine whose launch
+    can start them (`candidate_bases`)."""
+    return include_disaggregated and adapter_for(engine).launches_split_pools
 
 
 def colocated_layouts(card: ModelCard, cluster: Cluster, engine: Engine) -> list[Layout]:
