@@ -71,11 +71,18 @@ class DecodeSweep(_Strict):
 
 
 class DecodePoint(_Strict):
-    """One measured decode step (ms) at a replica batch and mean context (tokens)."""
+    """One measured decode step (ms) at a replica batch and mean context (tokens).
+
+    A corpus anchor reads ``step_ms`` from served runs through its first fit (the
+    calibration is fitted to it, `predictor.corpus.refine`); ``reproduced_ms``, when set,
+    is the step at which the predictor under that calibration reproduces the measured
+    TPOT of the point's rows (corpus rule step 6): the anchor's own layout reads its
+    decode steps there (`predictor.step.anchored.own_decode_steps`)."""
 
     batch: int = Field(gt=0)
     context_tokens: int = Field(gt=0)
     step_ms: float = Field(gt=0)
+    reproduced_ms: float | None = Field(default=None, gt=0)
 
 
 class PrefillSweep(_Strict):

@@ -123,6 +123,18 @@ def decode_measurements(anchor: Anchor) -> list[tuple[int, int, float]]:
     return found
 
 
+def own_decode_steps(anchor: Anchor) -> list[tuple[int, int, float]]:
+    """(batch, context, step ms) the anchor's own layout reproduces: a corpus point's
+    reproduced step where the rule set one (`DecodePoint`), else what it measured. The
+    calibration is fitted to `decode_measurements`: the steps read through the first
+    fit carry better to other widths (AIConfigurator cross-width TPOT 10.2 -> 11.0% when
+    the fit took the reproduced ones too), the reproduced ones hold the anchor's own rows
+    (`predictor.corpus.refine.settle_own_steps`)."""
+    if DECODE_CARRIED in anchor.flags or not anchor.decode_points:
+        return decode_measurements(anchor)
+    return [(p.batch, p.context_tokens, p.reproduced_ms or p.step_ms) for p in anchor.decode_points]
+
+
 def sweep_chunk(model: SimulateStepModel) -> int:
     """The chunk a concurrency-1 prefill of ``model``'s layout runs in."""
     return rank_chunk_tokens(Engine(model.engine), model.config)
@@ -327,10 +339,11 @@ def carried_host(anchor: Anchor, card: ModelCard, engine: str, prior: Calibratio
 def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
                     gpu: GpuProfile | None = None) -> DecodeResidual | None:
     """What the anchor's calibration misses at each decode step it measured
-    (`predictor.step.residual`), at its own layout; cached like its fit."""
+    (`predictor.step.residual`; a corpus point's reproduced step, `own_decode_steps`), at
+    its own layout; cached like its fit."""
     def build(model: SimulateStepModel) -> DecodeResidual | None:
         found = []
-        for batch, context, step_ms in decode_measurements(anchor):
+        for batch, context, step_ms in own_decode_steps(anchor):
             modelled_us = model.decode_us(batch, float(context))
             if modelled_us > 0:
                 found.append((batch, float(context), math.log(step_ms * US_PER_MS / modelled_us)))

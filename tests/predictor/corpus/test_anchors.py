@@ -182,3 +182,30 @@ def test_the_first_wave_stall_is_read_as_a_line_over_the_runs_clients():
     base, slope = _stall_line(clients, [5 * c - 20 for c in clients])
     assert base == 0.0 and slope == pytest.approx(statistics.median((5 * c - 20) / c for c in clients))
     assert _stall_line([16, 16], [200.0, 300.0]) == pytest.approx((250.0, 0.0))
+
+
+def test_settled_own_steps_hold_the_anchors_own_rows_and_leave_its_calibration(tmp_path):
+    """Rows the physics cannot hold at one calibration (TPOT up to 20% above the truth's,
+    growing with clients): the first reading reproduces them to -3%; settled, the anchor's
+    own layout holds each within 0.6%, and the calibration is still the one fitted to the
+    first reading (it is what carries to other widths)."""
+    rows = truth_rows((2,))
+    for row in rows:
+        slower = 1 + 0.2 * row["concurrency"] / 64
+        row["tpot_ms"] *= slower
+        row["itl_ms"] *= slower
+        row["output_throughput_per_gpu"] /= slower
+    corpus = list(read_corpus(write_native(tmp_path / "slower.csv", rows)).rows)
+    first = refine(build_anchors(corpus), rounds=1, own_step_passes=0)
+    settled = refine(build_anchors(corpus), rounds=1)
+
+    def worst(build):
+        return max(abs(c.prediction.metrics["tpot_ms_mean"] / c.row.measured.tpot_ms_mean - 1) for c in reproduce(build))
+
+    assert worst(first) > 0.02 and worst(settled) < 0.006
+    [before], [after] = first.anchors, settled.anchors
+    assert all(p.reproduced_ms is None for p in before.decode_points)
+    assert all(p.reproduced_ms is not None for p in after.decode_points)
+    assert [p.step_ms for p in after.decode_points] == [p.step_ms for p in before.decode_points]
+    card = load_card(after.signature.model)
+    assert calibrate(after, card, "vllm", PHYSICS) == calibrate(before, card, "vllm", PHYSICS)
