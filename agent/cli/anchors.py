@@ -110,10 +110,17 @@ def _render_anchor(anchor: Anchor, where: str) -> None:
         # what the calibration is fitted to, each at its own context: the sweep summary
         # of a corpus anchor fills its cells across contexts, so it read the same steps at
         # 1,536 and 8,704 tokens, 1.4-1.8x from predict on the anchor's own points
-        say(console, "measured decode steps (each at its own context; the calibration is fitted to these):")
-        grid = table(None, [("batch", "right"), ("context\ntokens", "right"), ("step ms", "right")])
+        reproduced = any(p.reproduced_ms is not None for p in anchor.decode_points)
+        say(console, "measured decode steps (each at its own context; the calibration is fitted to these"
+                     + ("; its own layout prices the reproduced ones, where the model gives the rows' TPOT):"
+                        if reproduced else "):"))
+        columns = [("batch", "right"), ("context\ntokens", "right"), ("step ms", "right")]
+        grid = table(None, columns + ([("reproduced\nms", "right")] if reproduced else []))
         for point in sorted(anchor.decode_points, key=lambda p: (p.context_tokens, p.batch)):
-            grid.add_row(str(point.batch), number(point.context_tokens), number(point.step_ms))
+            cells = [str(point.batch), number(point.context_tokens), number(point.step_ms)]
+            if reproduced:
+                cells.append(number(point.reproduced_ms or point.step_ms))
+            grid.add_row(*cells)
         console.print(grid)
     else:
         columns = [("batch", "right"), (f"ITL ms\n@ {number(sweep.prompt_tokens)} tok", "right")]

@@ -56,8 +56,10 @@ def test_show_prints_a_corpus_anchors_measured_steps_at_their_own_contexts():
     anchor = next(a for a in AnchorStore.default().all() if a.id.startswith("h200-trtllm-deepseek-r1-fp8-tp8ep8dp8"))
     text = " ".join(runner.invoke(app, ["anchors", "show", anchor.id], terminal_width=200).stdout.split())
     assert "measured decode steps" in text and "single-wave" not in text
+    assert "its own layout prices the reproduced ones" in text
     for point in anchor.decode_points:
-        assert f"{point.batch} {point.context_tokens:,} {point.step_ms:.1f}" in text
+        assert point.reproduced_ms is not None
+        assert f"{point.batch} {point.context_tokens:,} {point.step_ms:.1f} {point.reproduced_ms:.1f}" in text
 
 
 def test_check_bad_file_is_one_line_exit_2(tmp_path):
