@@ -119,7 +119,7 @@ def _render_anchor(anchor: Anchor, where: str) -> None:
         for point in sorted(anchor.decode_points, key=lambda p: (p.context_tokens, p.batch)):
             cells = [str(point.batch), number(point.context_tokens), number(point.step_ms)]
             if reproduced:
-                cells.append(number(point.reproduced_ms or point.step_ms))
+                cells.append("-" if point.reproduced_ms is None else number(point.reproduced_ms))
             grid.add_row(*cells)
         console.print(grid)
     else:

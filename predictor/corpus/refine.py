@@ -16,13 +16,13 @@ run contained, at the anchor's current calibration:
   time: a prefill point is one engine pass, METHOD §3.11).
 The points are recomputed from the measurements every round (never from the previous
 round's points: nothing accumulates) and the anchor refitted; `REFINE_ROUNDS` rounds.
-Then each decode point is also read where the final model reproduces its rows' TPOT
-(`settle_own_steps`): the anchor's own layout prices its steps there, while its
-calibration stays fitted to the round's reading. One
-round reads the points through the anchors' first fit; more rounds fit each anchor's own
-rows closer and carry worse to other widths (measured with 1 / 2 / 3 rounds:
+One round reads the points through the anchors' first fit; more rounds fit each anchor's
+own rows closer and carry worse to other widths (measured with 1 / 2 / 3 rounds:
 AIConfigurator cross-width TPOT 10.0 / 13.0 / 12.4%, in-ladder 4.8 / 4.6 / 4.4%;
-InferenceX cross-width 3.3 / 4.0 / 3.8%, in-ladder 3.4 / 3.4 / 3.4%).
+InferenceX cross-width 3.3 / 4.0 / 3.8%, in-ladder 3.4 / 3.4 / 3.4%). Then each decode
+point is also read where the final model reproduces its rows' TPOT (`settle_own_steps`):
+the anchor's own layout prices its steps there, while its calibration stays fitted to
+the round's reading.
 The anchors are fitted around cross-model priors learned once from all of them.
 
 The first wave's one-off stall is read from the shape of the TTFT distribution, not its
@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from levers.catalog import Engine
-from predictor.anchors.anchor import BEYOND_PHYSICS, DECODE_CARRIED, HOST_AT_BOUND, STALL_AT_BOUND, Anchor
+from predictor.anchors.anchor import BEYOND_PHYSICS, HOST_AT_BOUND, STALL_AT_BOUND, Anchor
 from predictor.anchors.store import AnchorStore
 from predictor.cards.registry import load_card
 from predictor.corpus.anchors import AnchorBuild, Group, context_of, decode_batch, roles_of, tokens_per_step
@@ -119,11 +119,14 @@ def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int 
 OWN_STEP_PASSES = 3
 
 
-def settle_own_steps(build: AnchorBuild, predict_fn: PredictFn = predict_row, priors: Priors | None = None,
+def settle_own_steps(build: AnchorBuild, predict_fn: PredictFn, priors: Priors,
                      passes: int = OWN_STEP_PASSES) -> AnchorBuild:
     """Each corpus decode point's reproduced step (`DecodePoint.reproduced_ms`): the step at
     which the predictor, with the anchor's calibration and its measured-step correction,
-    gives its rows' measured TPOT. The calibration keeps the first fit's points: a fit
+    gives its rows' measured TPOT (``priors``: those the anchors were fitted around). A
+    point no pass could read (its rows' decode share below `MIN_DECODE_SHARE` under the
+    final model, or its rows priced by no anchor of the build) keeps what it had, none
+    when no pass read it. The calibration keeps the first fit's points: a fit
     to the first reading's share carries to other widths better, and a point read at the
     share the final model predicts holds the anchor's own rows (AIConfigurator's in-ladder
     anchors: their own rows' median TPOT error 1.1 -> 0.6%, the anchors off by a median
@@ -135,8 +138,8 @@ def settle_own_steps(build: AnchorBuild, predict_fn: PredictFn = predict_row, pr
     return replace(build, anchors=tuple(anchors))
 
 
-def _reproduced(anchor: Anchor, group: Group, predict_fn: PredictFn, priors: Priors | None) -> Anchor:
-    if not anchor.decode_points or DECODE_CARRIED in anchor.flags:
+def _reproduced(anchor: Anchor, group: Group, predict_fn: PredictFn, priors: Priors) -> Anchor:
+    if not anchor.decode_points:       # a carried decode sweep has none
         return anchor
     store = AnchorStore.from_anchors([anchor])
     predicted = {row_id: predict_fn(row, store, priors) for row_id, row in group.source_rows().items()}
@@ -144,9 +147,11 @@ def _reproduced(anchor: Anchor, group: Group, predict_fn: PredictFn, priors: Pri
     points = []
     for point in anchor.decode_points:
         steps = read.get((point.context_tokens, point.batch))
-        before = point.reproduced_ms or point.step_ms
-        after = math.sqrt(before * statistics.median(steps)) if steps else before
-        points.append(point.model_copy(update={"reproduced_ms": after}))
+        if not steps:
+            points.append(point)
+            continue
+        before = point.step_ms if point.reproduced_ms is None else point.reproduced_ms
+        points.append(point.model_copy(update={"reproduced_ms": math.sqrt(before * statistics.median(steps))}))
     return anchor.model_copy(update={"decode_points": tuple(points)})
 
 

@@ -109,13 +109,15 @@ def anchor_cluster(anchor: Anchor, gpu: GpuProfile) -> Cluster:
     return Cluster(gpu=gpu, gpus_per_node=per_node, num_nodes=max(1, math.ceil(gpus / per_node)))
 
 
-def decode_measurements(anchor: Anchor) -> list[tuple[int, int, float]]:
+def decode_measurements(anchor: Anchor, reproduced: bool = False) -> list[tuple[int, int, float]]:
     """(batch, context, step ms) of every decode step the anchor measured (none when its
-    decode sweep was carried from another layout)."""
+    decode sweep was carried from another layout); ``reproduced``: a corpus point's
+    reproduced step where the rule set one (`own_decode_steps`)."""
     if DECODE_CARRIED in anchor.flags:
         return []
     if anchor.decode_points:
-        return [(p.batch, p.context_tokens, p.step_ms) for p in anchor.decode_points]
+        return [(p.batch, p.context_tokens, p.reproduced_ms if reproduced and p.reproduced_ms is not None else p.step_ms)
+                for p in anchor.decode_points]
     sweep = anchor.decode_sweep
     found = [(b, sweep.prompt_tokens, s) for b, s in zip(sweep.batch_sizes, sweep.itl_ms)]
     if sweep.second_itl_ms and sweep.second_prompt_tokens:
@@ -128,12 +130,10 @@ def own_decode_steps(anchor: Anchor) -> list[tuple[int, int, float]]:
     reproduced step where the rule set one (`DecodePoint`), else what it measured. The
     calibration is fitted to `decode_measurements`: the steps read through the first
     fit carry better to other widths (fitted to the reproduced steps, AIConfigurator's
-    cross-width p90 TPOT went 29.0 -> 30.3% and TTFT 19.8 -> 20.1%, over their lines;
-    refitted at every pass, TPOT 10.2 -> 11.0%), the reproduced ones hold the anchor's
-    own rows (`predictor.corpus.refine.settle_own_steps`)."""
-    if DECODE_CARRIED in anchor.flags or not anchor.decode_points:
-        return decode_measurements(anchor)
-    return [(p.batch, p.context_tokens, p.reproduced_ms or p.step_ms) for p in anchor.decode_points]
+    cross-width p90 TPOT went 29.0 -> 30.3%, over its line, and TTFT 19.8 -> 20.0-20.1%;
+    refitted at every pass undamped, TPOT 10.2 -> 11.0%), the reproduced ones hold the
+    anchor's own rows (`predictor.corpus.refine.settle_own_steps`)."""
+    return decode_measurements(anchor, reproduced=True)
 
 
 def sweep_chunk(model: SimulateStepModel) -> int:

@@ -57,9 +57,11 @@ def test_show_prints_a_corpus_anchors_measured_steps_at_their_own_contexts():
     text = " ".join(runner.invoke(app, ["anchors", "show", anchor.id], terminal_width=200).stdout.split())
     assert "measured decode steps" in text and "single-wave" not in text
     assert "its own layout prices the reproduced ones" in text
-    for point in anchor.decode_points:
-        assert point.reproduced_ms is not None
-        assert f"{point.batch} {point.context_tokens:,} {point.step_ms:.1f} {point.reproduced_ms:.1f}" in text
+    for point in anchor.decode_points:     # a point no pass could read shows none
+        shown = "-" if point.reproduced_ms is None else f"{point.reproduced_ms:.1f}"
+        assert f"{point.batch} {point.context_tokens:,} {point.step_ms:.1f} {shown}" in text
+    assert any(p.reproduced_ms is None for p in anchor.decode_points)
+    assert any(p.reproduced_ms is not None for p in anchor.decode_points)
 
 
 def test_check_bad_file_is_one_line_exit_2(tmp_path):

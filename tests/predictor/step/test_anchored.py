@@ -292,3 +292,23 @@ def test_a_users_deployment_pays_its_engines_front_end_not_a_benchmarks_harness(
             assert product.decode_us(8, 1024) == benchmark.decode_us(8, 1024)   # only the host time moves
         else:
             assert product.host_time_ms == benchmark.host_time_ms and fitted > 100.0
+
+
+def test_a_corpus_anchors_reproduced_steps_move_its_own_layout_not_its_calibration():
+    """A shipped corpus anchor's own layout prices each measured step at its reproduced
+    value (`DecodePoint.reproduced_ms`); the same anchor without them (an anchor file
+    written before the field) prices them at the steps it measured. The calibration,
+    which carries to other layouts, is the same for both."""
+    from predictor.anchors.store import AnchorStore
+
+    anchor = next(a for a in AnchorStore.default().all() if a.id.startswith("h100-trtllm-llama-3.1-8b-bf16-tp8"))
+    assert all(p.reproduced_ms is not None for p in anchor.decode_points)
+    older = anchor.model_copy(update={"decode_points": tuple(p.model_copy(update={"reproduced_ms": None})
+                                                             for p in anchor.decode_points)})
+    card = load_card(anchor.signature.model)
+    assert calibrate(anchor, card, "trtllm", PHYSICS) == calibrate(older, card, "trtllm", PHYSICS)
+    for stored, expected in ((anchor, [p.reproduced_ms for p in anchor.decode_points]),
+                             (older, [p.step_ms for p in anchor.decode_points])):
+        model = anchored_model(stored, card, parse_cluster("h100x8"), "trtllm", anchor_config(stored), PHYSICS)
+        priced = [model.decode_us(p.batch, float(p.context_tokens)) / 1000.0 for p in stored.decode_points]
+        assert priced == pytest.approx(expected, rel=1e-3)
