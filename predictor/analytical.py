@@ -118,10 +118,14 @@ class SteadyState:
         if load.osl <= 1:       # one output token: no decode step, so no TPOT, ITL or per-user speed
             for key in SINGLE_TOKEN_UNDEFINED:
                 metrics.pop(key)
-        if self.overloaded and load.arrival_rate > 0:   # a queue without end: no TTFT or E2E from arrival
-            for key in UNBOUNDED_WHEN_OVERLOADED:       # (80 ms was printed beside the overloaded flag)
+        if self.queues_without_end(load):       # no TTFT or E2E from arrival
+            for key in UNBOUNDED_WHEN_OVERLOADED:  # (80 ms was printed beside the overloaded flag)
                 metrics.pop(key)
         return metrics
+
+    def queues_without_end(self, load: Load) -> bool:
+        """An open loop whose arrivals pass what the replicas serve: its queue grows without end."""
+        return self.overloaded and load.arrival_rate > 0
 
 
 SINGLE_TOKEN_UNDEFINED = ("tpot_ms_mean", "tpot_ms_p50", "itl_ms_mean", "itl_ms_p50", "interactivity_mean",

@@ -201,7 +201,7 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
     metrics.update(_memory_metrics(memory, config))
     metrics.update(step_metrics)
     flags = list(model.flags)
-    if state.overloaded and load.arrival_rate > 0:     # its TTFT and E2E left out (`SteadyState.metrics`)
+    if state.queues_without_end(load):     # its TTFT and E2E left out (`SteadyState.metrics`)
         flags.append(f"overloaded: {load.arrival_rate * replicas:.3g} requests/s arrive, "
                      f"{state.requests_per_s * replicas:.3g} are served: the queue grows without end and TTFT from "
                      "arrival with it, so TTFT and E2E are not given (the other figures are the replicas full; "

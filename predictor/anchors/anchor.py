@@ -77,7 +77,7 @@ class DecodePoint(_Strict):
     calibration is fitted to it, `predictor.corpus.refine`); ``reproduced_ms``, when set,
     is the step at which the predictor under that calibration reproduces the measured
     TPOT of the point's rows (corpus rule step 6): the anchor's own layout reads its
-    decode steps there (`predictor.step.anchored.own_decode_steps`)."""
+    decode steps there (`predictor.step.anchored.decode_residual`)."""
 
     batch: int = Field(gt=0)
     context_tokens: int = Field(gt=0)

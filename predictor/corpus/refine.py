@@ -89,10 +89,20 @@ def _uses(prediction: Prediction, anchor_id: str) -> bool:
             and anchor_id in (prediction.anchor_id or "").split(","))
 
 
+# Corpus rule step 6 on the anchor's own layout: passes of `settle_own_steps`, each
+# moving a point half way (in log) to what the last pass read. With the calibration
+# refitted at every pass, undamped, a step and the prefill interference read beside it
+# chased each other (Llama-3.1-8B TP8 on H100 under TensorRT-LLM: -37% / +1% / -37% at
+# 32 clients over three passes); with it held, as here, an undamped pass converges on
+# that chart too (8 clients: -4.3% after three, damped -5.8%), but only the damped one
+# was measured on both corpora.
+OWN_STEP_PASSES = 3
+
+
 def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int = REFINE_ROUNDS,
-           command_line: str = "", own_step_passes: int | None = None) -> AnchorBuild:
+           command_line: str = "", own_step_passes: int = OWN_STEP_PASSES) -> AnchorBuild:
     """Step 6: `rounds` readings of every row through the current calibration, then
-    `own_step_passes` (default `OWN_STEP_PASSES`) of `settle_own_steps`."""
+    ``own_step_passes`` of `settle_own_steps`."""
     priors = learn_from_anchors(build.anchors, load_card) if rounds else None
     for _ in range(rounds):
         for anchor in build.anchors:
@@ -105,18 +115,9 @@ def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int 
         build = rebuild(build, command_line)
     if not rounds:
         return build
-    passes = OWN_STEP_PASSES if own_step_passes is None else own_step_passes
-    return settle_own_steps(_settled(build, priors), predict_fn, priors, passes)
+    return settle_own_steps(_settled(build, priors), predict_fn, priors, own_step_passes)
 
 
-# Corpus rule step 6 on the anchor's own layout: passes of `settle_own_steps`, each
-# moving a point half way (in log) to what the last pass read. With the calibration
-# refitted at every pass, undamped, a step and the prefill interference read beside it
-# chased each other (Llama-3.1-8B TP8 on H100 under TensorRT-LLM: -37% / +1% / -37% at
-# 32 clients over three passes); with it held, as here, an undamped pass converges on
-# that chart too (8 clients: -4.3% after three, damped -5.8%), but only the damped one
-# was measured on both corpora.
-OWN_STEP_PASSES = 3
 
 
 def settle_own_steps(build: AnchorBuild, predict_fn: PredictFn, priors: Priors,

@@ -359,15 +359,14 @@ class Simulation:
                              "a layout, KV dtype or memory fraction with a larger KV pool, or shorter requests")
 
     # -- result ----------------------------------------------------------------------------
-    def _window(self) -> Window:
+    def _window(self, warmup_only: bool) -> Window:
         """From the end of the warm-up (a closed loop; an open loop: the first arrival) to
         the last completion: the drain is included, as a benchmark's clock runs until
-        its last response. A replay whose every finished request is warm-up is measured
-        over all of it, as its latencies are (`_measured`): its window after the warm-up
-        held the last decodes and no prompt, so it read input 0 tok/s and a total
-        throughput 100x below a slightly shorter replay's."""
+        its last response. A replay whose every finished request is warm-up
+        (``warmup_only``) is measured over all of it, as its latencies are (`_measured`):
+        its window after the warm-up held the last decodes and no prompt, so it read input
+        0 tok/s and a total throughput 100x below a slightly shorter replay's."""
         end = self.recorder.snapshot(self.now_us)
-        warmup_only = all(r.is_warmup for r in self.finished)
         if self.source.mode is ArrivalMode.CLOSED and self._window_start is not None \
                 and self._window_start[0] < end[0] and not warmup_only:
             return Window(self._window_start, end)
@@ -398,8 +397,9 @@ class Simulation:
             if pool is not None:
                 pool.replicas[0].pricer.settle_flags()
         measured = self._measured()
+        warmup_only = all(r.is_warmup for r in measured)
         recorder, deployment = self.recorder, self.deployment
-        scalars = throughput_scalars(self._window(), deployment.total_gpus, recorder)
+        scalars = throughput_scalars(self._window(warmup_only), deployment.total_gpus, recorder)
         distributions = latency_distributions(measured, recorder)
         decode_pool = deployment.decode or deployment.entry
         mean_prompt = sum(r.prompt_tokens for r in measured) / len(measured)
@@ -409,7 +409,7 @@ class Simulation:
         extra = {"steps": recorder.total_steps, "requests_finished": len(self.finished), **recorder.step_means()}
         if self.stopped is not None:
             extra["stopped_early"] = self.stopped
-        if all(r.is_warmup for r in measured):
+        if warmup_only:
             extra[WARMUP_ONLY] = 1              # replications sum it
         elif self.source.mode is ArrivalMode.CLOSED and self._short_replay(measured):
             extra[SHORT_REPLAY] = 1

@@ -111,8 +111,13 @@ def anchor_cluster(anchor: Anchor, gpu: GpuProfile) -> Cluster:
 
 def decode_measurements(anchor: Anchor, reproduced: bool = False) -> list[tuple[int, int, float]]:
     """(batch, context, step ms) of every decode step the anchor measured (none when its
-    decode sweep was carried from another layout); ``reproduced``: a corpus point's
-    reproduced step where the rule set one (`own_decode_steps`)."""
+    decode sweep was carried from another layout). ``reproduced``: a corpus point's
+    reproduced step where the rule set one (`DecodePoint`), what the anchor's own layout
+    prices (`decode_residual`); the calibration is fitted to the measured ones, which
+    carry better to other widths (fitted to the reproduced steps, AIConfigurator's
+    cross-width p90 TPOT went 29.0 -> 30.3%, over its line, and TTFT 19.8 -> 20.0-20.1%;
+    refitted at every pass undamped, TPOT 10.2 -> 11.0%), while the reproduced ones hold
+    the anchor's own rows (`predictor.corpus.refine.settle_own_steps`)."""
     if DECODE_CARRIED in anchor.flags:
         return []
     if anchor.decode_points:
@@ -123,17 +128,6 @@ def decode_measurements(anchor: Anchor, reproduced: bool = False) -> list[tuple[
     if sweep.second_itl_ms and sweep.second_prompt_tokens:
         found += [(b, sweep.second_prompt_tokens, s) for b, s in zip(sweep.batch_sizes, sweep.second_itl_ms)]
     return found
-
-
-def own_decode_steps(anchor: Anchor) -> list[tuple[int, int, float]]:
-    """(batch, context, step ms) the anchor's own layout reproduces: a corpus point's
-    reproduced step where the rule set one (`DecodePoint`), else what it measured. The
-    calibration is fitted to `decode_measurements`: the steps read through the first
-    fit carry better to other widths (fitted to the reproduced steps, AIConfigurator's
-    cross-width p90 TPOT went 29.0 -> 30.3%, over its line, and TTFT 19.8 -> 20.0-20.1%;
-    refitted at every pass undamped, TPOT 10.2 -> 11.0%), the reproduced ones hold the
-    anchor's own rows (`predictor.corpus.refine.settle_own_steps`)."""
-    return decode_measurements(anchor, reproduced=True)
 
 
 def sweep_chunk(model: SimulateStepModel) -> int:
@@ -340,11 +334,11 @@ def carried_host(anchor: Anchor, card: ModelCard, engine: str, prior: Calibratio
 def decode_residual(anchor: Anchor, card: ModelCard, engine: str, prior: Calibration,
                     gpu: GpuProfile | None = None) -> DecodeResidual | None:
     """What the anchor's calibration misses at each decode step it measured
-    (`predictor.step.residual`; a corpus point's reproduced step, `own_decode_steps`), at
-    its own layout; cached like its fit."""
+    (`predictor.step.residual`; a corpus point's reproduced step, `decode_measurements`),
+    at its own layout; cached like its fit."""
     def build(model: SimulateStepModel) -> DecodeResidual | None:
         found = []
-        for batch, context, step_ms in own_decode_steps(anchor):
+        for batch, context, step_ms in decode_measurements(anchor, reproduced=True):
             modelled_us = model.decode_us(batch, float(context))
             if modelled_us > 0:
                 found.append((batch, float(context), math.log(step_ms * US_PER_MS / modelled_us)))
