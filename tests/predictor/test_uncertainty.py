@@ -58,6 +58,22 @@ def test_a_thin_tier_falls_back_to_the_kind():
         (10 * math.exp(-0.2), 10 * math.exp(0.2)))
 
 
+def test_an_interval_envelopes_every_kind_that_applies():
+    """Each kind's band holds its own protocol's rows; a prediction several transfers
+    apply to takes the lowest q10 and the highest q90 of them, not the widest band alone,
+    which can sit on the other side (a width band skewed slow beside a split band skewed
+    fast)."""
+    base = {"width": {"tpot": KindError(-0.26, 0.17, 11.0, 900)},
+            "split": {"tpot": KindError(-0.19, 0.22, 12.0, 65)}}
+    bars = ErrorBars(base, "test")
+    got = bars.intervals({"tpot_ms_mean": 10.0, "interactivity_mean": 100.0}, ("split", "width"))
+    assert got["tpot_ms_mean"] == pytest.approx((10 * math.exp(-0.26), 10 * math.exp(0.22)))
+    assert got["interactivity_mean"] == pytest.approx((100 * math.exp(-0.22), 100 * math.exp(0.26)))
+    # one kind: its own band
+    assert bars.intervals({"tpot_ms_mean": 10.0}, ("split",))["tpot_ms_mean"] == pytest.approx(
+        (10 * math.exp(-0.19), 10 * math.exp(0.22)))
+
+
 def test_tiers_survive_the_json_round_trip():
     bars = _bars(MIN_TIER_ROWS)
     again = ErrorBars.from_json(bars.to_json())

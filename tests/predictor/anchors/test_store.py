@@ -375,7 +375,7 @@ def test_a_users_question_from_a_benchmark_anchor_carries_the_harness_kind():
     assert user.mode == row.mode
     band = shipped_error_bars().by_kind[HARNESS]["ttft"]
     low, high = user.intervals["ttft_ms_mean"]
-    assert math.log(high / low) >= band.q90 - band.q10 - 1e-9       # the widest band applicable
+    assert math.log(high / low) >= band.q90 - band.q10 - 1e-9       # the harness band, enveloped with the rest
 
 
 def test_a_physics_prior_is_a_none_transfer_with_or_without_a_harness():
