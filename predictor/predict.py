@@ -111,7 +111,7 @@ def _judged(prediction: Prediction, anchoring: Anchoring, bars: ErrorBars, harne
     flags = (*prediction.flags, "rank-only") if mode is Mode.RANK_ONLY else prediction.flags
     metrics = prediction.metrics or {}
     intervals = ordered(with_sampling_noise(bars.intervals(metrics, kinds, band_keys(calibration, harness)), metrics,
-                                            prediction.seed_intervals))
+                                            prediction.seed_intervals), metrics)
     return replace(prediction, mode=mode, anchor_id=anchoring.anchor_id, flags=tuple(dict.fromkeys(flags)),
                    transfer=bars.primary(kinds), transfer_kinds=kinds, intervals=intervals, calibration=calibration)
 

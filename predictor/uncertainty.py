@@ -15,8 +15,9 @@ metric family (TPOT, TTFT, throughput) the table holds the 10th and 90th percent
   measured, enveloped (the inverse for interactivity, which is 1/TPOT); memory metrics are
   exact arithmetic and carry none. The widest band alone can sit on the wrong side: a
   split whose pools also change width took the width band of loose AIConfigurator
-  anchors (-23% / +19%, a bias toward slow) while the splits measured +24% fast, so 7 of
-  its 17 loose rows fell outside it. Measured in-sample on the dev corpora's protocols:
+  anchors (measured / predicted 0.77-1.19: those rows lean priced slow) while such splits
+  are priced fast (measured TPOT 1.2-1.26x the predicted), so 9 of the 17 loose split
+  rows fell outside it. Measured in-sample on the dev corpora's protocols:
   AIConfigurator split coverage TPOT / throughput 71 / 72 -> 82 / 82% (TTFT 80%); every
   other protocol of both corpora within a point of before.
 - **Fit tier**: an anchor that its own calibration reproduces closely (median decode
@@ -73,6 +74,10 @@ FAMILIES = ("tpot", "ttft", "throughput")
 _FAMILY_OF = (("interactivity", "tpot", True), ("generation_rate", "tpot", True), ("tpot", "tpot", False),
               ("itl", "tpot", False), ("e2e", "tpot", False), ("ttft", "ttft", False),
               ("throughput", "throughput", False), ("step_ms", "tpot", False))
+# Metrics no band measures: exact arithmetic, or the model's own ratios (a step's
+# pollution, mean step over decode step, is at least 1 by construction: TPOT's band put
+# its interval at 0.86-1.22 around a split pool's exact 1.0).
+UNBANDED = frozenset({"max_concurrency", "gpus_per_replica", "tpot_pollution"})
 # Used only while no table is shipped: a severity order, most uncertain first.
 _SEVERITY = (NONE, CROSS_MODEL, "split", "precision", "length", "load-down", "load", "width", HARNESS, IN_LADDER)
 
@@ -226,7 +231,7 @@ def _kinds(data: dict) -> dict[str, dict[str, KindError]]:
 
 
 def _family(key: str) -> tuple[str, bool] | None:
-    if "memory" in key or key.endswith("_gb") or key in ("max_concurrency", "gpus_per_replica"):
+    if "memory" in key or key.endswith("_gb") or key in UNBANDED:
         return None
     for fragment, family, inverse in _FAMILY_OF:
         if fragment in key:
@@ -266,17 +271,29 @@ def with_sampling_noise(intervals: dict[str, tuple[float, float]], metrics: dict
     return out
 
 
-def ordered(intervals: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-    """Each E2E interval held at or above its TTFT's (the same statistic): every request's
-    end-to-end time holds its first token's, so each quantile and the mean do too, while
-    the two bands, measured apart, need not (an overloaded agentic replay read TTFT
-    566-1,531 s and E2E 973-1,158 s)."""
+def ordered(intervals: dict[str, tuple[float, float]],
+            metrics: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
+    """Each E2E interval held at or above its TTFT's (the same statistic) plus the decode
+    time between them: every request's end-to-end time is its first token's plus its
+    decode, while the two bands, measured apart, need not say so (an overloaded agentic
+    replay read TTFT 566-1,531 s and E2E 973-1,158 s). The decode part is the predicted
+    gap ``E2E - TTFT`` of that statistic (``metrics``; exact for the mean) at the low end
+    of E2E's own band, so a TTFT at its high end does not leave a request no time to
+    decode (Kimi-K3's agentic replay on MI355X read E2E up to 452,615 ms, TTFT's own
+    upper bound, with 128 s of decoding predicted). Without ``metrics``, the gap is 0."""
+    metrics = metrics or {}
     out = dict(intervals)
     for key, (low, high) in intervals.items():
         if key.startswith("e2e_ms_"):
-            first = intervals.get("ttft_ms_" + key.removeprefix("e2e_ms_"))
-            if first is not None:
-                out[key] = (max(low, first[0]), max(high, first[1]))
+            statistic = key.removeprefix("e2e_ms_")
+            first = intervals.get("ttft_ms_" + statistic)
+            if first is None:
+                continue
+            value, ttft = metrics.get(key), metrics.get("ttft_ms_" + statistic)
+            gap = 0.0
+            if value and ttft is not None and value > ttft:
+                gap = (value - ttft) * min(1.0, low / value)
+            out[key] = (max(low, first[0] + gap), max(high, first[1] + gap))
     return out
 
 

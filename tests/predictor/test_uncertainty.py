@@ -195,3 +195,28 @@ def test_an_e2e_interval_holds_at_or_above_its_ttfts():
     assert out["e2e_ms_mean"] == (973.0, 1531.0) and out["e2e_ms_p90"] == (30.0, 40.0)
     assert out["e2e_ms_p99"] == (1.0, 2.0) and out["tpot_ms_mean"] == (1.0, 2.0)
     assert ordered({"ttft_ms_mean": (5.0, 9.0), "e2e_ms_mean": (3.0, 4.0)})["e2e_ms_mean"] == (5.0, 9.0)
+
+
+def test_an_e2e_interval_keeps_room_for_the_decode():
+    """E2E is TTFT plus the decode: a TTFT at its upper bound still leaves the predicted
+    decode time (E2E - TTFT) at the low end of E2E's band (Kimi-K3's agentic replay:
+    E2E's upper bound equalled TTFT's with 128 s of decoding predicted)."""
+    from predictor.uncertainty import ordered
+
+    metrics = {"ttft_ms_mean": 160_530.0, "e2e_ms_mean": 288_906.0}
+    out = ordered({"ttft_ms_mean": (100_015.0, 452_615.0), "e2e_ms_mean": (232_039.0, 360_000.0)}, metrics)
+    decode_low = (288_906.0 - 160_530.0) * 232_039.0 / 288_906.0
+    assert out["e2e_ms_mean"] == pytest.approx((232_039.0, 452_615.0 + decode_low))
+    assert out["e2e_ms_mean"][1] > out["ttft_ms_mean"][1]
+    # a band that already holds TTFT's plus the decode is left as it is
+    wide = ordered({"ttft_ms_mean": (100.0, 200.0), "e2e_ms_mean": (900.0, 2000.0)},
+                   {"ttft_ms_mean": 150.0, "e2e_ms_mean": 1000.0})
+    assert wide["e2e_ms_mean"] == (900.0, 2000.0)
+
+
+def test_a_steps_pollution_carries_no_band():
+    """Mean step over decode step is the model's own ratio (>= 1, exactly 1 in a split
+    pool): TPOT's band does not apply to it."""
+    bars = ErrorBars({"width": {"tpot": KindError(-0.2, 0.2, 10.0, 500)}}, "test")
+    got = bars.intervals({"tpot_ms_mean": 10.0, "tpot_pollution": 1.0}, ("width",))
+    assert "tpot_ms_mean" in got and "tpot_pollution" not in got
