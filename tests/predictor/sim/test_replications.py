@@ -135,3 +135,17 @@ def test_combined_counts_hold_what_any_replication_counted():
     assert combined.extra["note"] == "first"
     assert [f.split(":")[0] for f in combined.flags] == ["warm-up only", "short replay"]
     assert "in 1 of 3 replication(s)" in combined.flags[0]
+
+
+def test_combined_speed_quantiles_are_the_inverse_of_the_combined_tpot_quantiles(target):
+    """One replication defines interactivity pN as 1000 / tpot pN; combined, each mean
+    over replications would break it (the mean of inverses is not the inverse of the
+    mean), so `interactivity pN` and `tpot pN` SLOs could disagree. The mean speed stays
+    the mean of its replications."""
+    result = run(target, 3)
+    metrics, seeds = result.metrics, result.seed_intervals
+    for stat in ("p50", "p90", "p99"):
+        assert metrics[f"interactivity_{stat}"] == pytest.approx(1000.0 / metrics[f"tpot_ms_{stat}"])
+        low, high = seeds[f"tpot_ms_{stat}"]
+        assert seeds[f"interactivity_{stat}"] == pytest.approx((1000.0 / high, 1000.0 / low))
+    assert metrics["interactivity_mean"] != pytest.approx(1000.0 / metrics["tpot_ms_mean"], rel=1e-9)
