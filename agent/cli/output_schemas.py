@@ -126,8 +126,9 @@ def commands() -> dict[str, dict]:
             **TARGET, **_v("workload", "configuration", "configuration_text", "legal", "reasons", "mode", "flags",
                            "source", "metrics", "all_metrics", "memory", "wall_ms", "seed_intervals", "intervals",
                            "transfer", "transfer_kinds", "calibration"),
-            "anchor_id": nullable(STR), "breakdown": OBJ, "fusion_opportunities": arr(OBJ), "recipe": RECIPE},
-            optional=("seed_intervals",)),
+            "anchor_id": nullable(STR), "breakdown": OBJ, "fusion_opportunities": arr(OBJ), "recipe": RECIPE,
+            "prefill_pool": OBJ},      # disaggregated: the prefill pool's memory (`memory` is the decode pool's)
+            optional=("seed_intervals", "prefill_pool")),
         "simulate": either("inferasim simulate --json", command_schema("", {
             **TARGET, **_v("workload", "configuration", "configuration_text", "modes", "flags"),
             **{k: OBJ for k in ("ttft_ms", "ttft_admission_ms", "tpot_ms", "itl_ms", "e2e_ms", "interactivity_tok_s",

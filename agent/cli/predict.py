@@ -118,11 +118,21 @@ def predict_command(
     taken = priced_configuration(target, configuration, spec.priced_context_tokens)[1]
     if json_out:
         print_json({**target.to_json(), "workload": spec.name, "configuration": configuration.to_dict(),
-                    "configuration_text": configuration.describe(), "recipe": taken, **prediction_json(result)})
+                    "configuration_text": configuration.describe(), "recipe": taken, **prediction_json(result),
+                    **_prefill_pool(target, configuration, spec, result)})
     else:
         render_prediction(target, configuration, spec, result, taken)
     if result.metrics is None:
         raise typer.Exit(1)
+
+
+def _prefill_pool(target: Target, configuration: Configuration, spec: WorkloadSpec, result: Prediction) -> dict:
+    """A split's prefill pool's memory as the table shows it, under ``prefill_pool`` (as
+    `memory --json` names it; ``memory`` is the decode pool's, which holds the KV)."""
+    if result.memory is None:
+        return {}
+    pools = memory_pools(target, configuration, result.memory, spec.priced_context_tokens)
+    return {"prefill_pool": pools[1][1].to_json()} if len(pools) > 1 else {}
 
 
 def prediction_json(result: Prediction) -> dict:

@@ -204,6 +204,19 @@ def test_objective_units_in_json_match_the_table():
     assert units["interactivity"] == "tok/s/user" and units["ttft"] == "ms"
 
 
+def test_predict_json_holds_a_splits_prefill_pool_memory_as_its_table_does():
+    """`predict --json` of a split: `memory` is the decode pool's (it holds the KV) and
+    `prefill_pool` the prefill pool's, as `memory --json` names them and the table shows
+    both columns; a colocated prediction has no `prefill_pool`."""
+    split = ("--model", "deepseek-r1", "--cluster", "gb200x4x3", "--engine", "trtllm", "--config",
+             "disaggregated=true,prefill_layout=TP4/EP4/DP4,decode_layout=TP8/EP8/DP8,weight_dtype=fp8,concurrency=256")
+    data = run_json("predict", *split)
+    memory = run_json("memory", *split[:-1], split[-1].removesuffix(",concurrency=256"))
+    assert data["prefill_pool"]["weights_per_gpu_gb"] == memory["prefill_pool"]["weights_per_gpu_gb"]
+    assert data["prefill_pool"]["weights_per_gpu_gb"] > data["memory"]["weights_per_gpu_gb"]   # TP4 against TP8
+    assert "prefill_pool" not in run_json("predict", "--model", "deepseek-r1", "--cluster", "b200x8", "--config", "tp=8")
+
+
 def test_memory_takes_the_recipe_of_the_anchor_predict_chose_at_that_context():
     """GLM-5 on B200 under SGLang has FP8 and FP4 anchors at TP8: a 1k/1k prediction (mean
     context 1,536) is calibrated by the FP8 one, and memory at that context sizes FP8 too."""
