@@ -210,6 +210,9 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
         flags.append("overloaded")
     if load.concurrency > load.running_cap:
         flags.append(f"queueing: {load.running_cap} running per replica (cap or KV pool)")
+    running = math.ceil(min(load.concurrency, load.running_cap))
+    if load.arrival_rate <= 0 and running > memory.max_concurrency:
+        flags.append(on_demand_flag(target.engine, running, memory.max_concurrency))
     return Prediction(
         legal=True, reasons=(), mode=model.mode, anchor_id=model.anchor_id, flags=tuple(flags),
         metrics=metrics, memory=memory,
@@ -217,6 +220,15 @@ def _analytical(target: Target, config: Configuration, workload: WorkloadSpec, a
                    "decode_batch": batch},
         fusion_opportunities=_fusion_opportunities(target, config, decode_step, batch), source=source,
     )
+
+
+def on_demand_flag(engine: Engine | str, running: int, fitting: int) -> str:
+    """What a steady state running more requests than their final length fits says
+    (`_running_cap`: an on-demand engine's staggered requests hold their mean length)."""
+    return (f"KV paged on demand: {running} running per replica, more than the {fitting} whose final length its "
+            f"KV pool holds (max_concurrency): priced at their mean length (prompt + output / 2), as {engine} "
+            "allocates blocks while tokens are generated; requests reaching their final length together would be "
+            "preempted")
 
 
 def busy_replicas(config: Configuration) -> int:

@@ -270,3 +270,16 @@ def test_an_overloaded_open_loop_gives_no_ttft_from_arrival():
     assert over.metrics["ttft_admission_ms_mean"] > 0 and over.metrics["output_throughput_per_gpu"] > 0
     within = predict(target, Configuration(tp=8, ep=8, arrival_rate=1.0), parse_workload("1k/1k"))
     assert within.metrics["ttft_ms_mean"] > 0 and not any(f.startswith("overloaded") for f in within.flags)
+
+
+def test_running_more_than_the_final_length_fits_is_said():
+    """vLLM's staggered requests hold their mean length, so a replica runs more of them
+    than `max_concurrency` (sized at the final length) says fit: priced so, and said, not
+    left as a contradiction between the memory table and the clients priced."""
+    prediction = predict(gpt_oss_h100(), config("replicas=8,concurrency=1024"), ONE_K)
+    fitting = prediction.memory.max_concurrency
+    assert 128 > fitting
+    assert any(f.startswith(f"KV paged on demand: 128 running per replica, more than the {fitting} ")
+               for f in prediction.flags)
+    within = predict(gpt_oss_h100(), config(f"replicas=8,concurrency={8 * fitting}"), ONE_K)
+    assert not any(f.startswith("KV paged on demand") for f in within.flags)
