@@ -714,6 +714,11 @@ class SimulateStepModel:
         """A decode step priced for reporting only (no flags to record here)."""
         return self.decode_us(batch, context_tokens)
 
+    @property
+    def verify_tokens(self) -> int:
+        """Tokens a decoding request puts through one (verify) step: 1 + the draft depth."""
+        return self._queries
+
     def communication_us(self, tokens: float) -> float:
         """The layout's communication of one forward over ``tokens`` replica tokens: its
         collectives and, under PP, the activations' sends between stages (priced in the

@@ -283,3 +283,14 @@ def test_running_more_than_the_final_length_fits_is_said():
                for f in prediction.flags)
     within = predict(gpt_oss_h100(), config(f"replicas=8,concurrency={8 * fitting}"), ONE_K)
     assert not any(f.startswith("KV paged on demand") for f in within.flags)
+
+
+@pytest.mark.parametrize("spec", ["", ",spec_method=mtp,spec_depth=3"])
+def test_decode_comm_is_the_decode_steps_own_collectives(spec):
+    """`decode_comm_ms` (the comm-time objectives' figure) moves what the decode step
+    moves: a verify step carries each request's drafts too (it reported the one-token
+    step's collectives: 1.84 ms beside a step whose communication term is 2.24 ms)."""
+    target = resolve_target("deepseek-r1", "b200x8", "sglang")
+    prediction = predict(target, config("tp=8,ep=8,concurrency=64" + spec), ONE_K)
+    step_comm_ms = prediction.breakdown["decode_step"]["communication"] / 1000.0
+    assert prediction.metrics["decode_comm_ms"] == pytest.approx(step_comm_ms, rel=1e-3)
