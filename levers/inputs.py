@@ -50,6 +50,8 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\
 _CONTROL_OR_CR = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+MAX_INTEGER_DIGITS = 30      # no lever or option counts past this; longer text is out of range, not read
+TOO_MANY_DIGITS = "integer string conversion"   # Python's ValueError past 4,300 digits (JSON, YAML)
 
 
 # --- text ------------------------------------------------------------------------------
@@ -109,6 +111,8 @@ def parse_number(text: Any, what: str, *, integer: bool = False, low: float | No
         if integer and raw.isascii() and _NUMBER.fullmatch(raw) and float(raw).is_integer():
             return check_number(float(raw), what, integer=True, low=low, high=high)
         raise InputError(what, f"{quote(raw)} is not {'an integer' if integer else 'a number'}", accepted)
+    if integer and len(raw.lstrip("+-").lstrip("0")) > MAX_INTEGER_DIGITS:   # Python reads at most 4,300
+        raise InputError(what, f"{quote(raw)} is out of range", accepted)
     value = int(raw) if integer else float(raw)
     return check_number(value, what, integer=integer, low=low, high=high)
 
@@ -223,8 +227,10 @@ def parse_json(text: str, what: str, *, expected: str = "a JSON document", docum
     except json.JSONDecodeError as error:
         raise InputError(what, f"is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})",
                          expected) from None
-    except ValueError as error:  # NaN / Infinity
-        raise InputError(what, f"is not valid JSON ({error})", expected) from None
+    except ValueError as error:  # NaN / Infinity, or an integer of over 4,300 digits
+        if TOO_MANY_DIGITS in str(error):
+            raise InputError(what, "holds an integer of more than 4,300 digits", expected) from None
+        raise InputError(what, f"is not valid JSON ({bounded(str(error))})", expected) from None
     except RecursionError:
         raise InputError(what, f"nests deeper than {MAX_DEPTH} levels", expected) from None
     return clean_document(value, what, expected) if document else value
@@ -294,7 +300,13 @@ def parse_yaml(text: str, what: str, *, expected: str = "a YAML document") -> An
         if node is None:
             return None
         _check_yaml_node(node, what, expected)
-        return clean_document(loader.construct_document(node), what, expected)
+        try:
+            document = loader.construct_document(node)
+        except ValueError as error:         # the int constructor, past 4,300 digits
+            if TOO_MANY_DIGITS not in str(error):
+                raise
+            raise InputError(what, "holds an integer of more than 4,300 digits", expected) from None
+        return clean_document(document, what, expected)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -116,11 +116,11 @@ def _tokens(text: str, spec: str) -> int:
     if not match:
         raise InputError("--workload", f"cannot parse {quote(spec)}", ACCEPTED)
     value = float(match.group(1)) * (1024 if match.group(2) else 1)
+    if value > MAX_WORKLOAD_TOKENS:     # before int(): past ~1e308 the float is inf
+        raise InputError("--workload", f"{quote(spec)} asks for more than {MAX_WORKLOAD_TOKENS:,} tokens",
+                         f"at most {MAX_WORKLOAD_TOKENS:,} tokens per side (and a model's own context limit)")
     if value < 1 or value != int(value):
         raise InputError("--workload", f"{quote(spec)} needs whole positive token counts", ACCEPTED)
-    if value > MAX_WORKLOAD_TOKENS:
-        raise InputError("--workload", f"{quote(spec)} asks for {value:,.0f} tokens",
-                         f"at most {MAX_WORKLOAD_TOKENS:,} tokens per side (and a model's own context limit)")
     return int(value)
 
 

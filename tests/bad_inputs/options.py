@@ -40,7 +40,8 @@ NUMERIC_OPTIONS = [
     (["memory", *SMALL], "--context"),
 ]
 BAD_NUMBERS = [("arabic-digits", "١٢"), ("fullwidth-digits", "１２"), ("underscores", "1_000"), ("nan", "nan"),
-               ("inf", "inf"), ("negative", "-5"), ("overflow", "1e400"), ("word", "abc"), ("forty-nines", "9" * 40)]
+               ("inf", "inf"), ("negative", "-5"), ("overflow", "1e400"), ("word", "abc"), ("forty-nines", "9" * 40),
+               ("past-python-int-digits", "9" * 4301)]
 
 
 def numeric_cases() -> list[Case]:
@@ -76,7 +77,8 @@ def text_option_cases() -> list[Case]:
                   ("unicode-width", "tp=١٦", "tp", "accepted:"), ("nan", "kv_memory_fraction=nan",
                                                                   "kv_memory_fraction", "accepted:"),
                   ("range", "concurrency=100000000", "concurrency", "accepted:"),
-                  ("long", f"tp={LONG}", "tp", "accepted:"), ("layout", "prefill_layout=TP١", "prefill_layout",
+                  ("long", f"tp={LONG}", "tp", "accepted:"),
+                  ("int-digits", "concurrency=" + "9" * 4301, "concurrency", "accepted:"), ("layout", "prefill_layout=TP١", "prefill_layout",
                                                                "accepted:"),
                   ("fusion", "fusions=warp_drive", "fusions", "accepted:"), ("escapes", f"router={ESCAPES}",
                                                                             "router", "accepted:"))]
@@ -84,7 +86,8 @@ def text_option_cases() -> list[Case]:
         c += [Case(f"{command[0]}-workload-{name}", (*command, "--workload", value), "--workload", accepts)
               for name, value, accepts in (("unicode", "١k/1k", "accepted:"), ("huge", "99999999999/1", "accepted:"),
                                           ("beyond-context", "2048k/1k", "ISL + OSL <="),
-                                          ("garbage", "lots", "accepted:"), ("zero", "0/1", "accepted:"))]
+                                          ("garbage", "lots", "accepted:"), ("zero", "0/1", "accepted:"),
+                                          ("float-overflow", "1" + "0" * 309 + "/1k", "accepted:"))]
     for name, slo in (("grammar", "p90itl=25"), ("unit", "ttft<=2h"), ("nan", "ttft<=nan"), ("long", LONG),
                       ("unicode", "ttft<=١٢")):
         c.append(Case(f"tune-slo-{name}", ("tune", *SMALL, "--slo", slo), "--slo"))

@@ -46,6 +46,18 @@ def test_numbers_in_range_and_whole():
     assert "out of range" in message(parse_number, "1e300", "isl", integer=True, low=1, high=1e7)
 
 
+def test_an_integer_past_what_python_reads_is_out_of_range_not_a_crash():
+    """Python refuses int() of over 4,300 digits (a ValueError that escaped as an internal
+    error, exit 3); inline, in YAML and in JSON it is bad input, said in a bounded line."""
+    huge = "9" * 4301
+    text = message(parse_number, huge, "--concurrency", integer=True, low=1, high=65536)
+    assert "out of range (accepted: an integer from 1 to 65,536)" in text and len(text) < 400
+    assert "out of range" in message(parse_number, "1" + "0" * 40, "tp", integer=True, low=1)
+    assert parse_number("0" * 50 + "8", "tp", integer=True) == 8          # leading zeros are not digits
+    for parse, document in ((parse_yaml, f"tp: {huge}"), (parse_json, f'{{"tp": {huge}}}')):
+        assert "holds an integer of more than 4,300 digits" in message(parse, document, "--config @f")
+
+
 def test_quotes_and_messages_are_bounded_and_clean():
     shown = quote("a\x1b[2J" * 10_000)
     assert len(shown) < 260 and "\x1b" not in shown and "characters)" in shown
