@@ -5,6 +5,7 @@ for a search (a ledger path or search id) or a plan-mix run (the JSON report of
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +21,7 @@ from levers.inputs import load_json
 from predictor.files import atomic_write_text
 
 MAX_TOP = 1000
+MAX_NAME_CHARS = 80
 TopOpt = typer.Option(TOP, "--top", parser=int_option("--top", 1, MAX_TOP), help="Best trials shown (a search).")
 
 
@@ -33,12 +35,20 @@ def report_command(
 ) -> None:
     """One self-contained HTML page for a search ledger or a plan-mix report."""
     text, name = build(source, top)
-    path = output_file(out or Path(f"report-{name}.html"), "--out")
+    path = output_file(out or Path(f"report-{file_name(name)}.html"), "--out")
     atomic_write_text(path, text)
     if json_out:
         return print_json({"source": source, "report": str(path), "bytes": len(text.encode())})
     say(console, f"report ({number(len(text.encode()) / 1024)} KiB, self-contained):")
     id_line(console, f"  {path}", style="")
+
+
+def file_name(name: str) -> str:
+    """A file name from a ledger's search id or a report's stem, which the file itself
+    says: letters, digits, '.', '_' and '-' only, at most 80 characters (a search id of
+    '/../../x' wrote its page outside the working directory)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:MAX_NAME_CHARS].strip(".-")
+    return safe or "search"
 
 
 def build(source: str, top: int) -> tuple[str, str]:

@@ -29,6 +29,30 @@ def is_mix_report(data: Any) -> bool:
 def mix_page(data: dict[str, Any], path: str) -> str:
     if not is_mix_report(data):
         raise InputError(path, "is neither a ledger nor a plan-mix report", EXPECTED)
+    _check_shape(data, path)
+    try:
+        return _page(data, path)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:   # a field of another shape inside
+        raise InputError(path, f"is not a plan-mix report as plan-mix --out writes it ({type(error).__name__} "
+                               "reading its fields)", EXPECTED) from None
+
+
+def _check_shape(data: dict[str, Any], path: str) -> None:
+    """The report's top level as plan-mix writes it: tiers and slots are records, each
+    tier named, each slot naming its model and tier; settings and entries, when given, a
+    record and a list. (A file of another shape read as one crashed the page, exit 3.)"""
+    def record_with(items: Any, keys: tuple[str, ...]) -> bool:
+        return all(isinstance(item, dict) and all(isinstance(item.get(k), str) for k in keys) for item in items)
+
+    if not record_with(data["tiers"], ("name",)):
+        raise InputError(path, "has a tier that is not a record with a name", EXPECTED)
+    if not record_with(data["slots"], ("model", "tier")):
+        raise InputError(path, "has a slot that is not a record naming its model and tier", EXPECTED)
+    if not isinstance(data.get("settings") or {}, dict) or not isinstance(data.get("entries") or [], list):
+        raise InputError(path, "has settings that are not a record or entries that are not a list", EXPECTED)
+
+
+def _page(data: dict[str, Any], path: str) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     settings = data.get("settings") or {}
     body = [section("The plan", definitions([

@@ -124,6 +124,40 @@ def test_a_source_that_is_neither_is_exit_2(tmp_path):
     assert runner.invoke(app, ["report", "no-such-search"]).exit_code == 2
 
 
+@pytest.mark.parametrize("shape", [{"slots": [], "tiers": [1]}, {"slots": [], "tiers": [{}]},
+                                   {"slots": [1], "tiers": []}, {"slots": [{"tier": "t"}], "tiers": []},
+                                   {"slots": [], "tiers": [], "settings": [1]},
+                                   {"slots": [], "tiers": [], "entries": "abc"},
+                                   {"slots": [{"model": "m", "tier": "t", "short_list": [1]}],
+                                    "tiers": [{"name": "t"}]}])
+def test_a_file_shaped_almost_like_a_plan_mix_report_is_exit_2(tmp_path, shape):
+    """Lists named slots and tiers make a file read as a plan-mix report; a field of
+    another shape inside is bad input (it crashed the page: exit 3)."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(shape))
+    result = runner.invoke(app, ["report", str(path), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 2 and "plan-mix" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_ledgers_search_id_cannot_choose_where_its_page_goes(ledger, tmp_path, monkeypatch):
+    """The default file name comes from the ledger's search id, which the file says: kept
+    to a plain name in the working directory (an id of '/../../x' wrote outside it)."""
+    data = json.loads(Path(ledger["ledger"]).read_text())
+    data["search_id"] = "/../../../escaped/a b" + "x" * 200
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(data))
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    result = runner.invoke(app, ["report", str(hostile), "--json"])
+    assert result.exit_code == 0, result.output
+    written = Path(json.loads(result.stdout)["report"])
+    assert written.parent == Path(".") and written.name.startswith("report-escaped-a-b")
+    assert len(written.name) <= len("report-.html") + 80 and (here / written).is_file()
+    assert [p.name for p in here.iterdir()] == [written.name]
+
+
 def test_a_search_with_no_trial_draws_its_figure_without_a_warning():
     """No trial: nothing to name in a legend, and nothing leaks to stderr."""
     import warnings
