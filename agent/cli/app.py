@@ -35,7 +35,8 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,11 @@ from agent.cli.commands import BY_NAME, COMMANDS
 from levers.errors import InputError
 from levers.inputs import bounded, check_output_dir, check_output_file, parse_number, quote
 from levers.redact import clean_text, redact
+
+try:    # typer >= 0.16 parses with its own copy of click
+    from typer._click.exceptions import ClickException as ParserClickException
+except ImportError:     # pragma: no cover - an older typer parses with click itself
+    ParserClickException = click.ClickException
 
 
 class LazyGroup(TyperGroup):
@@ -86,12 +92,33 @@ class LazyGroup(TyperGroup):
         finally:
             self._listing = False
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _bounded_usage_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context):
+        with _bounded_usage_errors():
+            return super().invoke(ctx)
+
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and self.get_command(ctx, args[0]) is None and not args[0].startswith("-"):
             close = difflib.get_close_matches(args[0], self.list_commands(ctx), n=3, cutoff=0.6)
             hint = f" Did you mean {', '.join(repr(name) for name in close)}?" if close else ""
             ctx.fail(f"No such command {args[0]!r}.{hint}")
         return super().resolve_command(ctx, args)
+
+
+@contextmanager
+def _bounded_usage_errors() -> Iterator[None]:
+    """A usage error the parser raises (an extra argument, an unknown option, a value its
+    type refuses) echoes the argument whole: a 100,000-character one made a 112 KB
+    message. Its text is bounded as every message of the tool's own is."""
+    try:
+        yield
+    except (click.ClickException, ParserClickException) as error:
+        if isinstance(getattr(error, "message", None), str):
+            error.message = bounded(error.message)
+        raise
 
 
 app = typer.Typer(

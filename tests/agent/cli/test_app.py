@@ -110,3 +110,13 @@ def test_a_huge_number_fits_its_column():
 
     assert number(1.69e302) == "1.69e+302" and percent(1.69e300, signed=True) == "+1.69e+302%"
     assert number(12345.6) == "12,346" and percent(0.12) == "12%" and percent(-0.5, signed=True) == "-50%"
+
+
+@pytest.mark.parametrize("argv", [["models", "x" * 100_000], ["models", "--" + "x" * 100_000],
+                                  ["bogus-" + "x" * 100_000], ["anchors", "x" * 100_000]])
+def test_a_parser_usage_error_is_bounded(argv):
+    """The parser echoed a 100,000-character argument whole (112 KB on stderr); its
+    usage errors are bounded as the tool's own messages are."""
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and len(result.output) < 5_000, len(result.output)
+    assert "x" * 50 in result.output        # the argument is still quoted, in part
