@@ -149,6 +149,9 @@ def score(
 
 
 def _protocols(text: str) -> tuple[Protocol, ...]:
+    if any(not item.strip() for item in text.split(",")):
+        raise InputError("--protocol", f"{quote(text)} holds an empty item",
+                         "a comma list of " + accepted_list([*PROTOCOLS, ALL]))
     try:
         found = parse_protocols(text)
     except ValueError:

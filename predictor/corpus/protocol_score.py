@@ -217,10 +217,12 @@ def _scoped_stores(built: AnchorStore, fold) -> dict[tuple, AnchorStore]:
 
 
 def parse_protocols(text: str) -> tuple[Protocol, ...]:
+    """The protocols a comma list names, each once (`all`: every one); ValueError for an
+    unknown name."""
     names = [p.strip().lower() for p in text.split(",") if p.strip()]
     if ALL in names:
         return PROTOCOLS
-    return tuple(Protocol(name) for name in names)
+    return tuple(dict.fromkeys(Protocol(name) for name in names))
 
 
 def score_protocols(rows: list[CorpusRow], protocols: Iterable[Protocol], **options) -> dict:

@@ -19,6 +19,7 @@ from typing import Any
 
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
+from levers.inputs import quote
 from predictor.step.cost import Mode
 from predictor.sweep.executors import (
     POINT_METRICS,
@@ -128,10 +129,13 @@ class SweepResult:
 def parse_modes(text: str | None) -> frozenset[Mode]:
     """`anchored,rank-only` (default both); `simulate` is an alias of `rank-only`, the label
     every table and file gives a simulate-mode point."""
-    if text is None or not text.strip():
+    if text is None:
         return ALL_MODES
+    if any(not part.strip() for part in text.split(",")):
+        raise InputError("--modes", f"{quote(text)} holds an empty item",
+                         "a comma list of " + accepted_list(("anchored", "rank-only", "simulate")))
     modes = set()
-    for item in (part.strip().lower() for part in text.split(",") if part.strip()):
+    for item in (part.strip().lower() for part in text.split(",")):
         if item not in MODE_NAMES:
             raise InputError("--modes", f"unknown mode '{item}'", accepted_list(("anchored", "rank-only", "simulate")))
         modes.add(MODE_NAMES[item])

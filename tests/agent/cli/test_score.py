@@ -54,6 +54,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         (["score", str(FIXTURES / "native_small.csv"), "--anchor-where", "tp>>2"], "--anchor-where"),
         (["score", str(FIXTURES / "native_small.csv"), "--protocol", "in-ladder", "--anchor-where", "tp=2"],
          "--anchor-where: cannot be combined with --protocol"),
+        (["score", str(FIXTURES / "native_small.csv"), "--protocol", "in-ladder,,"], "holds an empty item"),
+        (["score", str(FIXTURES / "native_small.csv"), "--protocol", ","], "holds an empty item"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)
@@ -116,3 +118,10 @@ def test_score_by_protocol_counts_the_rows_no_protocol_could_use(tmp_path):
     text = runner.invoke(app, ["score", str(path), "--format", "native", "--protocol", "none"],
                          terminal_width=200).stdout
     assert f"{len(rows) - 1} rows read, {len(rows) - 2} usable by the protocols; not usable: 1 " in " ".join(text.split())
+
+
+def test_a_protocol_named_twice_is_scored_once():
+    from predictor.corpus.protocol_score import parse_protocols
+
+    assert parse_protocols("in-ladder,load,in-ladder") == ("in-ladder", "load")
+    assert len(parse_protocols("all,in-ladder")) == len(set(parse_protocols("all")))

@@ -263,6 +263,9 @@ def test_modes_filter_points(small_target):
     assert parse_modes("simulate") == {Mode.RANK_ONLY} and parse_modes(None) == set(Mode)
     with pytest.raises(InputError):
         parse_modes("anchored,measured")
+    for empty in (",", "anchored,,", "", " "):       # said before any work, not a sweep of no mode
+        with pytest.raises(InputError, match="holds an empty item"):
+            parse_modes(empty)
 
 
 def test_ray_missing_is_a_user_error(monkeypatch):
