@@ -158,6 +158,9 @@ def show_anchor(anchor_id: str = typer.Argument(..., help="Anchor id (see `infer
     _render_anchor(item.anchor, item.where)
 
 
+MAX_ERROR_LINES = 20     # invalid or refused files said one line each, then counted
+
+
 @anchors_app.command("check")
 @cli_errors
 def check(files: Optional[list[str]] = typer.Argument(None, help="Anchor files to validate (default: the store)."),
@@ -180,11 +183,14 @@ def check(files: Optional[list[str]] = typer.Argument(None, help="Anchor files t
     else:
         if not reports or len(invalid) < len(reports):   # not "no anchors" when every file was refused
             _render_reports([r for r in reports if r.status != INVALID])
-        for report in invalid:
-            err_console.print(f"error: {report.reasons[0]}", markup=False, highlight=False, soft_wrap=True)
-        for report in unusable:
-            err_console.print(f"error: anchor {report.anchor_id} ({report.where}) is refused: "
-                              f"{'; '.join(report.reasons)}", markup=False, highlight=False, soft_wrap=True)
+        errors = [f"error: {report.reasons[0]}" for report in invalid]
+        errors += [f"error: anchor {report.anchor_id} ({report.where}) is refused: {'; '.join(report.reasons)}"
+                   for report in unusable]
+        for line in errors[:MAX_ERROR_LINES]:
+            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if len(errors) > MAX_ERROR_LINES:   # 2,000 bad files printed 2,000 lines
+            err_console.print(f"error: ... and {len(errors) - MAX_ERROR_LINES:,} more ({len(errors):,} in all; "
+                              "--json lists every one)", markup=False, highlight=False, soft_wrap=True)
     if invalid or unusable:  # a foreign anchor (another GPU or engine than --cluster/--engine) is not an error
         raise typer.Exit(EXIT_USER_ERROR)
 

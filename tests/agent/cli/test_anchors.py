@@ -82,6 +82,16 @@ def test_check_bad_file_is_one_line_exit_2(tmp_path):
     assert result.stdout.strip() == ""      # not also "No anchors to check."
 
 
+def test_check_of_many_bad_files_says_twenty_then_counts(tmp_path):
+    """2,000 missing files printed 2,000 error lines; the first twenty are said, then a count."""
+    from agent.cli.anchors import MAX_ERROR_LINES
+
+    result = runner.invoke(app, ["anchors", "check", *(str(tmp_path / f"nf{i}.json") for i in range(60))])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == MAX_ERROR_LINES + 1 and lines[-1].startswith("error: ... and 40 more (60 in all")
+
+
 def test_check_store_reports_foreign_and_broken_anchors():
     save_anchor(make_anchor())
     save_anchor(make_anchor(accelerator="H100"))
