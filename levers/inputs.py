@@ -97,7 +97,9 @@ def _range_text(low: float | None, high: float | None, integer: bool) -> str:
 
 
 def _show(value: float) -> str:
-    return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e18 else f"{value:g}"
+    """A number as given: a whole one with separators, another at full precision
+    (``:g`` rounded 0.4999999 to 0.5 in "0.5 is out of range (0.5 to 0.9)")."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e18 else repr(float(value))
 
 
 def parse_number(text: Any, what: str, *, integer: bool = False, low: float | None = None,

@@ -120,7 +120,7 @@ def frontier_rule(ttft_max: str, slos: list[str] | None) -> FrontierRule:
     for parsed in parse_slos(slos or ()):
         if parsed.key not in POINT_METRICS:
             raise InputError("--slo", f"{parsed} bounds {parsed.key}, which sweep points do not record",
-                             accepted_list(recorded_slos()))
+                             slo_choices())
         bounds.append(Bound(parsed.key, parsed.op, parsed.value, str(parsed)))
     return FrontierRule(cap_ms, tuple(bounds))
 
@@ -134,6 +134,16 @@ def recorded_slos() -> list[str]:
 DES_ONLY_METRICS = ("ttft_ms_p90", "itl_ms_p90")   # tails: a DES replay records them, the analytical model not
 
 
+def slo_choices() -> str:
+    """The bounds a sweep can judge, as one accepted text: every workload's, then the
+    tails only a DES sweep records (one list for both errors: the first listed p90-ttft
+    and the second then refused it for a fixed-length sweep)."""
+    tails = {f"{stat}-{metric}" for metric, recorded in SLO_METRICS.items() for stat in LATENCY_STATS
+             if latency_key(recorded, stat) in DES_ONLY_METRICS}
+    every = [slo for slo in recorded_slos() if slo not in tails]
+    return f"{accepted_list(every)}; with --workload agentic (the DES) also {', '.join(sorted(tails))}"
+
+
 def check_bounds_recorded(rule: FrontierRule, spec) -> None:
     """A fixed-length sweep is priced analytically (means, no tails): a bound on a tail
     would admit every point (nothing to check), so it is refused, not ignored."""
@@ -142,8 +152,7 @@ def check_bounds_recorded(rule: FrontierRule, spec) -> None:
     for bound in rule.bounds:
         if bound.key in DES_ONLY_METRICS:
             raise InputError("--slo", f"{bound.text} bounds {bound.key}, which a fixed-length sweep does not record "
-                             "(priced analytically: means, not tails)",
-                             "a mean or median bound (itl, tpot, ttft, interactivity) or --workload agentic (the DES)")
+                             "(priced analytically: means, not tails)", slo_choices())
 
 
 class _progress:

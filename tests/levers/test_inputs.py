@@ -44,6 +44,10 @@ def test_numbers_in_range_and_whole():
     assert "not a finite number" in message(check_number, float("nan"), "--x")
     assert "is not a number" in message(check_number, True, "--x")
     assert "out of range" in message(parse_number, "1e300", "isl", integer=True, low=1, high=1e7)
+    # a value just outside is said as given, not rounded onto the bound
+    assert "0.4999999 is out of range (accepted: a number from 0.5 to 0.9)" in message(
+        parse_number, "0.4999999", "kv_memory_fraction", low=0.5, high=0.9)
+    assert "1000000.4 is out of range" in message(parse_number, "1000000.4", "arrival_rate", high=1e6)
 
 
 def test_an_integer_past_what_python_reads_is_out_of_range_not_a_crash():
