@@ -50,6 +50,7 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\
 _CONTROL_OR_CR = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4095   # Linux's NAME_MAX and PATH_MAX less its terminator
 MAX_INTEGER_DIGITS = 30      # no lever or option counts past this; longer text is out of range, not read
 TOO_MANY_DIGITS = "integer string conversion"   # Python's ValueError past 4,300 digits (JSON, YAML)
 
@@ -396,8 +397,25 @@ def _nearest_existing(path: Path) -> Path:
     return current
 
 
+def _check_path_text(path: str | Path, what: str, accepted: str, *, file: bool) -> None:
+    """An empty path, a file path ending in a folder separator, and names longer than the
+    file system takes are refused with the option's name (an empty --out wrote into the
+    working directory, 'newdir/' wrote a file named newdir, and a 300-character name
+    failed later as a bare "File name too long")."""
+    text = str(path)
+    if not text.strip():
+        raise InputError(what, "is empty", accepted)
+    if file and text.endswith(("/", os.sep)):
+        raise InputError(f"{what} {quote(text)}", "ends in a folder separator", accepted)
+    longest = max((len(os.fsencode(part)) for part in Path(text).parts), default=0)
+    if longest > MAX_NAME_BYTES or len(os.fsencode(text)) > MAX_PATH_BYTES:
+        raise InputError(f"{what} {quote(text)}", "is too long for a file system",
+                         f"{accepted}, each name at most {MAX_NAME_BYTES} bytes")
+
+
 def check_output_file(path: str | Path, what: str) -> Path:
     """A file we may create or replace: not a directory, its folder creatable and writable."""
+    _check_path_text(path, what, "a file path (its folder is created if missing)", file=True)
     target = Path(path).expanduser()
     name = f"{what} {quote(str(target))}"
     if target.is_dir():
@@ -412,6 +430,7 @@ def check_output_file(path: str | Path, what: str) -> Path:
 
 def check_output_dir(path: str | Path, what: str) -> Path:
     """A folder we may create or write into."""
+    _check_path_text(path, what, "a folder path (created if missing)", file=False)
     target = Path(path).expanduser()
     name = f"{what} {quote(str(target))}"
     if target.exists() and not target.is_dir():

@@ -133,6 +133,12 @@ def test_output_paths_are_checked_before_work(tmp_path):
     assert "is not a directory" in message(check_output_dir, afile, "--out")
     assert check_output_dir(tmp_path / "new" / "deep", "--out") == tmp_path / "new" / "deep"
     assert check_output_file(tmp_path / "new" / "x.json", "--out").name == "x.json"
+    # the option is named before the file system refuses: empty, a folder for a file, too long
+    assert message(check_output_dir, "", "--out").startswith("--out: is empty")
+    assert "ends in a folder separator" in message(check_output_file, f"{tmp_path}/newdir/", "-o")
+    long_name = message(check_output_dir, tmp_path / ("n" * 300), "--out")
+    assert long_name.startswith("--out '") and "too long for a file system" in long_name and "255 bytes" in long_name
+    assert "too long" in message(check_output_file, "/".join(["d" * 200] * 30), "--csv")
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
