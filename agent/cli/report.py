@@ -17,11 +17,13 @@ from agent.cli.render import id_line, number, say
 from agent.report.mix import is_mix_report, mix_page
 from agent.report.search import TOP, search_page
 from ledgers.store import load_ledger
-from levers.inputs import load_json
+from levers.errors import InputError
+from levers.inputs import load_json, quote
 from predictor.files import atomic_write_text
 
 MAX_TOP = 1000
 MAX_NAME_CHARS = 80
+SOURCES = "a ledger (its path or search id) or a plan-mix report (plan-mix --out)"
 TopOpt = typer.Option(TOP, "--top", parser=int_option("--top", 1, MAX_TOP), help="Best trials shown (a search).")
 
 
@@ -53,7 +55,11 @@ def file_name(name: str) -> str:
 
 def build(source: str, top: int) -> tuple[str, str]:
     """(the page, a name for its file): a plan-mix report if the file is one, else a ledger."""
+    if not source.strip():
+        raise InputError("report source", "is empty", SOURCES)
     candidate = Path(source)
+    if candidate.exists() and not candidate.is_file() and not candidate.is_dir():   # a FIFO, a device
+        raise InputError(f"report source {quote(source)}", "is not a regular file", SOURCES)
     if candidate.is_file() and candidate.suffix == ".json":
         data = load_json(candidate, "report source", expected="a ledger or a plan-mix report")
         if is_mix_report(data):

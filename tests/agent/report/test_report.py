@@ -3,6 +3,7 @@ search or a plan-mix run; what the page holds, that it loads nothing from a netw
 and that ledger text is escaped."""
 
 import json
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -122,6 +123,11 @@ def test_a_source_that_is_neither_is_exit_2(tmp_path):
     result = runner.invoke(app, ["report", str(other)])
     assert result.exit_code == 2 and "ledger" in result.stderr
     assert runner.invoke(app, ["report", "no-such-search"]).exit_code == 2
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)       # said as what it is, not "no ledger 'ff'"
+    for source, said in ((str(fifo), "is not a regular file"), ("", "report source: is empty")):
+        result = runner.invoke(app, ["report", source])
+        assert result.exit_code == 2 and said in result.stderr, result.output
 
 
 @pytest.mark.parametrize("shape", [{"slots": [], "tiers": [1]}, {"slots": [], "tiers": [{}]},
