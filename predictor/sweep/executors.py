@@ -287,19 +287,34 @@ RAY_CONNECT_TIMEOUT_S = 10.0     # a cluster's head must accept a connection wit
 RAY_ADDRESS_FORMS = "auto, or HOST:PORT (or ray://HOST:PORT) of a running Ray cluster's head, reachable from here"
 
 
+# HTTP/2's client connection preface and an empty SETTINGS frame: a Ray head (its GCS, or
+# the Ray Client server behind ray://) is a gRPC server, which answers with a SETTINGS
+# frame of its own (measured on a `ray start --head` GCS: at once).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
+HTTP2_SETTINGS = 0x04
+
+
 def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
-    """Refuse a Ray address whose head does not accept a TCP connection within
-    ``timeout_s``: Ray itself retries an unreachable head without end."""
+    """Refuse a Ray address whose head does not accept a TCP connection, or does not
+    answer as a gRPC server, within ``timeout_s``: Ray itself retries such a head without
+    end (a port that accepted and never replied held `pareto --ray` past 6 minutes, deaf
+    to SIGTERM)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InputError("--ray", f"{quote(address)} is not an address", RAY_ADDRESS_FORMS)
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
+            connection.settimeout(timeout_s)
+            connection.sendall(HTTP2_PREFACE)
+            header = connection.recv(9)
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or type(error).__name__)
-        raise InputError("--ray", f"cannot reach {quote(address)} ({reason})", RAY_ADDRESS_FORMS) from None
+        raise InputError("--ray", f"cannot reach {quote(address)} as a Ray head ({reason})",
+                         RAY_ADDRESS_FORMS) from None
+    if len(header) < 4 or header[3] != HTTP2_SETTINGS:
+        raise InputError("--ray", f"{quote(address)} answered, but not as a Ray head (a gRPC server)",
+                         RAY_ADDRESS_FORMS)
 
 
 def import_ray() -> Any:

@@ -3,6 +3,7 @@ the frontier marks and the files (PRODUCT.md §2 `pareto`, METHOD §3.8, §8).""
 
 import csv
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -343,10 +344,44 @@ def test_an_unreachable_ray_address_is_refused_within_its_deadline():
     for bad in ("nonsense", "host:", "host:99999", "ray://:80"):
         with pytest.raises(InputError, match="is not an address"):
             check_reachable(bad)
-    with socket.socket() as listening:      # a head that accepts: no error
+
+
+def _one_answer(listening, answer: bytes | None) -> None:
+    """Accept one connection, read the client's bytes, answer (None: never)."""
+    connection, _ = listening.accept()
+    with connection:
+        connection.recv(64)
+        if answer is None:
+            time.sleep(3.0)
+        else:
+            connection.sendall(answer)
+
+
+@pytest.mark.parametrize("answer, said", [(bytes.fromhex("000018040000000000"), None),      # a gRPC server
+                                          (b"HTTP/1.1 400 Bad Request\r\n\r\n", "not as a Ray head"),
+                                          (None, "timed out")])
+def test_a_ray_head_must_answer_as_a_grpc_server_within_its_deadline(answer, said):
+    """A port that accepts and never replies held `ray.init` without end; the check sends
+    HTTP/2's preface and needs a SETTINGS frame back (a real GCS answers at once)."""
+    import socket
+    import threading
+
+    from predictor.sweep.executors import check_reachable
+
+    with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
-        check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
+        server = threading.Thread(target=_one_answer, args=(listening, answer), daemon=True)
+        server.start()
+        address = f"ray://127.0.0.1:{listening.getsockname()[1]}"
+        started = time.perf_counter()
+        if said is None:
+            check_reachable(address, timeout_s=1.0)
+        else:
+            with pytest.raises(InputError, match=said):
+                check_reachable(address, timeout_s=1.0)
+        assert time.perf_counter() - started < 2.5
+        server.join(5.0)
 
 
 @pytest.mark.parametrize("engine, splits", [("atom", False), ("sglang", True), ("vllm", True)])
