@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -296,18 +297,28 @@ HTTP2_SETTINGS = 0x04
 
 def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
     """Refuse a Ray address whose head does not accept a TCP connection, or does not
-    answer as a gRPC server, within ``timeout_s``: Ray itself retries such a head without
-    end (a port that accepted and never replied held `pareto --ray` past 6 minutes, deaf
-    to SIGTERM)."""
+    answer as a gRPC server, within ``timeout_s`` in all: Ray itself retries such a head
+    without end (a port that accepted and never replied held `pareto --ray` past 6
+    minutes, deaf to SIGTERM). With ``RAY_USE_TLS`` set the head speaks TLS first, so
+    only its port accepting is checked."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InputError("--ray", f"{quote(address)} is not an address", RAY_ADDRESS_FORMS)
+    deadline = time.monotonic() + timeout_s
+    tls = os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
-            connection.settimeout(timeout_s)
+            if tls:         # a TLS head answers no plain preface: its port accepting is what is checked
+                return
             connection.sendall(HTTP2_PREFACE)
-            header = connection.recv(9)
+            header = b""
+            while len(header) < 4:      # a frame's type is its 4th byte; TCP may deliver less at once
+                connection.settimeout(max(0.001, deadline - time.monotonic()))
+                got = connection.recv(9 - len(header))
+                if not got:
+                    break
+                header += got
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or type(error).__name__)
         raise InputError("--ray", f"cannot reach {quote(address)} as a Ray head ({reason})",

@@ -346,18 +346,26 @@ def test_an_unreachable_ray_address_is_refused_within_its_deadline():
             check_reachable(bad)
 
 
-def _one_answer(listening, answer: bytes | None) -> None:
-    """Accept one connection, read the client's bytes, answer (None: never)."""
+def _one_answer(listening, answer: bytes | tuple | None) -> None:
+    """Accept one connection, read the client's bytes, answer (None: never; a tuple: in
+    parts, 0.3 s apart)."""
     connection, _ = listening.accept()
     with connection:
         connection.recv(64)
         if answer is None:
             time.sleep(3.0)
-        else:
-            connection.sendall(answer)
+            return
+        for i, part in enumerate(answer if isinstance(answer, tuple) else (answer,)):
+            if i:
+                time.sleep(0.3)
+            connection.sendall(part)
 
 
-@pytest.mark.parametrize("answer, said", [(bytes.fromhex("000018040000000000"), None),      # a gRPC server
+SETTINGS = bytes.fromhex("000018040000000000")
+
+
+@pytest.mark.parametrize("answer, said", [(SETTINGS, None),      # a gRPC server
+                                          ((SETTINGS[:2], SETTINGS[2:]), None),   # TCP delivers it in parts
                                           (b"HTTP/1.1 400 Bad Request\r\n\r\n", "not as a Ray head"),
                                           (None, "timed out")])
 def test_a_ray_head_must_answer_as_a_grpc_server_within_its_deadline(answer, said):
@@ -392,3 +400,19 @@ def test_no_split_family_on_an_engine_whose_command_line_cannot_start_one(engine
     plan = build_plan(target, WORKLOAD, SMALL)
     assert any(family.base.disaggregated for family in plan.families) is splits
     assert any(not family.base.disaggregated for family in plan.families)
+
+
+def test_a_tls_ray_head_is_checked_for_its_port_alone(monkeypatch):
+    """A head behind RAY_USE_TLS speaks TLS first and answers no plain HTTP/2 preface:
+    its port accepting is what is checked (refusing it would refuse every TLS cluster)."""
+    import socket
+
+    from predictor.sweep.executors import check_reachable
+
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    with socket.socket() as listening:       # accepts, never answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        started = time.perf_counter()
+        check_reachable(f"127.0.0.1:{listening.getsockname()[1]}", timeout_s=1.0)
+        assert time.perf_counter() - started < 0.9
