@@ -39,10 +39,14 @@ def did_you_mean(word: object, choices: Iterable[object]) -> str:
     names the likely intent before the (possibly long) accepted list. A number among
     numbers gets none: spelling distance says nothing about them (``tp=3`` is as near
     ``32`` as ``2`` to difflib), and their accepted list, which follows, is short and ordered."""
-    names = {str(choice).lower(): str(choice) for choice in choices}
-    if _is_number(word) and names and all(_is_number(name) for name in names):
+    try:
+        text = str(word)
+    except ValueError:      # an integer past 4,300 digits (YAML hex has no limit): near nothing
         return ""
-    close = difflib.get_close_matches(str(word).strip().lower(), list(names), n=1, cutoff=0.6)
+    names = {str(choice).lower(): str(choice) for choice in choices}
+    if _is_number(text) and names and all(_is_number(name) for name in names):
+        return ""
+    close = difflib.get_close_matches(text.strip().lower(), list(names), n=1, cutoff=0.6)
     return f"; did you mean '{names[close[0]]}'?" if close else ""
 
 

@@ -52,6 +52,7 @@ _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4095   # Linux's NAME_MAX and PATH_MAX less its terminator
 MAX_INTEGER_DIGITS = 30      # no lever or option counts past this; longer text is out of range, not read
+MAX_INTEGER_BITS = 100       # 2**100 > 1e30: a parsed integer past it is out of range (as 30 digits of text)
 TOO_MANY_DIGITS = "integer string conversion"   # Python's ValueError past 4,300 digits (JSON, YAML)
 
 
@@ -66,7 +67,10 @@ def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
     """``'value'`` for an error message: one line, no control characters, at most
     ``limit`` characters of the input (the rest is counted, not echoed)."""
     is_text = isinstance(value, str)
-    raw = value if is_text else repr(value)
+    if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:   # repr() refuses past 4,300 digits
+        raw = f"<an integer of about {int(value.bit_length() * math.log10(2)):,} digits>"
+    else:
+        raw = value if is_text else repr(value)
     text = _CONTROL_OR_CR.sub(" ", raw[: limit * 4]).replace("\n", " ")
     if len(text) > limit:
         return f"'{text[:limit]}...' ({len(raw):,} characters)" if is_text else f"{text[:limit]}... ({len(raw):,} characters)"
@@ -131,6 +135,8 @@ def check_number(value: Any, what: str, *, integer: bool = False, low: float | N
     accepted = _range_text(low, high, integer)
     if not is_number(value):
         raise InputError(what, f"{quote(value)} is not a number", accepted)
+    if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:   # YAML / JSON ints: float() overflows
+        raise InputError(what, f"an integer of more than {MAX_INTEGER_DIGITS} digits is out of range", accepted)
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(what, f"{value} is not a finite number", accepted)
     if integer and isinstance(value, float):

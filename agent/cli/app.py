@@ -116,7 +116,8 @@ def _bounded_usage_errors() -> Iterator[None]:
     try:
         yield
     except (click.ClickException, ParserClickException) as error:
-        if isinstance(getattr(error, "message", None), str):
+        # the help a command with no arguments prints is carried as such an error: not bounded
+        if isinstance(getattr(error, "message", None), str) and type(error).__name__ != "NoArgsIsHelpError":
             error.message = bounded(error.message)
         raise
 

@@ -32,6 +32,8 @@ def mix_page(data: dict[str, Any], path: str) -> str:
     _check_shape(data, path)
     try:
         return _page(data, path)
+    except InputError:
+        raise
     except (KeyError, TypeError, AttributeError, ValueError) as error:   # a field of another shape inside
         raise InputError(path, f"is not a plan-mix report as plan-mix --out writes it ({type(error).__name__} "
                                "reading its fields)", EXPECTED) from None

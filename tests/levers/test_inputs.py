@@ -60,6 +60,15 @@ def test_an_integer_past_what_python_reads_is_out_of_range_not_a_crash():
     assert parse_number("0" * 50 + "8", "tp", integer=True) == 8          # leading zeros are not digits
     for parse, document in ((parse_yaml, f"tp: {huge}"), (parse_json, f'{{"tp": {huge}}}')):
         assert "holds an integer of more than 4,300 digits" in message(parse, document, "--config @f")
+    # parsed integers past float's range or repr's limit (YAML hex and binary have no digit limit)
+    for value in (10 ** 400, parse_yaml("x: 0x" + "f" * 4000, "f")["x"], parse_yaml("x: 0b1" + "0" * 5000, "f")["x"]):
+        assert "out of range" in message(check_number, value, "concurrency", integer=True, low=1, high=65536)
+        assert "digits>" in quote(value) and len(quote(value)) < 80
+    from levers.configuration import parse_config_text
+
+    for lever in ("tp", "replicas", "kv_memory_fraction"):     # a choice, a count, a fraction
+        with pytest.raises(InputError, match=lever):
+            parse_config_text(f"{lever}: 0x" + "f" * 4000)
 
 
 def test_quotes_and_messages_are_bounded_and_clean():

@@ -120,3 +120,12 @@ def test_a_parser_usage_error_is_bounded(argv):
     result = runner.invoke(app, argv)
     assert result.exit_code == 2 and len(result.output) < 5_000, len(result.output)
     assert "x" * 50 in result.output        # the argument is still quoted, in part
+
+
+def test_the_help_a_bare_command_prints_is_not_bounded(monkeypatch):
+    """click carries a bare group's help as a usage error: it stays the whole help."""
+    monkeypatch.setenv("TYPER_USE_RICH", "0")
+    result = subprocess.run([sys.executable, "-c", "from agent.cli.main import main; main()"],
+                            capture_output=True, text=True, timeout=120)
+    text = result.stdout + result.stderr
+    assert "Usage:" in text and len(text.splitlines()) > 10 and "plan-mix" in text
