@@ -48,7 +48,7 @@ def deploy_command(
                                                    "placeholder DRAFT_CHECKPOINT, to replace)."),
     port: int = typer.Option(DEFAULT_PORT, "--port", parser=PORT, help="Port of the first pool (decode: +1)."),
     image: Optional[str] = typer.Option(None, "--image", help="Container image for the manifests."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the files (default ./deploy-MODEL-CLUSTER-ENGINE)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Folder for the files (default ./deploy-MODEL-CLUSTER-ENGINE)."),
     json_out: bool = JsonOpt,
 ) -> None:
     """The launch command (and Dynamo / llm-d manifests) for a ledger's pick, a plan-mix slot or a --config."""
@@ -58,7 +58,8 @@ def deploy_command(
             raise InputError(option, "is empty", f"{accepted}, or leave it out")
     pick = resolve_pick(ledger, trial, plan, slot, model, cluster, engine, config)
     target = pick.target
-    folder = output_dir(out or Path(f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
+    folder = output_dir(out if out is not None else f"deploy-{target.card.name}-{target.cluster.spec}-{target.engine}",
+                        "--out")
     options = DeployOptions(model_path, port, str(folder), draft_model=draft_model or DRAFT_CHECKPOINT)
     try:
         deployed = build_plan(target, pick.config, options, pick.priced_context)

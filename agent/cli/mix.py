@@ -60,7 +60,7 @@ MAX_REASONS = 4
 @cli_errors
 def plan_mix_command(
     models_yaml: Path = typer.Argument(..., help="models.yaml: models, engines, clusters, candidates, tiers."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON report to this file."),
+    out: str | None = typer.Option(None, "--out", "-o", help="Write the JSON report to this file."),
     json_out: bool = JsonOpt,
     seed: int = typer.Option(0, "--seed", parser=SEED, help="Seed of every DES run."),
     requests: int = typer.Option(DEFAULT_MAX_REQUESTS, "--requests", parser=int_option("--requests", MIN_DES_REQUESTS, MAX_DES_REQUESTS),
@@ -68,7 +68,7 @@ def plan_mix_command(
     workers: int | None = typer.Option(None, "--workers", parser=WORKERS, help="Worker processes (default: all cores)."),
 ) -> None:
     """Pick one configuration per model and tier; print a table per tier and a short list."""
-    output_file(out, "--out")
+    out = output_file(out, "--out")     # as typed: '' and a trailing '/' are refused, not read as '.'
     spec = load_mix_file(models_yaml)
     with _progress_bar() as progress:
         report = plan_mix(spec, seed=seed, max_requests=requests, workers=workers, progress=progress,

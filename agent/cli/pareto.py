@@ -59,7 +59,7 @@ def pareto_command(
     workload: str = typer.Option("1k/1k", "--workload", "-w", help="1k/1k, 8k/1k, ISL/OSL or agentic (DES per point)."),
     modes: str = typer.Option("anchored,rank-only", "--modes",
                               help="Step-model modes kept: anchored, rank-only (simulate mode; 'simulate' is an alias)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default ./pareto-MODEL-CLUSTER-ENGINE)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Output folder (default ./pareto-MODEL-CLUSTER-ENGINE)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: 'auto' (Ray's default instance) or ADDRESS."),
     workers: Optional[int] = typer.Option(None, "--workers", parser=WORKERS, help="Local processes (default: every core)."),
     max_points: Optional[int] = typer.Option(None, "--max-points", parser=int_option("--max-points", 1, MAX_POINTS),
@@ -92,7 +92,8 @@ def pareto_command(
     kept_modes = parse_modes(modes)
     options = SpaceOptions(max_spec_depth=max_spec_depth, include_disaggregated=disaggregated,
                            max_points=max_points, seed=seed)
-    folder = output_dir(out or Path(f"pareto-{target.card.name}-{target.cluster.spec}-{target.engine}"), "--out")
+    folder = output_dir(out if out is not None else f"pareto-{target.card.name}-{target.cluster.spec}-{target.engine}",
+                        "--out")
     executor = make_executor(ray, workers)
     with _progress(enabled=console.is_terminal and not json_out) as on_progress:
         result = run_sweep(target, spec, options=options, executor=executor, modes=kept_modes, seed=seed,

@@ -31,13 +31,13 @@ TopOpt = typer.Option(TOP, "--top", parser=int_option("--top", 1, MAX_TOP), help
 @cli_errors
 def report_command(
     source: str = typer.Argument(..., help="A ledger (path or search id) or a plan-mix report (plan-mix --out)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file (default ./report-NAME.html)."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="The HTML file (default ./report-NAME.html)."),
     top: int = TopOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """One self-contained HTML page for a search ledger or a plan-mix report."""
     text, name = build(source, top)
-    path = output_file(out or Path(f"report-{file_name(name)}.html"), "--out")
+    path = output_file(out if out is not None else f"report-{file_name(name)}.html", "--out")
     atomic_write_text(path, text)
     if json_out:
         return print_json({"source": source, "report": str(path), "bytes": len(text.encode())})

@@ -98,12 +98,12 @@ def simulate_command(
                                      help="Independent workload draws; means with 90% intervals."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed trace lines, count them."),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
-    csv: Path | None = CsvOpt,
+    csv: str | None = CsvOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Run the discrete-event simulator: TTFT/ITL/TPOT/E2E distributions, throughput, hit rates."""
     check_des_requests(requests, "--requests", allow_large)
-    output_file(csv, "--csv")
+    csv = output_file(csv, "--csv")     # as typed: '' and a trailing '/' are refused, not read as '.'
     target = target_with_default_engine(model, cluster, engine)
     configuration = configuration_from_options(config, concurrency, target.engine)
     replay = _workload(workload, trace, skip_bad_lines, allow_large)

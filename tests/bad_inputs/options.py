@@ -149,6 +149,10 @@ def text_option_cases() -> list[Case]:
           Case("harvest-endpoint-scheme", ("harvest", "--engine", "vllm", *SMALL, "--dry-run", "--endpoint",
                                            "ftp://127.0.0.1:21"), "--endpoint"),
           # Ray retries an unreachable head without end: refused before it is asked
+          Case("pareto-out-empty", ("pareto", *SMALL, "--out", ""), "--out", "a folder path"),
+          Case("simulate-csv-folder", ("simulate", *SMALL, "--requests", "20", "--csv", "{tmp}/newdir/"), "--csv",
+               "a file path"),
+          Case("deploy-out-empty", ("deploy", *SMALL, "--config", "tp=1", "--out", ""), "--out", "a folder path"),
           Case("pareto-ray-unreachable", ("pareto", *SMALL, "--ray", "127.0.0.1:1"), "--ray"),
           Case("pareto-ray-not-an-address", ("pareto", *SMALL, "--ray", "nonsense"), "--ray")]
     return c

@@ -164,6 +164,14 @@ def test_a_ledgers_search_id_cannot_choose_where_its_page_goes(ledger, tmp_path,
     assert [p.name for p in here.iterdir()] == [written.name]
 
 
+def test_an_empty_or_folder_like_out_is_refused(ledger, tmp_path):
+    """typer read --out '' as '.', and 'x/' as the file x: taken as typed, both are refused."""
+    for out, said in (("", "--out: is empty"), (f"{tmp_path}/newdir/", "ends in a folder separator")):
+        result = runner.invoke(app, ["report", ledger["ledger"], "--out", out])
+        assert result.exit_code == 2 and said in result.stderr, result.output
+    assert not (tmp_path / "newdir").exists()
+
+
 def test_a_search_with_no_trial_draws_its_figure_without_a_warning():
     """No trial: nothing to name in a legend, and nothing leaks to stderr."""
     import warnings
