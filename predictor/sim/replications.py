@@ -103,8 +103,8 @@ def combine(results: Sequence[SimResult]) -> SimResult:
 
 def _speed_quantiles_from_tpot(distributions: dict, intervals: dict) -> None:
     """Each interactivity quantile ``pN`` as 1000 / the combined ``tpot_ms_pN`` (its
-    interval the inverse of TPOT's), as one replication defines it
-    (`predictor.sim.results`): the mean over replications of each one's inverse is not the
+    interval the inverse of TPOT's), as one replication defines it up to the percentile's
+    interpolation (`predictor.sim.results`): the mean over replications of each one's inverse is not the
     inverse of their mean, and the two drifted 40% apart at p99 (DeepSeek-R1 MTP on B200,
     16 agentic clients), so an SLO on ``interactivity pN`` and one on ``tpot pN`` could
     disagree. The mean speed (the mean of 1/TPOT over requests) stays a mean."""
