@@ -222,6 +222,23 @@ def read_text(path: str | Path, what: str, *, max_bytes: int | None = None, expe
 
 # --- JSON ------------------------------------------------------------------------------
 
+def _integer_limit(error: ValueError, what: str, expected: str) -> InputError | None:
+    """Python's refusal of an integer past 4,300 digits (JSON and YAML readers) as bad
+    input; None for another ValueError."""
+    if TOO_MANY_DIGITS not in str(error):
+        return None
+    return InputError(what, "holds an integer of more than 4,300 digits", expected)
+
+
+def comma_items(text: str, what: str, accepted: str) -> list[str]:
+    """The stripped items of a comma list; an empty item (',' or 'a,,b') is refused, not
+    dropped (`pareto --modes ','` swept every point to say none was in no mode)."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise InputError(what, f"{quote(text)} holds an empty item", f"a comma list of {accepted}")
+    return items
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -237,9 +254,8 @@ def parse_json(text: str, what: str, *, expected: str = "a JSON document", docum
         raise InputError(what, f"is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})",
                          expected) from None
     except ValueError as error:  # NaN / Infinity, or an integer of over 4,300 digits
-        if TOO_MANY_DIGITS in str(error):
-            raise InputError(what, "holds an integer of more than 4,300 digits", expected) from None
-        raise InputError(what, f"is not valid JSON ({bounded(str(error))})", expected) from None
+        raise _integer_limit(error, what, expected) or InputError(
+            what, f"is not valid JSON ({bounded(str(error))})", expected) from None
     except RecursionError:
         raise InputError(what, f"nests deeper than {MAX_DEPTH} levels", expected) from None
     return clean_document(value, what, expected) if document else value
@@ -312,9 +328,10 @@ def parse_yaml(text: str, what: str, *, expected: str = "a YAML document") -> An
         try:
             document = loader.construct_document(node)
         except ValueError as error:         # the int constructor, past 4,300 digits
-            if TOO_MANY_DIGITS not in str(error):
+            found = _integer_limit(error, what, expected)
+            if found is None:
                 raise
-            raise InputError(what, "holds an integer of more than 4,300 digits", expected) from None
+            raise found from None
         return clean_document(document, what, expected)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)

@@ -14,7 +14,7 @@ from rich.table import Table
 from agent.cli.app import app, cli_errors, console, print_json
 from agent.cli.render import number, say, table
 from levers.errors import InputError, accepted_list
-from levers.inputs import quote, read_text
+from levers.inputs import comma_items, quote, read_text
 from predictor.corpus.protocol_score import parse_protocols, score_protocols
 from predictor.corpus.protocols import ALL, PROTOCOLS, Protocol
 from predictor.corpus.read import CorpusRead, filter_rows, read_corpus
@@ -149,9 +149,7 @@ def score(
 
 
 def _protocols(text: str) -> tuple[Protocol, ...]:
-    if any(not item.strip() for item in text.split(",")):
-        raise InputError("--protocol", f"{quote(text)} holds an empty item",
-                         "a comma list of " + accepted_list([*PROTOCOLS, ALL]))
+    comma_items(text, "--protocol", accepted_list([*PROTOCOLS, ALL]))
     try:
         found = parse_protocols(text)
     except ValueError:

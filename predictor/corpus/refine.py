@@ -118,8 +118,6 @@ def refine(build: AnchorBuild, predict_fn: PredictFn = predict_row, rounds: int 
     return settle_own_steps(_settled(build, priors), predict_fn, priors, own_step_passes)
 
 
-
-
 def settle_own_steps(build: AnchorBuild, predict_fn: PredictFn, priors: Priors,
                      passes: int = OWN_STEP_PASSES) -> AnchorBuild:
     """Each corpus decode point's reproduced step (`DecodePoint.reproduced_ms`): the step at

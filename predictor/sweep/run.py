@@ -19,7 +19,7 @@ from typing import Any
 
 from levers.configuration import Configuration
 from levers.errors import InputError, accepted_list
-from levers.inputs import quote
+from levers.inputs import comma_items
 from predictor.step.cost import Mode
 from predictor.sweep.executors import (
     POINT_METRICS,
@@ -44,6 +44,7 @@ INTERACTIVITY_KEY = "interactivity_p50"
 MODE_NAMES: dict[str, Mode] = {"anchored": Mode.ANCHORED, "simulate": Mode.RANK_ONLY,
                                "rank-only": Mode.RANK_ONLY}
 ALL_MODES: frozenset[Mode] = frozenset(Mode)
+MODE_CHOICES = ("anchored", "rank-only", "simulate")    # --modes, as said back
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +132,10 @@ def parse_modes(text: str | None) -> frozenset[Mode]:
     every table and file gives a simulate-mode point."""
     if text is None:
         return ALL_MODES
-    if any(not part.strip() for part in text.split(",")):
-        raise InputError("--modes", f"{quote(text)} holds an empty item",
-                         "a comma list of " + accepted_list(("anchored", "rank-only", "simulate")))
     modes = set()
-    for item in (part.strip().lower() for part in text.split(",")):
+    for item in (part.lower() for part in comma_items(text, "--modes", accepted_list(MODE_CHOICES))):
         if item not in MODE_NAMES:
-            raise InputError("--modes", f"unknown mode '{item}'", accepted_list(("anchored", "rank-only", "simulate")))
+            raise InputError("--modes", f"unknown mode '{item}'", accepted_list(MODE_CHOICES))
         modes.add(MODE_NAMES[item])
     return frozenset(modes)
 
